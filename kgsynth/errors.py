@@ -1,0 +1,45 @@
+"""Domain exceptions. Only the CLI turns them into one-line messages and exit codes."""
+
+from __future__ import annotations
+
+
+class KGSynthError(Exception):
+    """Base class for every error kgsynth reports to a user."""
+
+    exit_code = 1
+
+
+class ConfigError(KGSynthError):
+    """A bad option or configuration value; the message names the field and the valid range."""
+
+    exit_code = 2
+
+
+class InputFileError(KGSynthError):
+    """A malformed input file; the message names the file and line/row."""
+
+    exit_code = 3
+
+    def __init__(self, path: object, message: str, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+
+
+class KGError(KGSynthError):
+    """The knowledge graph could not answer."""
+
+    exit_code = 4
+
+
+class KGUnavailableError(KGError):
+    """A SPARQL endpoint stayed down after the bounded retries."""
+
+
+class KGTimeoutError(KGError):
+    """A query ran past its timeout."""
+
+
+class QueryRejectedError(KGError):
+    """A query that is not read-only (an UPDATE) or does not parse."""

@@ -1,0 +1,15 @@
+"""The KG layer: one protocol (SPARQL 1.1 SELECT), an embedded pyoxigraph backend and an
+HTTP endpoint backend, KG profiles, import, the name index and cached graph access.
+
+Typical use::
+
+    from kgsynth.kg import open_kg
+    kg = open_kg("data/metaqa/kb_partial.txt.gz")      # or a store dir, or an http(s) URL
+    graph = kg.graph()                                  # cached entity/relation access
+    graph.resolve("Kismet")
+"""
+
+from kgsynth.kg.base import KG, Term
+from kgsynth.kg.open import open_kg
+
+__all__ = ["KG", "Term", "open_kg"]

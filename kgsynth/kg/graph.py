@@ -1,0 +1,346 @@
+"""Cached entity/relation access over any KG backend.
+
+:class:`KGGraph` is what the agent tools and the walker use: resolve a name to an entity,
+list an entity's relations in both directions, list the neighbours along one relation. Every
+look-up is one SPARQL query built with :mod:`kgsynth.kg.sparql`; results are kept in bounded
+LRU caches. On profiles that flatten unnamed nodes (Freebase CVTs) a relation may be a
+two-edge path ``r1.r2`` crossing an unnamed node; callers see it as one relation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from kgsynth.kg import sparql
+from kgsynth.kg.base import KG, Term
+from kgsynth.kg.names import NameIndex, build_name_index
+
+log = logging.getLogger(__name__)
+
+Direction = Literal["out", "in"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """A resolved entity: its IRI and the name it is shown under."""
+
+    iri: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """How a name was resolved: ``exact`` or ``case-insensitive``; ``candidates`` > 1 means the
+    name was ambiguous and the entity with the most facts (then the smallest IRI) was taken."""
+
+    entity: Entity
+    match: Literal["exact", "case-insensitive"]
+    candidates: int
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """A relation as agents see it: its name, its direction from the entity, and the IRIs it
+    follows (one, or two across an unnamed node)."""
+
+    name: str
+    direction: Direction
+    path: tuple[str, ...]
+
+    @property
+    def inverse(self) -> bool:
+        return self.direction == "in"
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbor:
+    """An entity (or literal value) reached along a relation."""
+
+    term: Term
+    name: str
+
+    @property
+    def key(self) -> str:
+        return self.term.value
+
+
+class LRU:
+    """A small bounded least-recently-used cache."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[Hashable, object] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], T]) -> T:
+        if key in self._data:
+            self._data.move_to_end(key)
+            self.hits += 1
+            return self._data[key]  # type: ignore[return-value]
+        self.misses += 1
+        value = compute()
+        self._data[key] = value
+        if len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+        return value
+
+
+def cache_dir() -> Path:
+    """kgsynth's user cache (``$KGSYNTH_CACHE`` or ``~/.cache/kgsynth``)."""
+    return Path(os.environ.get("KGSYNTH_CACHE") or Path.home() / ".cache" / "kgsynth")
+
+
+class KGGraph:
+    """Entity and relation look-ups with caching, shared by tools and walks."""
+
+    def __init__(self, kg: KG, *, cache_size: int = 20_000, max_neighbors: int = 10_000) -> None:
+        self.kg = kg
+        self.profile = kg.profile
+        self.max_neighbors = max_neighbors
+        self._resolve_cache = LRU(cache_size)
+        self._relations_cache = LRU(cache_size)
+        self._neighbors_cache = LRU(cache_size)
+        self._label_cache = LRU(cache_size)
+        self._name_index: NameIndex | None = getattr(kg, "name_index", None)
+        labels = " ".join(sparql.iri(p) for p in self.profile.label_predicates)
+        self._label_values = f"VALUES ?lp {{ {labels} }}"
+
+    # --- names ---------------------------------------------------------------------------
+
+    def _best_label(self, labels: list[Term]) -> str | None:
+        langs = self.profile.label_langs
+        best: tuple[int, str] | None = None
+        for term in labels:
+            if term.kind != "literal":
+                continue
+            lang = (term.lang or "").lower()
+            if lang not in langs:
+                continue
+            rank = (langs.index(lang), term.value)
+            if best is None or rank < best:
+                best = rank
+        return best[1] if best else None
+
+    def label(self, iri: str) -> str | None:
+        """The entity's name, or None for an unnamed node."""
+
+        def compute() -> str | None:
+            rows = self.kg.select(
+                f"SELECT ?l WHERE {{ {self._label_values} {sparql.iri(iri)} ?lp ?l }}"
+            )
+            return self._best_label([r["l"] for r in rows if "l" in r])
+
+        return self._label_cache.get_or_compute(iri, compute)
+
+    def display_name(self, term: Term) -> str:
+        """What an observation shows for a term: its name, a literal's value, else its IRI's
+        local name."""
+        if term.kind == "literal":
+            return term.value
+        if term.kind == "iri":
+            name = self.label(term.value)
+            if name is not None:
+                return name
+            return self.profile.relation_name(term.value)
+        return f"_:{term.value}"
+
+    def _degree(self, iri: str) -> int:
+        node = sparql.iri(iri)
+        rows = self.kg.select(
+            f"SELECT (COUNT(*) AS ?n) WHERE {{ {{ {node} ?p ?o }} UNION {{ ?s ?p {node} }} }}"
+        )
+        return int(rows[0]["n"].value) if rows and "n" in rows[0] else 0
+
+    def _exact_candidates(self, name: str) -> list[str]:
+        values = [sparql.literal(name)] + [
+            sparql.literal(name, lang) for lang in self.profile.label_langs if lang
+        ]
+        query = (
+            f"SELECT DISTINCT ?e WHERE {{ {self._label_values} "
+            f"VALUES ?l {{ {' '.join(values)} }} ?e ?lp ?l . FILTER(isIRI(?e)) }} LIMIT 1000"
+        )
+        return sorted({r["e"].value for r in self.kg.select(query) if "e" in r})
+
+    def _pick(self, iris: list[str]) -> str:
+        if len(iris) == 1:
+            return iris[0]
+        ranked = sorted(iris[:50], key=lambda i: (-self._degree(i), i))
+        return ranked[0]
+
+    def resolve(self, name: str) -> Resolution | None:
+        """The entity called ``name``: exact label first, then the case-insensitive index.
+
+        Ambiguous names resolve to the candidate with the highest degree (ties: smallest IRI),
+        and ``candidates`` reports how many there were. Returns None when nothing matches;
+        text that no KG name can contain (control characters) is never sent.
+        """
+        name = name.strip()
+        if not name or len(name) > 2_000 or not sparql.is_sendable(name):
+            return None
+
+        def compute() -> Resolution | None:
+            exact = self._exact_candidates(name)
+            if exact:
+                iri = self._pick(exact)
+                return Resolution(Entity(iri, self.label(iri) or name), "exact", len(exact))
+            found = self.name_index().lookup(name)
+            iris = sorted({iri for iri, _ in found})
+            if not iris:
+                return None
+            iri = self._pick(iris)
+            return Resolution(
+                Entity(iri, self.label(iri) or found[0][1]), "case-insensitive", len(iris)
+            )
+
+        return self._resolve_cache.get_or_compute(name, compute)
+
+    def name_index(self) -> NameIndex:
+        """The case-insensitive index; built once (cached on disk) when the backend has none."""
+        if self._name_index is None:
+            key = hashlib.sha256(
+                f"{self.kg.location}|{self.profile.name}".encode()
+            ).hexdigest()[:16]
+            if self.kg.location.startswith(("http://", "https://")):
+                path = cache_dir() / "names" / f"{key}.sqlite"
+            else:
+                path = Path(tempfile.mkdtemp(prefix="kgsynth-names-")) / "names.sqlite"
+            if not path.is_file():
+                log.info("building the name index of %s", self.kg.location)
+                build_name_index(path, self._all_labels())
+            self._name_index = NameIndex(path)
+        return self._name_index
+
+    def _all_labels(self, page: int = 100_000) -> Iterator[tuple[str, str]]:
+        offset = 0
+        while True:
+            rows = self.kg.select(
+                f"SELECT ?e ?l WHERE {{ {self._label_values} ?e ?lp ?l . FILTER(isIRI(?e)) }} "
+                f"ORDER BY ?e ?l LIMIT {page} OFFSET {offset}"
+            )
+            for r in rows:
+                lab = r["l"]
+                if (lab.lang or "").lower() in self.profile.label_langs:
+                    yield r["e"].value, lab.value
+            if len(rows) < page:
+                return
+            offset += page
+
+    # --- relations -----------------------------------------------------------------------
+
+    def relations(self, iri: str) -> list[Relation]:
+        """Every relation of the entity, outgoing and incoming, meta relations hidden, sorted
+        by (name, direction)."""
+        return self._relations_cache.get_or_compute(iri, lambda: self._fetch_relations(iri))
+
+    def _named(self, var: str) -> str:
+        return f"EXISTS {{ {self._label_values} {var} ?lp ?nm }}"
+
+    def _fetch_relations(self, iri: str) -> list[Relation]:
+        node = sparql.iri(iri)
+        prof = self.profile
+        found: set[Relation] = set()
+        if prof.flatten_unnamed:
+            named_out = f"FILTER(isLiteral(?o) || {self._named('?o')})"
+            named_in = f"FILTER({self._named('?s')})"
+        else:
+            named_out = named_in = ""
+        for r in self.kg.select(f"SELECT DISTINCT ?r WHERE {{ {node} ?r ?o . {named_out} }}"):
+            found.add(Relation("", "out", (r["r"].value,)))
+        for r in self.kg.select(f"SELECT DISTINCT ?r WHERE {{ ?s ?r {node} . {named_in} }}"):
+            found.add(Relation("", "in", (r["r"].value,)))
+        if prof.flatten_unnamed:
+            unnamed = f"FILTER(!isLiteral(?c)) FILTER NOT {self._named('?c')}"
+            out_q = (
+                f"SELECT DISTINCT ?r1 ?r2 WHERE {{ {node} ?r1 ?c . {unnamed} "
+                f"?c ?r2 ?t . FILTER(?t != {node}) }}"
+            )
+            in_q = (
+                f"SELECT DISTINCT ?r1 ?r2 WHERE {{ ?c ?r2 {node} . {unnamed} "
+                f"?s ?r1 ?c . FILTER(?s != {node}) }}"
+            )
+            for r in self.kg.select(out_q):
+                found.add(Relation("", "out", (r["r1"].value, r["r2"].value)))
+            for r in self.kg.select(in_q):
+                found.add(Relation("", "in", (r["r1"].value, r["r2"].value)))
+        out: list[Relation] = []
+        for rel in found:
+            if any(prof.is_hidden(p) for p in rel.path):
+                continue
+            name = ".".join(prof.relation_name(p) for p in rel.path)
+            out.append(Relation(name, rel.direction, rel.path))
+        return sorted(out, key=lambda r: (r.name, r.direction, r.path))
+
+    def find_relation(self, iri: str, name: str) -> list[Relation]:
+        """The entity's relations called ``name`` (both directions when both exist)."""
+        wanted = name.strip()
+        rels = [r for r in self.relations(iri) if r.name == wanted]
+        if not rels:
+            folded = wanted.casefold()
+            rels = [r for r in self.relations(iri) if r.name.casefold() == folded]
+        return rels
+
+    # --- neighbours ----------------------------------------------------------------------
+
+    def pattern(self, subject: str, relation: Relation, obj: str, mid: str = "?cvt") -> str:
+        """The SPARQL graph pattern for one hop ``subject --relation--> obj`` (variables or
+        IRIs as written SPARQL terms); a flattened hop crosses one unnamed node, bound to the
+        variable ``mid`` (give each hop of a longer pattern its own)."""
+        head, tail = (obj, subject) if relation.inverse else (subject, obj)
+        if len(relation.path) == 1:
+            return f"{head} {sparql.iri(relation.path[0])} {tail} ."
+        r1, r2 = (sparql.iri(p) for p in relation.path)
+        return (
+            f"{head} {r1} {mid} . {mid} {r2} {tail} . "
+            f"FILTER(!isLiteral({mid})) FILTER NOT {self._named(mid)} "
+            f"FILTER({head} != {tail})"
+        )
+
+    def neighbors(self, iri: str, relation: Relation) -> list[Neighbor]:
+        """Entities (or literal values) reached from ``iri`` along ``relation``, sorted by
+        (name, value); at most ``max_neighbors`` are fetched."""
+        return self._neighbors_cache.get_or_compute(
+            (iri, relation), lambda: self._fetch_neighbors(iri, relation)
+        )
+
+    def _fetch_neighbors(self, iri: str, relation: Relation) -> list[Neighbor]:
+        node = sparql.iri(iri)
+        hop = self.pattern(node, relation, "?o")
+        query = (
+            f"SELECT ?o ?l WHERE {{ {hop} OPTIONAL {{ {self._label_values} ?o ?lp ?l }} "
+            f"FILTER(?o != {node}) }} LIMIT {self.max_neighbors * 4}"
+        )
+        labels: dict[Term, list[Term]] = {}
+        for row in self.kg.select(query):
+            labels.setdefault(row["o"], []).extend([row["l"]] if "l" in row else [])
+        out: list[Neighbor] = []
+        for term, cands in labels.items():
+            name = self._best_label(cands)
+            if name is None:
+                if term.kind == "literal":
+                    name = term.value
+                elif self.profile.flatten_unnamed:
+                    continue  # unnamed nodes are only crossed inside a flattened hop
+                else:
+                    name = self.display_name(term)
+            out.append(Neighbor(term, name))
+        out.sort(key=lambda n: (n.name, n.term.value))
+        return out[: self.max_neighbors]
+
+    def cache_stats(self) -> dict[str, dict[str, int]]:
+        caches = {
+            "resolve": self._resolve_cache,
+            "relations": self._relations_cache,
+            "neighbors": self._neighbors_cache,
+            "label": self._label_cache,
+        }
+        return {k: {"hits": c.hits, "misses": c.misses} for k, c in caches.items()}

@@ -1,0 +1,69 @@
+"""The case-insensitive name index: normalized label -> entity IRIs, in SQLite.
+
+Exact-name look-ups go to the KG itself (its own indexes answer them); this index answers the
+case-insensitive fallback without scanning the KG per call. Embedded stores build it at import
+time inside the store directory; endpoints build it once, on first need, in the user cache.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from kgsynth.kg.sparql import normalize_name
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS names (norm TEXT NOT NULL, label TEXT NOT NULL, iri TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+def build_name_index(path: Path, pairs: Iterable[tuple[str, str]]) -> int:
+    """Write the index for ``(iri, label)`` pairs to ``path`` atomically; returns the row count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    con = sqlite3.connect(tmp)
+    try:
+        con.executescript(_SCHEMA)
+        n = 0
+        batch: list[tuple[str, str, str]] = []
+        for iri, label in pairs:
+            batch.append((normalize_name(label), label, iri))
+            if len(batch) >= 50_000:
+                con.executemany("INSERT INTO names VALUES (?, ?, ?)", batch)
+                n += len(batch)
+                batch.clear()
+        con.executemany("INSERT INTO names VALUES (?, ?, ?)", batch)
+        n += len(batch)
+        con.execute("CREATE INDEX names_norm ON names(norm)")
+        con.execute("INSERT INTO meta VALUES ('rows', ?)", (str(n),))
+        con.commit()
+    finally:
+        con.close()
+    os.replace(tmp, path)
+    return n
+
+
+class NameIndex:
+    """Read side of the index; one connection per process, read-only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+
+    def lookup(self, name: str) -> list[tuple[str, str]]:
+        """``(iri, label)`` of every entity whose normalized label equals ``name``'s."""
+        rows = self._con.execute(
+            "SELECT DISTINCT iri, label FROM names WHERE norm = ? ORDER BY iri LIMIT 1000",
+            (normalize_name(name),),
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def count(self) -> int:
+        return int(self._con.execute("SELECT COUNT(*) FROM names").fetchone()[0])
+
+    def close(self) -> None:
+        self._con.close()

@@ -1,0 +1,85 @@
+"""``--kg`` resolution: a store directory, a triple file (imported to a cache on first use),
+or an ``http(s)://…`` SPARQL endpoint URL."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+from kgsynth.errors import ConfigError
+from kgsynth.kg.base import KG
+from kgsynth.kg.embedded import EmbeddedKG, is_store_dir
+from kgsynth.kg.graph import cache_dir
+from kgsynth.kg.importer import file_sha256, import_kg
+from kgsynth.kg.profiles import (
+    FREEBASE_NS,
+    WIKIDATA_DIRECT,
+    KGProfile,
+    get_profile,
+)
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_KG = REPO_ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+
+
+def detect_endpoint_profile(kg: KG) -> KGProfile:
+    """Freebase when the endpoint has ``type.object.name``, Wikidata when it has ``wdt:``
+    properties, generic otherwise (one cheap ASK each)."""
+    if kg.ask(f"ASK {{ ?s <{FREEBASE_NS}type.object.name> ?o }}"):
+        return get_profile("freebase")
+    if kg.ask(f"ASK {{ ?s <{WIKIDATA_DIRECT}P31> ?o }}"):
+        return get_profile("wikidata")
+    return get_profile("generic")
+
+
+def cached_store_for(
+    path: Path, *, profile: str | None = None, names_file: str | None = None
+) -> Path:
+    """The cache directory a triple file is imported into (keyed by content and options)."""
+    key = hashlib.sha256(
+        "|".join(
+            [
+                file_sha256(path),
+                profile or "",
+                file_sha256(Path(names_file)) if names_file else "",
+            ]
+        ).encode()
+    ).hexdigest()[:20]
+    return cache_dir() / "kg" / f"{path.name}-{key}"
+
+
+def open_kg(
+    spec: str | Path | None = None,
+    *,
+    profile: str | None = None,
+    names_file: str | None = None,
+    timeout: float = 30.0,
+    retries: int = 3,
+) -> KG:
+    """Open the KG named by ``spec`` (default: the shipped MetaQA KB)."""
+    text = str(spec) if spec is not None else str(DEFAULT_KG)
+    if text.startswith(("http://", "https://")):
+        from kgsynth.kg.endpoint import SparqlEndpointKG
+
+        kg = SparqlEndpointKG(
+            text, get_profile(profile or "generic"), timeout=timeout, retries=retries
+        )
+        if profile is None:
+            kg.profile = detect_endpoint_profile(kg)
+        return kg
+    path = Path(text)
+    if is_store_dir(path):
+        return EmbeddedKG.open(path, get_profile(profile) if profile else None)
+    if path.is_file():
+        store = cached_store_for(path, profile=profile, names_file=names_file)
+        if not is_store_dir(store):
+            log.info("importing %s into the cache %s", path, store)
+            import_kg(path, store, profile=profile, names_file=names_file, force=True)
+        return EmbeddedKG.open(store)
+    raise ConfigError(
+        f"--kg: {text} is not a store directory (with kg.json), a triple file, "
+        "or an http(s)://…/sparql endpoint URL"
+    )
