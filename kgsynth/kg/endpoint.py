@@ -101,7 +101,7 @@ class SparqlEndpointKG(KG):
                     last = exc
                     continue
                 raise KGError(f"endpoint {self.url}: {text[:300]}") from None
-            except (TimeoutError, socket.timeout) as exc:
+            except TimeoutError as exc:
                 raise KGTimeoutError(f"query timed out after {limit:.0f}s at {self.url}") from exc
             except (urllib.error.URLError, ConnectionError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)

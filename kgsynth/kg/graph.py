@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -207,13 +206,13 @@ class KGGraph:
     def name_index(self) -> NameIndex:
         """The case-insensitive index; built once (cached on disk) when the backend has none."""
         if self._name_index is None:
-            key = hashlib.sha256(
-                f"{self.kg.location}|{self.profile.name}".encode()
-            ).hexdigest()[:16]
-            if self.kg.location.startswith(("http://", "https://")):
-                path = cache_dir() / "names" / f"{key}.sqlite"
-            else:
-                path = Path(tempfile.mkdtemp(prefix="kgsynth-names-")) / "names.sqlite"
+            key = hashlib.sha256(f"{self.kg.location}|{self.profile.name}".encode()).hexdigest()[
+                :16
+            ]
+            if not self.kg.location.startswith(("http://", "https://")):
+                self._name_index = NameIndex.in_memory(self._all_labels())
+                return self._name_index
+            path = cache_dir() / "names" / f"{key}.sqlite"
             if not path.is_file():
                 log.info("building the name index of %s", self.kg.location)
                 build_name_index(path, self._all_labels())

@@ -159,7 +159,9 @@ def _delimited_to_ntriples(
                     labelled.add(iri)
                     name = names.get(key) if names is not None else key
                     if name is not None:
-                        out.write(f"{sparql.iri(iri)} {label_pred} {_literal_nt(name, profile.label_lang)} .\n")
+                        out.write(
+                            f"{sparql.iri(iri)} {label_pred} {_literal_nt(name, profile.label_lang)} .\n"
+                        )
             except ValueError as exc:
                 raise InputFileError(src, f"cannot be written as RDF: {exc}", lineno) from None
 
@@ -215,7 +217,9 @@ def import_kg(
         delimiter = delimiter or _sniff_delimiter(src)
         if delimiter == "\\t":
             delimiter = "\t"
-    prof = get_profile(profile or guess_profile_from_relations(_sample_relations(src, fmt, delimiter or "\t")))
+    prof = get_profile(
+        profile or guess_profile_from_relations(_sample_relations(src, fmt, delimiter or "\t"))
+    )
     names = read_names(Path(names_file)) if names_file else None
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +243,9 @@ def import_kg(
         store.flush()
 
         label_values = " ".join(sparql.iri(p) for p in prof.label_predicates)
-        label_filter = f"FILTER(?p NOT IN ({', '.join(sparql.iri(p) for p in prof.label_predicates)}))"
+        label_filter = (
+            f"FILTER(?p NOT IN ({', '.join(sparql.iri(p) for p in prof.label_predicates)}))"
+        )
         triples = _count(store, "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }")
         facts = _count(store, f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s ?p ?o {label_filter} }}")
         entities = _count(

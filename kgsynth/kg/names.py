@@ -50,9 +50,23 @@ def build_name_index(path: Path, pairs: Iterable[tuple[str, str]]) -> int:
 class NameIndex:
     """Read side of the index; one connection per process, read-only."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None, connection: sqlite3.Connection | None = None) -> None:
         self.path = path
-        self._con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._con = connection or sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, check_same_thread=False
+        )
+
+    @classmethod
+    def in_memory(cls, pairs: Iterable[tuple[str, str]]) -> NameIndex:
+        """An index held in memory (for in-memory stores; nothing is written to disk)."""
+        con = sqlite3.connect(":memory:", check_same_thread=False)
+        con.executescript(_SCHEMA)
+        con.executemany(
+            "INSERT INTO names VALUES (?, ?, ?)",
+            ((normalize_name(label), label, iri) for iri, label in pairs),
+        )
+        con.execute("CREATE INDEX names_norm ON names(norm)")
+        return cls(None, con)
 
     def lookup(self, name: str) -> list[tuple[str, str]]:
         """``(iri, label)`` of every entity whose normalized label equals ``name``'s."""

@@ -48,7 +48,6 @@ class KGProfile:
         """The predicate import writes names with."""
         return self.label_predicates[0]
 
-
     def is_hidden(self, relation_iri: str) -> bool:
         """True for meta relations (names, types, keys …) that agents never see."""
         if relation_iri in self.hidden_relations:

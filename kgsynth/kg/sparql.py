@@ -68,7 +68,7 @@ def normalize_name(text: str) -> str:
 # --- read-only guard -------------------------------------------------------------------------
 
 _TOKEN_RE = re.compile(
-    r'(?P<comment>\#[^\n]*)'
+    r"(?P<comment>\#[^\n]*)"
     r'|(?P<string>"""(?:[^"\\]|\\.|"(?!""))*"""'
     r"|'''(?:[^'\\]|\\.|'(?!''))*'''"
     r'|"(?:[^"\\\n]|\\.)*"'
@@ -91,9 +91,7 @@ def ensure_read_only(query: str) -> None:
     is fine; a bare update keyword anywhere, or a query form other than
     SELECT/ASK/CONSTRUCT/DESCRIBE, is rejected.
     """
-    words = [
-        m.group("word").upper() for m in _TOKEN_RE.finditer(query) if m.lastgroup == "word"
-    ]
+    words = [m.group("word").upper() for m in _TOKEN_RE.finditer(query) if m.lastgroup == "word"]
     bad = sorted(set(words) & _UPDATE_WORDS)
     if bad:
         raise QueryRejectedError(f"refused: kgsynth only sends read-only queries (found {bad[0]})")

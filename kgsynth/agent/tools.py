@@ -1,0 +1,297 @@
+"""The KG tool environment an agent queries, with typed errors and bounded observations.
+
+Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
+
+``graphwalker`` (default, GraphWalker):
+  ``get_relations("Entity")`` — the entity's outgoing and incoming relations, ranked by BM25
+  against the question, top-k; ``get_triples("Entity", ["rel", …])`` — triples along those
+  relations (either direction), at most n per relation and direction, shown by name.
+
+``kgr1`` (KG-R1): ``get_tail_relations(e)`` relations with ``e`` as head (``e -r-> ?``),
+  ``get_head_relations(e)`` relations with ``e`` as tail (``? -r-> e``),
+  ``get_tail_entities(e, r)`` the tails of ``(e, r, ?)``, ``get_head_entities(e, r)`` the heads
+  of ``(?, r, e)``.
+
+Tools never raise into the agent: every failure becomes a :class:`ToolResult` with an
+:class:`ErrorType` that rewards and filters read, and a short text the agent reads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from rank_bm25 import BM25Okapi
+
+from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
+from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError
+from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
+
+ToolSetName = Literal["graphwalker", "kgr1"]
+
+
+class ErrorType(StrEnum):
+    """Why a tool call produced no usable result."""
+
+    BAD_SYNTAX = "bad_syntax"
+    UNKNOWN_TOOL = "unknown_tool"
+    WRONG_ARGUMENTS = "wrong_arguments"
+    ENTITY_NOT_FOUND = "entity_not_found"
+    RELATION_NOT_FOUND = "relation_not_found"
+    NO_RESULTS = "no_results"
+    TIMEOUT = "timeout"
+    KG_UNAVAILABLE = "kg_unavailable"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool call's outcome: the observation text, a typed error (None on success), the
+    names of entities that appear in the result, and notes (e.g. ambiguous names)."""
+
+    text: str
+    error: ErrorType | None = None
+    tool: str | None = None
+    args: tuple = ()
+    entities: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    """Limits shared by synthesis, RL and eval so that all see the same observations."""
+
+    toolset: ToolSetName = "graphwalker"
+    top_k_relations: int = 10
+    max_triples_per_relation: int = 5
+    max_observation_chars: int = 2_000
+
+
+_TOKEN_RE = re.compile(r"[A-Za-z][a-z]*|[0-9]+|[^\W\d_]+", re.UNICODE)
+
+
+def tokenize(text: str) -> list[str]:
+    """Words of a relation name or question: split on punctuation, ``_``, ``.`` and camelCase."""
+    return [t.lower() for t in _TOKEN_RE.findall(text)]
+
+
+def rank_relations(question: str, relations: Sequence[Relation]) -> list[Relation]:
+    """Relations sorted by BM25 score of their name against the question (stable on ties)."""
+    query = tokenize(question)
+    if not query or len(relations) < 2:
+        return list(relations)
+    bm25 = BM25Okapi([tokenize(r.name) or ["_"] for r in relations])
+    scores = bm25.get_scores(query)
+    order = sorted(range(len(relations)), key=lambda i: -scores[i])
+    return [relations[i] for i in order]
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut ``text`` at a line boundary under ``limit`` characters, with a visible marker."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > 0 else limit
+    rest = text[cut:].count("\n") + (0 if text[cut:].startswith("\n") else 1)
+    return f"{text[:cut]}\n[... truncated: {rest} more lines]"
+
+
+class _Failure(Exception):
+    def __init__(self, error: ErrorType, text: str) -> None:
+        super().__init__(text)
+        self.error = error
+        self.text = text
+
+
+@dataclass
+class ToolEnvironment:
+    """Runs the agent's tool calls against a KG for one question."""
+
+    graph: KGGraph
+    question: str = ""
+    config: ToolConfig = field(default_factory=ToolConfig)
+
+    def __post_init__(self) -> None:
+        tools: dict[str, tuple[int, Callable[..., ToolResult]]]
+        if self.config.toolset == "graphwalker":
+            tools = {"get_relations": (1, self.get_relations), "get_triples": (2, self.get_triples)}
+        elif self.config.toolset == "kgr1":
+            tools = {
+                "get_head_relations": (1, lambda e: self._relations_one_way(e, "in")),
+                "get_tail_relations": (1, lambda e: self._relations_one_way(e, "out")),
+                "get_head_entities": (2, lambda e, r: self._entities_one_way(e, r, "in")),
+                "get_tail_entities": (2, lambda e, r: self._entities_one_way(e, r, "out")),
+            }
+        else:
+            raise ValueError(f"unknown tool set {self.config.toolset!r}")
+        self.tools = tools
+
+    # --- entry point ---------------------------------------------------------------------
+
+    def execute(self, text: str) -> ToolResult:
+        """Parse and run one tool call; never raises for anything the agent wrote."""
+        try:
+            call = parse_tool_call(text)
+        except ToolCallSyntaxError as exc:
+            return self._error(ErrorType.BAD_SYNTAX, f"could not parse the query: {exc}.")
+        return self.call(call)
+
+    def call(self, call: ToolCall) -> ToolResult:
+        spec = self.tools.get(call.name)
+        if spec is None:
+            names = ", ".join(self.tools)
+            return self._error(
+                ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available: {names}.", call
+            )
+        arity, fn = spec
+        if len(call.args) != arity or not isinstance(call.args[0], str):
+            usage = self.usage(call.name)
+            return self._error(ErrorType.WRONG_ARGUMENTS, f"wrong arguments; use {usage}.", call)
+        try:
+            result = fn(*call.args)
+        except _Failure as fail:
+            return self._error(fail.error, fail.text, call)
+        except KGTimeoutError:
+            return self._error(
+                ErrorType.TIMEOUT, "the KG query timed out; try a narrower call.", call
+            )
+        except KGUnavailableError:
+            return self._error(ErrorType.KG_UNAVAILABLE, "the KG is unavailable right now.", call)
+        except KGError as exc:
+            return self._error(ErrorType.NO_RESULTS, f"the KG could not answer ({exc}).", call)
+        text = truncate(result.text, self.config.max_observation_chars)
+        return ToolResult(text, None, call.name, call.args, result.entities, result.notes)
+
+    def usage(self, name: str) -> str:
+        return {
+            "get_relations": 'get_relations("Entity Name")',
+            "get_triples": 'get_triples("Entity Name", ["relation", ...])',
+            "get_head_relations": 'get_head_relations("Entity Name")',
+            "get_tail_relations": 'get_tail_relations("Entity Name")',
+            "get_head_entities": 'get_head_entities("Entity Name", "relation")',
+            "get_tail_entities": 'get_tail_entities("Entity Name", "relation")',
+        }[name]
+
+    def _error(self, error: ErrorType, text: str, call: ToolCall | None = None) -> ToolResult:
+        return ToolResult(
+            f"Error ({error.value.replace('_', ' ')}): {text}",
+            error,
+            call.name if call else None,
+            call.args if call else (),
+        )
+
+    # --- shared pieces -------------------------------------------------------------------
+
+    def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]:
+        resolution = self.graph.resolve(name)
+        if resolution is None:
+            shown = name if len(name) <= 80 else name[:77] + "..."
+            raise _Failure(
+                ErrorType.ENTITY_NOT_FOUND,
+                f'no entity named "{shown}"; use an exact name from the question or an '
+                "earlier observation.",
+            )
+        notes: tuple[str, ...] = ()
+        if resolution.candidates > 1:
+            notes = (
+                f'{resolution.candidates} entities are named "{resolution.entity.name}"; '
+                "using the one with the most facts.",
+            )
+        return resolution.entity, notes
+
+    @staticmethod
+    def _pattern(entity: str, rel: Relation) -> str:
+        return (
+            f"({entity}, {rel.name}, ?)" if rel.direction == "out" else f"(?, {rel.name}, {entity})"
+        )
+
+    @staticmethod
+    def _triple(entity: str, rel: Relation, other: Neighbor) -> str:
+        if rel.direction == "out":
+            return f"({entity}, {rel.name}, {other.name})"
+        return f"({other.name}, {rel.name}, {entity})"
+
+    def _relations_text(
+        self, entity: Entity, rels: list[Relation], notes: tuple[str, ...]
+    ) -> ToolResult:
+        if not rels:
+            raise _Failure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
+        ranked = rank_relations(self.question, rels)[: self.config.top_k_relations]
+        head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
+        head += ", most relevant first):" if self.question else "):"
+        lines = [*notes, head, *(self._pattern(entity.name, r) for r in ranked)]
+        return ToolResult("\n".join(lines), entities=(entity.name,), notes=notes)
+
+    def _triples_text(
+        self, entity: Entity, rels: list[Relation], notes: tuple[str, ...], missing: list[str]
+    ) -> ToolResult:
+        limit = self.config.max_triples_per_relation
+        lines: list[str] = list(notes)
+        seen: list[str] = [entity.name]
+        for rel in rels:
+            neighbors = self.graph.neighbors(entity.iri, rel)
+            for n in neighbors[:limit]:
+                lines.append(self._triple(entity.name, rel, n))
+                seen.append(n.name)
+            if len(neighbors) > limit:
+                lines.append(f"... {len(neighbors) - limit} more {self._pattern(entity.name, rel)}")
+        if len(seen) == 1:
+            raise _Failure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
+        if missing:
+            lines.append(f'(not relations of "{entity.name}": {", ".join(missing)})')
+        return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
+
+    def _select_relations(
+        self, entity: Entity, names: Sequence[str], direction: str | None = None
+    ) -> tuple[list[Relation], list[str]]:
+        rels: list[Relation] = []
+        missing: list[str] = []
+        for name in dict.fromkeys(n.strip() for n in names if n.strip()):
+            found = self.graph.find_relation(entity.iri, name)
+            if direction:
+                found = [r for r in found if r.direction == direction]
+            if found:
+                rels.extend(found)
+            else:
+                missing.append(name)
+        if not rels:
+            listed = ", ".join(missing) if missing else "(none given)"
+            raise _Failure(
+                ErrorType.RELATION_NOT_FOUND,
+                f'"{entity.name}" has no relation {listed}; call get_relations first'
+                if self.config.toolset == "graphwalker"
+                else f'"{entity.name}" has no such relation {listed}.',
+            )
+        return rels, missing
+
+    # --- graphwalker tools ---------------------------------------------------------------
+
+    def get_relations(self, name: str) -> ToolResult:
+        entity, notes = self._entity(name)
+        return self._relations_text(entity, self.graph.relations(entity.iri), notes)
+
+    def get_triples(self, name: str, relations: str | Sequence[str]) -> ToolResult:
+        entity, notes = self._entity(name)
+        wanted = [relations] if isinstance(relations, str) else list(relations)
+        rels, missing = self._select_relations(entity, wanted)
+        return self._triples_text(entity, rels, notes, missing)
+
+    # --- KG-R1 tools ---------------------------------------------------------------------
+
+    def _relations_one_way(self, name: str, direction: str) -> ToolResult:
+        entity, notes = self._entity(name)
+        rels = [r for r in self.graph.relations(entity.iri) if r.direction == direction]
+        return self._relations_text(entity, rels, notes)
+
+    def _entities_one_way(self, name: str, relation: object, direction: str) -> ToolResult:
+        if not isinstance(relation, str):
+            raise _Failure(ErrorType.WRONG_ARGUMENTS, "give one relation name as a string.")
+        entity, notes = self._entity(name)
+        rels, _ = self._select_relations(entity, [relation], direction)
+        return self._triples_text(entity, rels, notes, [])

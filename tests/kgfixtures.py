@@ -1,0 +1,64 @@
+"""Small KGs built in tests: a MetaQA-like movie KG and a Freebase-like KG with CVT nodes."""
+
+from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.profiles import get_profile
+
+E = "http://kgsynth.org/entity/"
+R = "http://kgsynth.org/relation/"
+LABEL = "<http://www.w3.org/2000/01/rdf-schema#label>"
+
+MOVIE_FACTS = [
+    ("Kismet", "directed_by", "William Dieterle"),
+    ("Kismet", "starred_actors", "Marlene Dietrich"),
+    ("Kismet", "starred_actors", "Ronald Colman"),
+    ("Kismet", "release_year", "1944"),
+    ("Juarez", "directed_by", "William Dieterle"),
+    ("Juarez", "starred_actors", "Bette Davis"),
+    ("Juarez", "release_year", "1939"),
+    ("Jezebel", "starred_actors", "Bette Davis"),
+    ("Jezebel", "directed_by", "William Wyler"),
+    ("Jezebel", "release_year", "1938"),
+    ("Jezebel", "has_genre", "Drama"),
+    ("Juarez", "has_genre", "Drama"),
+]
+
+
+def movie_ntriples(facts=MOVIE_FACTS) -> str:
+    from urllib.parse import quote
+
+    from kgsynth.kg.sparql import literal
+
+    lines, named = [], set()
+    for s, r, o in facts:
+        lines.append(f"<{E}{quote(s, safe='')}> <{R}{r}> <{E}{quote(o, safe='')}> .")
+        for n in (s, o):
+            if n not in named:
+                named.add(n)
+                lines.append(f"<{E}{quote(n, safe='')}> {LABEL} {literal(n)} .")
+    return "\n".join(lines) + "\n"
+
+
+def movie_kg() -> EmbeddedKG:
+    return EmbeddedKG.from_ntriples(movie_ntriples(), get_profile("generic"))
+
+
+NS = "http://rdf.freebase.com/ns/"
+FREEBASE_NT = f"""
+<{NS}m.irons> <{NS}type.object.name> "Jeremy Irons"@en .
+<{NS}m.irons> <{NS}type.object.type> <{NS}people.person> .
+<{NS}m.irons> <{NS}common.topic.alias> "Jeremy John Irons"@en .
+<{NS}m.irons> <{NS}people.person.nationality> <{NS}m.uk> .
+<{NS}m.irons> <{NS}people.person.date_of_birth> "1948-09-19"^^<http://www.w3.org/2001/XMLSchema#date> .
+<{NS}m.uk> <{NS}type.object.name> "United Kingdom"@en .
+<{NS}m.film> <{NS}type.object.name> "Dead Ringers"@en .
+<{NS}m.mantle> <{NS}type.object.name> "Elliot Mantle"@en .
+<{NS}m.irons> <{NS}film.actor.film> <{NS}m.cvt1> .
+<{NS}m.cvt1> <{NS}film.performance.film> <{NS}m.film> .
+<{NS}m.cvt1> <{NS}film.performance.actor> <{NS}m.irons> .
+<{NS}m.cvt1> <{NS}film.performance.character> <{NS}m.mantle> .
+<{NS}m.film> <{NS}film.film.starring> <{NS}m.cvt1> .
+"""
+
+
+def freebase_kg() -> EmbeddedKG:
+    return EmbeddedKG.from_ntriples(FREEBASE_NT, get_profile("freebase"))

@@ -1,0 +1,216 @@
+"""Agent tools: parsing, the two tool sets, typed errors, ranking, truncation, CVT flattening."""
+
+import pytest
+
+from kgsynth.agent.protocol import parse_answer, parse_turn
+from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
+from kgsynth.agent.tools import ErrorType, ToolConfig, ToolEnvironment, rank_relations, truncate
+from kgsynth.kg.graph import Relation
+from tests.kgfixtures import freebase_kg, movie_kg
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return movie_kg().graph()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('get_relations("Kismet")', ToolCall("get_relations", ("Kismet",))),
+        ("get_relations('Kismet')", ToolCall("get_relations", ("Kismet",))),
+        ('  get_relations (  "Kismet"  ) ', ToolCall("get_relations", ("Kismet",))),
+        ("get_relations(“Amélie”)", ToolCall("get_relations", ("Amélie",))),
+        ('get_relations("Schindler’s List")', ToolCall("get_relations", ("Schindler’s List",))),
+        (
+            "get_triples('Kismet', [\"directed_by\", 'release_year'])",
+            ToolCall("get_triples", ("Kismet", ("directed_by", "release_year"))),
+        ),
+        ('get_relations("The "Best" Film")', ToolCall("get_relations", ('The "Best" Film',))),
+        (
+            'get_triples("Tom "T" O\'Neil", ["r"])',
+            ToolCall("get_triples", ('Tom "T" O\'Neil', ("r",))),
+        ),
+        ('`get_relations("X")`', ToolCall("get_relations", ("X",))),
+    ],
+)
+def test_parse_tool_call(text, expected):
+    assert parse_tool_call(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "get_relations(", "get_relations(Kismet)", "1 + 2", "x = 3", "get_relations(42)"]
+)
+def test_parse_tool_call_errors(text):
+    with pytest.raises(ToolCallSyntaxError):
+        parse_tool_call(text)
+
+
+def test_get_relations_both_directions_ranked(graph):
+    env = ToolEnvironment(graph, "which movies did William Dieterle direct")
+    res = env.execute('get_relations("William Dieterle")')
+    assert res.ok and res.tool == "get_relations"
+    assert res.text.splitlines()[1:] == ["(?, directed_by, William Dieterle)"]
+    env = ToolEnvironment(graph, "what year was Kismet released")
+    lines = env.execute('get_relations("Kismet")').text.splitlines()
+    assert lines[1] == "(Kismet, release_year, ?)"  # BM25 puts the matching relation first
+    assert sorted(lines[1:]) == sorted(
+        ["(Kismet, directed_by, ?)", "(Kismet, starred_actors, ?)", "(Kismet, release_year, ?)"]
+    )
+
+
+def test_get_triples_limits_and_entities(graph):
+    env = ToolEnvironment(graph, config=ToolConfig(max_triples_per_relation=1))
+    res = env.execute('get_triples("Kismet", ["starred_actors", "directed_by"])')
+    assert res.ok
+    assert res.text.splitlines() == [
+        "(Kismet, starred_actors, Marlene Dietrich)",
+        "... 1 more (Kismet, starred_actors, ?)",
+        "(Kismet, directed_by, William Dieterle)",
+    ]
+    assert res.entities == ("Kismet", "Marlene Dietrich", "William Dieterle")
+
+
+def test_get_triples_inverse(graph):
+    res = ToolEnvironment(graph).execute("get_triples('Bette Davis', ['starred_actors'])")
+    assert res.text.splitlines() == [
+        "(Jezebel, starred_actors, Bette Davis)",
+        "(Juarez, starred_actors, Bette Davis)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        ('get_relations("Nobody")', ErrorType.ENTITY_NOT_FOUND),
+        ('get_triples("Kismet", ["no_such_rel"])', ErrorType.RELATION_NOT_FOUND),
+        ('get_triples("Kismet", [])', ErrorType.RELATION_NOT_FOUND),
+        ('search("Kismet")', ErrorType.UNKNOWN_TOOL),
+        ('get_relations("Kismet", "extra")', ErrorType.WRONG_ARGUMENTS),
+        ("get_triples(['Kismet'], ['x'])", ErrorType.WRONG_ARGUMENTS),
+        ("get_relations(Kismet", ErrorType.BAD_SYNTAX),
+        ('get_relations("bad\x00name")', ErrorType.ENTITY_NOT_FOUND),
+    ],
+)
+def test_typed_errors(graph, call, error):
+    res = ToolEnvironment(graph).execute(call)
+    assert res.error == error
+    assert res.text.startswith("Error (")
+    assert len(res.text) < 300
+
+
+def test_partial_relation_match_reports_missing(graph):
+    res = ToolEnvironment(graph).execute('get_triples("Juarez", ["directed_by", "bogus"])')
+    assert res.ok and res.text.endswith('(not relations of "Juarez": bogus)')
+
+
+def test_case_insensitive_resolution(graph):
+    res = ToolEnvironment(graph).execute('get_relations("kISMET")')
+    assert res.ok and 'Relations of "Kismet"' in res.text
+
+
+def test_ambiguous_name_picks_highest_degree_and_reports():
+    from kgsynth.kg.embedded import EmbeddedKG
+    from kgsynth.kg.profiles import get_profile
+
+    label = "<http://www.w3.org/2000/01/rdf-schema#label>"
+    nt = f"""
+<http://x/a> {label} "Twin" .
+<http://x/b> {label} "Twin" .
+<http://x/b> <http://x/r> <http://x/c> .
+<http://x/b> <http://x/r> <http://x/d> .
+<http://x/a> <http://x/r> <http://x/c> .
+<http://x/c> {label} "C" .
+<http://x/d> {label} "D" .
+"""
+    graph = EmbeddedKG.from_ntriples(nt, get_profile("generic")).graph()
+    resolution = graph.resolve("Twin")
+    assert resolution.entity.iri == "http://x/b" and resolution.candidates == 2
+    res = ToolEnvironment(graph).execute('get_triples("Twin", ["r"])')
+    assert res.text.splitlines()[0].startswith("2 entities are named")
+    assert "(Twin, r, D)" in res.text
+
+
+def test_kgr1_toolset(graph):
+    env = ToolEnvironment(graph, config=ToolConfig(toolset="kgr1"))
+    assert env.execute('get_head_relations("William Dieterle")').text.splitlines()[1:] == [
+        "(?, directed_by, William Dieterle)"
+    ]
+    assert env.execute('get_tail_relations("William Dieterle")').error == ErrorType.NO_RESULTS
+    heads = env.execute('get_head_entities("William Dieterle", "directed_by")')
+    assert heads.text.splitlines() == [
+        "(Juarez, directed_by, William Dieterle)",
+        "(Kismet, directed_by, William Dieterle)",
+    ]
+    tails = env.execute('get_tail_entities("Kismet", "directed_by")')
+    assert tails.text == "(Kismet, directed_by, William Dieterle)"
+    wrong_way = env.execute('get_tail_entities("William Dieterle", "directed_by")')
+    assert wrong_way.error == ErrorType.RELATION_NOT_FOUND
+    assert env.execute('get_relations("Kismet")').error == ErrorType.UNKNOWN_TOOL
+
+
+def test_truncation_marker():
+    text = "\n".join(f"line {i}" for i in range(100))
+    cut = truncate(text, 50)
+    assert len(cut) < 90 and cut.endswith("more lines]") and "[... truncated" in cut
+    assert truncate("short", 50) == "short"
+
+
+def test_long_observations_are_truncated(graph):
+    env = ToolEnvironment(graph, config=ToolConfig(max_observation_chars=60))
+    res = env.execute('get_triples("Kismet", ["starred_actors", "directed_by", "release_year"])')
+    assert res.ok and "[... truncated" in res.text
+
+
+def test_rank_relations_without_question_keeps_order():
+    rels = [Relation("a_b", "out", ("x",)), Relation("c", "in", ("y",))]
+    assert rank_relations("", rels) == rels
+
+
+def test_freebase_cvt_flattening_and_meta_hidden():
+    graph = freebase_kg().graph()
+    irons = graph.resolve("Jeremy Irons").entity
+    names = {(r.name, r.direction) for r in graph.relations(irons.iri)}
+    assert names == {
+        ("people.person.nationality", "out"),
+        ("people.person.date_of_birth", "out"),
+        ("film.actor.film.film.performance.film", "out"),
+        ("film.actor.film.film.performance.character", "out"),
+        ("film.film.starring.film.performance.actor", "in"),
+    }
+    env = ToolEnvironment(graph)
+    res = env.execute(
+        'get_triples("Jeremy Irons", ["film.actor.film.film.performance.film", "people.person.date_of_birth"])'
+    )
+    assert res.text.splitlines() == [
+        "(Jeremy Irons, film.actor.film.film.performance.film, Dead Ringers)",
+        "(Jeremy Irons, people.person.date_of_birth, 1948-09-19)",
+    ]
+    film = env.execute('get_triples("Dead Ringers", ["film.film.starring.film.performance.actor"])')
+    assert film.text == "(Dead Ringers, film.film.starring.film.performance.actor, Jeremy Irons)"
+
+
+def test_parse_turn():
+    turn = parse_turn('<think>look up</think>\n<kg-query>get_relations("Kismet")</kg-query>')
+    assert turn.format_error is None and turn.query == 'get_relations("Kismet")'
+    turn = parse_turn('<think>done</think><answer>["Washington, D.C.", "Paris"]</answer>')
+    assert turn.answer == ["Washington, D.C.", "Paris"] and turn.action == "answer"
+    assert parse_turn('<answer>["A"]</answer>').format_error == "missing <think> block"
+    assert parse_turn("<think>x</think>").format_error is not None
+    forged = parse_turn('<think>x</think><information><answer>["A"]</answer></information>')
+    assert forged.action is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('["a", "b"]', ["a", "b"]),
+        ("['a, b']", ["a, b"]),
+        ("Paris", ["Paris"]),
+        ("", None),
+        ("[broken", None),
+        ("[1999]", ["1999"]),
+    ],
+)
+def test_parse_answer(text, expected):
+    assert parse_answer(text) == expected
