@@ -62,3 +62,27 @@ FREEBASE_NT = f"""
 
 def freebase_kg() -> EmbeddedKG:
     return EmbeddedKG.from_ntriples(FREEBASE_NT, get_profile("freebase"))
+
+
+def generated_movie_facts(seed: int = 7, movies: int = 40) -> list[tuple[str, str, str]]:
+    """A seeded MetaQA-like KG, big enough for every walk structure."""
+    import random
+
+    rng = random.Random(seed)
+    directors = [f"Director {i}" for i in range(12)]
+    actors = [f"Actor {i}" for i in range(30)]
+    genres = ["Drama", "Comedy", "Western", "Horror", "Musical"]
+    languages = ["English", "French", "Hindi"]
+    facts = []
+    for m in range(movies):
+        title = f"Movie {m}"
+        facts.append((title, "directed_by", rng.choice(directors)))
+        for actor in rng.sample(actors, rng.randint(2, 4)):
+            facts.append((title, "starred_actors", actor))
+        facts.append((title, "release_year", str(1990 + rng.randrange(10))))
+        for genre in rng.sample(genres, rng.randint(1, 2)):
+            facts.append((title, "has_genre", genre))
+        facts.append((title, "in_language", rng.choice(languages)))
+        if rng.random() < 0.3:
+            facts.append((title, "written_by", rng.choice(directors)))
+    return facts

@@ -76,6 +76,10 @@ class NameIndex:
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
+    def all_iris(self) -> list[str]:
+        """Every named entity's IRI, sorted."""
+        return [r[0] for r in self._con.execute("SELECT DISTINCT iri FROM names ORDER BY iri")]
+
     def count(self) -> int:
         return int(self._con.execute("SELECT COUNT(*) FROM names").fetchone()[0])
 

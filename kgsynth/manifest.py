@@ -1,0 +1,80 @@
+"""``manifest.json``: what every stage writes next to its output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kgsynth import __version__
+
+_PACKAGES = (
+    "pyoxigraph",
+    "polars",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "deepspeed",
+    "trl",
+    "openai",
+)
+
+
+def git_sha() -> str | None:
+    """The checkout's commit (with ``-dirty`` when it has changes), or None outside git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (sha + ("-dirty" if dirty else "")) if sha else None
+
+
+def versions() -> dict[str, str]:
+    out = {"kgsynth": __version__, "python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(path: str | Path, **fields: Any) -> dict[str, Any]:
+    """Write ``manifest.json`` atomically with the command, versions and git sha added."""
+    data = {
+        "command": " ".join(sys.argv),
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_sha": git_sha(),
+        "versions": versions(),
+        **fields,
+    }
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return data

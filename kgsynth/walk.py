@@ -1,0 +1,629 @@
+"""``kgsynth walk``: constrained random walks with exact answer sets (GraphWalker CRW).
+
+KG -> ``walks.parquet`` (+ ``manifest.json`` and ``walks_stats.png``)::
+
+    kgsynth walk --kg data/metaqa/kb_partial.txt.gz --n 1000 --out runs/x/walks.parquet
+
+Each hop picks one of the current entity's allowed relations, in either direction, among
+those whose fan-out ``|N(e_t, r_t)|`` lies in ``[min_fanout, max_fanout]`` (GraphWalker Eq. 1),
+weighting relation *types* by ``frequency ** -relation_balance`` so frequent relations do not
+crowd out rare ones, then a neighbour uniformly. Entities are never revisited and every
+entity crossed must be named (on the freebase profile unnamed CVT nodes are crossed inside a
+flattened hop). The walk's pattern is then executed as one SPARQL query — stored as its
+logical form — whose full result, topic entities excluded, is the answer set.
+
+Structures: ``chain-k`` (k = 1..5), ``2I`` (two topic entities, one hop each, meeting at the
+answer with different relations), ``IP`` (2I then one more hop), ``PI`` (a 2-hop chain whose
+end is intersected with a second one-hop path).
+
+Determinism and resumption: attempt ``j`` draws from ``Random(f"{seed}/{shard}/{j}")`` and the
+structure quotas fill in attempt order, so the same seed and configuration give the same
+file; accepted walks are written in chunks next to the output, and a re-run continues after
+the last complete chunk with the same state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.kg import sparql
+from kgsynth.kg.base import KG, Term
+from kgsynth.kg.graph import KGGraph, Relation
+from kgsynth.schema import WALK_SCHEMA
+
+log = logging.getLogger(__name__)
+
+STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI)$")
+DEFAULT_STRUCTURES = "chain-1:0.1,chain-2:0.25,chain-3:0.25,2I:0.2,IP:0.1,PI:0.1"
+
+
+class WalkError(KGSynthError):
+    """The KG could not yield the requested walks."""
+
+
+@dataclass(frozen=True)
+class WalkConfig:
+    """Options of ``kgsynth walk`` (flags map 1:1 onto these fields)."""
+
+    n: int = 1000
+    seed: int = 0
+    structures: str = DEFAULT_STRUCTURES
+    min_fanout: int = 1
+    max_fanout: int = 20
+    max_answers: int = 10
+    relation_balance: float = 0.5
+    relations: str | None = None
+    exclude_relations: str | None = None
+    seeds: str | None = None
+    shard: str = "0/1"
+    chunk_size: int = 250
+    max_attempts_per_walk: int = 500
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"--n must be >= 1 (got {self.n})")
+        if self.min_fanout < 1 or self.max_fanout < self.min_fanout:
+            raise ConfigError(
+                f"--min-fanout/--max-fanout: need 1 <= min <= max (got {self.min_fanout}, {self.max_fanout})"
+            )
+        if self.max_answers < 1:
+            raise ConfigError(f"--max-answers must be >= 1 (got {self.max_answers})")
+        if self.relation_balance < 0:
+            raise ConfigError(f"--relation-balance must be >= 0 (got {self.relation_balance})")
+        if self.chunk_size < 1 or self.max_attempts_per_walk < 1:
+            raise ConfigError("--chunk-size and --max-attempts-per-walk must be >= 1")
+        self.structure_weights()
+        self.shard_index()
+
+    def structure_weights(self) -> dict[str, float]:
+        """``chain-2:0.3,2I:0.7`` as a dict; names and weights checked."""
+        weights: dict[str, float] = {}
+        for part in self.structures.split(","):
+            if not part.strip():
+                continue
+            name, _, weight = part.strip().partition(":")
+            if not STRUCTURE_RE.match(name):
+                raise ConfigError(
+                    f"--structures: unknown structure {name!r}; use chain-1..chain-5, 2I, IP, PI"
+                )
+            try:
+                w = float(weight) if weight else 1.0
+            except ValueError:
+                raise ConfigError(
+                    f"--structures: weight of {name} is not a number: {weight!r}"
+                ) from None
+            if w < 0:
+                raise ConfigError(f"--structures: weight of {name} must be >= 0")
+            weights[name] = weights.get(name, 0.0) + w
+        if not weights or sum(weights.values()) <= 0:
+            raise ConfigError("--structures: give at least one structure with a positive weight")
+        return weights
+
+    def shard_index(self) -> tuple[int, int]:
+        m = re.fullmatch(r"(\d+)/(\d+)", self.shard.strip())
+        if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+            raise ConfigError(f"--shard must be i/N with 0 <= i < N (got {self.shard!r})")
+        return int(m.group(1)), int(m.group(2))
+
+    def quotas(self) -> dict[str, int]:
+        """Accepted walks per structure: ``n`` split by weight (largest remainder)."""
+        weights = self.structure_weights()
+        total = sum(weights.values())
+        raw = {k: self.n * w / total for k, w in weights.items()}
+        quotas = {k: math.floor(v) for k, v in raw.items()}
+        rest = self.n - sum(quotas.values())
+        for k in sorted(raw, key=lambda k: (-(raw[k] - quotas[k]), k))[:rest]:
+            quotas[k] += 1
+        return quotas
+
+
+@dataclass(frozen=True)
+class Hop:
+    relation: Relation
+    entity: str  # IRI (or literal value for a final literal answer)
+    name: str
+    is_iri: bool = True
+
+
+@dataclass
+class Walk:
+    structure: str
+    topics: list[tuple[str, str]]  # (iri, name)
+    branches: list[list[Hop]]
+    merge_at: list[int]
+    sampled_answer: str = ""
+    answers: list[tuple[str, str]] = field(default_factory=list)
+    sparql: str = ""
+
+    def key(self) -> str:
+        paths = [
+            [(h.relation.name, h.relation.direction, h.relation.path) for h in b]
+            for b in self.branches
+        ]
+        topics = [t[0] for t in self.topics]
+        if self.structure == "2I":  # the two branches are interchangeable
+            pairs = sorted(zip(topics, [json.dumps(p) for p in paths], strict=True))
+            topics, paths = [p[0] for p in pairs], [json.loads(p[1]) for p in pairs]
+        return json.dumps([self.structure, topics, paths], sort_keys=True)
+
+
+class Reject(Exception):
+    """A walk attempt failed; ``reason`` is counted in the manifest."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def stable_hash(text: str) -> int:
+    return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "big")
+
+
+def _read_list(path: str, what: str) -> list[str]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read {what} file: {exc.strerror}") from None
+    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+class WalkSampler:
+    """Samples walks of one structure at a time; all KG access goes through ``graph``."""
+
+    def __init__(self, graph: KGGraph, cfg: WalkConfig, seeds: list[str]) -> None:
+        self.graph = graph
+        self.cfg = cfg
+        self.seeds = seeds
+        self.allowed = (
+            set(_read_list(cfg.relations, "relation whitelist")) if cfg.relations else None
+        )
+        self.excluded = (
+            set(_read_list(cfg.exclude_relations, "relation blacklist"))
+            if cfg.exclude_relations
+            else set()
+        )
+        self.frequency = self._relation_frequency()
+
+    def _relation_frequency(self) -> dict[str, int]:
+        rows = self.graph.kg.select("SELECT ?p (COUNT(*) AS ?n) WHERE { ?s ?p ?o } GROUP BY ?p")
+        prof = self.graph.profile
+        return {
+            prof.relation_name(r["p"].value): int(r["n"].value)
+            for r in rows
+            if "p" in r and not prof.is_hidden(r["p"].value)
+        }
+
+    def _weight(self, rel: Relation) -> float:
+        freq = 1
+        for p in rel.path:  # a flattened hop weighs like its rarer edge
+            name = self.graph.profile.relation_name(p)
+            freq = max(freq, min(self.frequency.get(name, 1), 10**12))
+        return freq ** (-self.cfg.relation_balance)
+
+    def _allowed(self, rel: Relation) -> bool:
+        if rel.name in self.excluded:
+            return False
+        return self.allowed is None or rel.name in self.allowed
+
+    def _candidates(self, iri: str, *, check_fanout: bool = True) -> list[Relation]:
+        fanouts = self.graph.fanouts(iri)
+        rels = [r for r in fanouts if self._allowed(r)]
+        if not rels:
+            raise Reject("dead_end")
+        if check_fanout:
+            rels = [r for r in rels if self.cfg.min_fanout <= fanouts[r] <= self.cfg.max_fanout]
+            if not rels:
+                raise Reject("fanout")
+        return rels
+
+    def _pick_relation(self, rng: random.Random, rels: list[Relation]) -> Relation:
+        return rng.choices(rels, weights=[self._weight(r) for r in rels], k=1)[0]
+
+    def _step(self, rng: random.Random, iri: str, visited: set[str], *, final: bool) -> Hop:
+        rel = self._pick_relation(rng, self._candidates(iri))
+        neighbors = [n for n in self.graph.neighbors(iri, rel) if n.term.value not in visited]
+        if not neighbors:
+            raise Reject("cycle")
+        nb = rng.choice(neighbors)
+        if nb.term.kind != "iri" and not final:
+            raise Reject("dead_end")
+        if nb.term.kind == "iri" and self.graph.label(nb.term.value) is None:
+            raise Reject("unnamed_node")
+        return Hop(rel, nb.term.value, nb.name, nb.term.kind == "iri")
+
+    def _seed(self, rng: random.Random) -> tuple[str, str]:
+        iri = rng.choice(self.seeds)
+        name = self.graph.label(iri)
+        if name is None:
+            raise Reject("unnamed_node")
+        return iri, name
+
+    # --- structures ----------------------------------------------------------------------
+
+    def sample(self, structure: str, rng: random.Random) -> Walk:
+        if structure.startswith("chain-"):
+            return self._chain(int(structure.split("-")[1]), rng)
+        if structure == "2I":
+            return self._two_i(rng)
+        if structure == "IP":
+            walk = self._two_i(rng)
+            visited = {t[0] for t in walk.topics} | {walk.branches[0][-1].entity}
+            hop = self._step(rng, walk.branches[0][-1].entity, visited, final=True)
+            walk.branches[0].append(hop)
+            walk.structure = "IP"
+            return walk
+        if structure == "PI":
+            return self._pi(rng)
+        raise ConfigError(f"unknown structure {structure!r}")
+
+    def _chain(self, k: int, rng: random.Random) -> Walk:
+        topic = self._seed(rng)
+        visited = {topic[0]}
+        hops: list[Hop] = []
+        current = topic[0]
+        for i in range(k):
+            hop = self._step(rng, current, visited, final=i == k - 1)
+            hops.append(hop)
+            visited.add(hop.entity)
+            current = hop.entity
+        return Walk(f"chain-{k}", [topic], [hops], [k])
+
+    def _branch_to(self, rng: random.Random, answer: str, exclude: set[str], not_named: str | None):
+        """One hop from a new topic entity into ``answer``: sampled backwards from the answer,
+        with the fan-out constraint checked from the topic's side."""
+        rels = [r for r in self._candidates(answer, check_fanout=False) if r.name != not_named]
+        if not rels:
+            raise Reject("no_second_branch")
+        back = self._pick_relation(rng, rels)
+        topics = [
+            n
+            for n in self.graph.neighbors(answer, back)
+            if n.term.kind == "iri" and n.term.value not in exclude
+        ]
+        if not topics:
+            raise Reject("cycle")
+        topic = rng.choice(topics)
+        forward = Relation(back.name, "in" if back.direction == "out" else "out", back.path)
+        fan = self.graph.fanouts(topic.term.value).get(forward, 0)
+        if not self.cfg.min_fanout <= fan <= self.cfg.max_fanout:
+            raise Reject("fanout")
+        if self.graph.label(topic.term.value) is None:
+            raise Reject("unnamed_node")
+        return (topic.term.value, topic.name), Hop(forward, answer, self.graph.label(answer) or "")
+
+    def _two_i(self, rng: random.Random) -> Walk:
+        answer, name = self._seed(rng)
+        t1, hop1 = self._branch_to(rng, answer, {answer}, None)
+        t2, hop2 = self._branch_to(rng, answer, {answer, t1[0]}, hop1.relation.name)
+        return Walk("2I", [t1, t2], [[hop1], [hop2]], [1, 1])
+
+    def _pi(self, rng: random.Random) -> Walk:
+        chain = self._chain(2, rng)
+        end = chain.branches[0][-1]
+        if not end.is_iri:
+            raise Reject("dead_end")
+        visited = {chain.topics[0][0], chain.branches[0][0].entity, end.entity}
+        t2, hop = self._branch_to(rng, end.entity, visited, end.relation.name)
+        return Walk("PI", [chain.topics[0], t2], [chain.branches[0], [hop]], [2, 1])
+
+    # --- the logical form ----------------------------------------------------------------
+
+    def to_sparql(self, walk: Walk) -> str:
+        """One SELECT whose result is the walk's full answer set (topics excluded)."""
+        topics = [sparql.iri(t[0]) for t in walk.topics]
+        patterns: list[str] = []
+        variables: list[str] = []
+        counter = iter(range(1, 100))
+        meet = "?answer" if walk.structure != "IP" else "?meet"
+        for b, (branch, merge) in enumerate(zip(walk.branches, walk.merge_at, strict=True)):
+            prev = topics[b]
+            for i, hop in enumerate(branch):
+                if i + 1 == merge:
+                    var = meet
+                elif i + 1 > merge:
+                    var = "?answer"
+                else:
+                    var = f"?x{next(counter)}"
+                mid = f"?c{next(counter)}"
+                patterns.append(self.graph.pattern(prev, hop.relation, var, mid))
+                variables.append(var)
+                prev = var
+        label_values = " ".join(sparql.iri(p) for p in self.graph.profile.label_predicates)
+        filters = " ".join(
+            f"FILTER({v} NOT IN ({', '.join(topics)}))" for v in dict.fromkeys(variables)
+        )
+        return (
+            "SELECT DISTINCT ?answer ?name WHERE { "
+            + " ".join(patterns)
+            + f" {filters} OPTIONAL {{ VALUES ?lp {{ {label_values} }} ?answer ?lp ?name }} }}"
+        )
+
+    def answer_set(self, walk: Walk) -> list[tuple[str, str]]:
+        """Execute the walk's SPARQL; ``(value, name)`` per answer, sorted by (name, value)."""
+        walk.sparql = self.to_sparql(walk)
+        labels: dict[Term, list[Term]] = {}
+        for row in self.graph.kg.select(walk.sparql):
+            labels.setdefault(row["answer"], []).extend([row["name"]] if "name" in row else [])
+            if len(labels) > self.cfg.max_answers:
+                raise Reject("too_many_answers")
+        out: list[tuple[str, str]] = []
+        for term, cands in labels.items():
+            name = self.graph._best_label(cands)
+            if name is None:
+                if term.kind == "literal":
+                    name = term.value
+                else:
+                    raise Reject("unnamed_answer")
+            out.append((term.value, name))
+        if not out:
+            raise Reject("no_answer")
+        return sorted(out, key=lambda a: (a[1], a[0]))
+
+
+def walk_id_of(walk: Walk) -> str:
+    """Stable id from the duplicate key (structure, topic entities, relation paths)."""
+    return "w-" + hashlib.sha1(walk.key().encode()).hexdigest()[:16]
+
+
+def walk_to_row(walk: Walk, seed: int, attempt: int) -> dict[str, Any]:
+    return {
+        "walk_id": walk_id_of(walk),
+        "structure": walk.structure,
+        "hops": sum(len(b) for b in walk.branches),
+        "topic_names": [t[1] for t in walk.topics],
+        "topic_ids": [t[0] for t in walk.topics],
+        "branches": [
+            [
+                {"relation": h.relation.name, "inverse": h.relation.inverse, "entity": h.name}
+                for h in b
+            ]
+            for b in walk.branches
+        ],
+        "merge_at": walk.merge_at,
+        "answer_names": [a[1] for a in walk.answers],
+        "answer_ids": [a[0] for a in walk.answers],
+        "sampled_answer": walk.sampled_answer,
+        "sparql": walk.sparql,
+        "seed": seed,
+        "attempt": attempt,
+    }
+
+
+# --- the stage ----------------------------------------------------------------------------
+
+
+@dataclass
+class WalkState:
+    """What a run has done so far (restored from the chunks when resuming)."""
+
+    next_attempt: int = 0
+    accepted: Counter = field(default_factory=Counter)  # per structure
+    attempts: Counter = field(default_factory=Counter)  # per structure
+    rejects: Counter = field(default_factory=Counter)  # per reason
+    keys: set[str] = field(default_factory=set)  # walk_ids accepted so far
+    exhausted: set[str] = field(default_factory=set)
+    relations_available: int = 0
+
+
+def _config_fingerprint(cfg: WalkConfig, kg: KG) -> str:
+    data = dataclasses.asdict(cfg)
+    for key in ("chunk_size",):
+        data.pop(key)
+    desc = kg.describe()
+    data["kg"] = {k: desc.get(k) for k in ("location", "profile", "source_sha256", "triples")}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def seed_entities(graph: KGGraph, cfg: WalkConfig) -> list[str]:
+    """Candidate start entities (sorted IRIs): the ``--seeds`` names, else every named entity."""
+    if cfg.seeds:
+        iris = []
+        for lineno, name in enumerate(_read_list(cfg.seeds, "seeds"), 1):
+            res = graph.resolve(name)
+            if res is None:
+                raise InputFileError(cfg.seeds, f"no entity named {name!r}", lineno)
+            iris.append(res.entity.iri)
+        return sorted(set(iris))
+    return graph.name_index().all_iris()
+
+
+def sample_walks(
+    kg: KG,
+    cfg: WalkConfig,
+    *,
+    state: WalkState | None = None,
+    on_attempt: Callable[[WalkState], None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield accepted walk rows in attempt order until the quotas are met (or exhausted)."""
+    graph = kg.graph()
+    state = state or WalkState()
+    shard, num_shards = cfg.shard_index()
+    seeds = seed_entities(graph, cfg)
+    if num_shards > 1:
+        seeds = [s for s in seeds if stable_hash(s) % num_shards == shard]
+    if not seeds:
+        raise WalkError("no seed entities to start walks from (empty KG, seeds file or shard)")
+    sampler = WalkSampler(graph, cfg, seeds)
+    state.relations_available = len(sampler.frequency)
+    quotas = cfg.quotas()
+    give_up = cfg.max_attempts_per_walk
+    while True:
+        open_structures = [
+            s for s in quotas if state.accepted[s] < quotas[s] and s not in state.exhausted
+        ]
+        if not open_structures:
+            return
+        j = state.next_attempt
+        rng = random.Random(f"{cfg.seed}/{cfg.shard}/{j}")
+        weights = [quotas[s] - state.accepted[s] for s in open_structures]
+        structure = rng.choices(open_structures, weights=weights, k=1)[0]
+        state.next_attempt += 1
+        state.attempts[structure] += 1
+        try:
+            walk = sampler.sample(structure, rng)
+            walk.sampled_answer = walk.branches[0][-1].name
+            walk_id = walk_id_of(walk)
+            if (
+                num_shards > 1
+                and stable_hash(json.dumps(sorted(t[0] for t in walk.topics))) % num_shards != shard
+            ):
+                raise Reject("other_shard")
+            if walk_id in state.keys:
+                raise Reject("duplicate")
+            walk.answers = sampler.answer_set(walk)
+            if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
+                raise Reject("inconsistent_answer")
+        except Reject as rej:
+            state.rejects[rej.reason] += 1
+            # a structure whose acceptance rate falls under 1/give_up is given up, so a KG that
+            # cannot yield it ends with the counts instead of sampling forever
+            if state.attempts[structure] > give_up * (state.accepted[structure] + 1):
+                log.warning(
+                    "giving up on %s after %d attempts", structure, state.attempts[structure]
+                )
+                state.exhausted.add(structure)
+            if on_attempt:
+                on_attempt(state)
+            continue
+        state.keys.add(walk_id)
+        state.accepted[structure] += 1
+        if on_attempt:
+            on_attempt(state)
+        yield walk_to_row(walk, cfg.seed, j)
+
+
+def _parts_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".parts")
+
+
+def _write_chunk(parts: Path, index: int, rows: list[dict[str, Any]], state: WalkState) -> None:
+    """A chunk of rows and the state after it, each written atomically (rows first)."""
+    table = pa.Table.from_pylist(rows, schema=WALK_SCHEMA)
+    name = f"chunk-{index:05d}"
+    tmp = parts / f".{name}.parquet.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, parts / f"{name}.parquet")
+    st = {
+        "next_attempt": state.next_attempt,
+        "accepted": dict(state.accepted),
+        "attempts": dict(state.attempts),
+        "rejects": dict(state.rejects),
+        "exhausted": sorted(state.exhausted),
+    }
+    tmp = parts / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(st))
+    os.replace(tmp, parts / f"{name}.json")
+
+
+def _restore(parts: Path, fingerprint: str) -> tuple[WalkState, list[pa.Table]]:
+    state = WalkState()
+    tables: list[pa.Table] = []
+    info = parts / "run.json"
+    if not info.is_file():
+        return state, tables
+    if json.loads(info.read_text()).get("fingerprint") != fingerprint:
+        raise ConfigError(
+            f"{parts} holds chunks of a run with other options; remove it (or use --overwrite)"
+        )
+    index = 0
+    while (parts / f"chunk-{index:05d}.json").is_file() and (
+        parts / f"chunk-{index:05d}.parquet"
+    ).is_file():
+        # cast: Parquet names list items "element", the schema names them "item"
+        tables.append(pq.read_table(parts / f"chunk-{index:05d}.parquet").cast(WALK_SCHEMA))
+        st = json.loads((parts / f"chunk-{index:05d}.json").read_text())
+        index += 1
+    if tables:
+        state.next_attempt = st["next_attempt"]
+        state.accepted = Counter(st["accepted"])
+        state.attempts = Counter(st["attempts"])
+        state.rejects = Counter(st["rejects"])
+        state.exhausted = set(st["exhausted"])
+        state.keys = {k for t in tables for k in t.column("walk_id").to_pylist()}
+    # anything past the last complete chunk (a half-written chunk) is dropped
+    for stale in parts.glob("chunk-*"):
+        if int(stale.name[6:11]) >= index:
+            stale.unlink()
+    return state, tables
+
+
+def run_walks(
+    kg: KG,
+    cfg: WalkConfig,
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    progress: Callable[[WalkState, int], None] | None = None,
+) -> dict[str, Any]:
+    """Sample walks into ``out`` (Parquet), resuming from chunks; returns the manifest data."""
+    started = time.perf_counter()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = _parts_dir(out)
+    if overwrite:
+        shutil.rmtree(parts, ignore_errors=True)
+    parts.mkdir(exist_ok=True)
+    fingerprint = _config_fingerprint(cfg, kg)
+    state, tables = _restore(parts, fingerprint)
+    (parts / "run.json").write_text(json.dumps({"fingerprint": fingerprint}))
+    resumed = sum(t.num_rows for t in tables)
+    buffer: list[dict[str, Any]] = []
+    index = len(tables)
+
+    def tick(st: WalkState) -> None:
+        if progress:
+            progress(st, sum(st.accepted.values()))
+
+    for row in sample_walks(kg, cfg, state=state, on_attempt=tick):
+        buffer.append(row)
+        if len(buffer) >= cfg.chunk_size:
+            _write_chunk(parts, index, buffer, state)
+            tables.append(pa.Table.from_pylist(buffer, schema=WALK_SCHEMA))
+            buffer, index = [], index + 1
+    if buffer:
+        _write_chunk(parts, index, buffer, state)
+        tables.append(pa.Table.from_pylist(buffer, schema=WALK_SCHEMA))
+    # one contiguous table, so the file's bytes do not depend on where a run was interrupted
+    table = (pa.concat_tables(tables) if tables else WALK_SCHEMA.empty_table()).combine_chunks()
+    accepted = table.num_rows
+    if accepted == 0:
+        raise WalkError(
+            f"no walk satisfied the constraints after {state.next_attempt} attempts; rejects: "
+            + ", ".join(f"{k}={v}" for k, v in state.rejects.most_common())
+            + " (try a wider --max-fanout, more --max-answers, other --structures or relations)"
+        )
+    tmp = out.with_name(f".{out.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, out)
+    shutil.rmtree(parts, ignore_errors=True)
+    return {
+        "accepted": accepted,
+        "resumed_rows": resumed,
+        "attempts": state.next_attempt,
+        "accepted_by_structure": dict(sorted(state.accepted.items())),
+        "attempts_by_structure": dict(sorted(state.attempts.items())),
+        "rejects": dict(state.rejects.most_common()),
+        "quotas": cfg.quotas(),
+        "exhausted_structures": sorted(state.exhausted),
+        "relations_available": state.relations_available,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "table": table,
+    }

@@ -1,0 +1,234 @@
+"""`kgsynth walk`: real edges, fan-out limits, exact answer sets, determinism, resume, shards."""
+
+import json
+from collections import defaultdict
+
+import pyarrow.parquet as pq
+import pytest
+
+from kgsynth.errors import ConfigError
+from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.profiles import get_profile
+from kgsynth.walk import WalkConfig, WalkError, run_walks
+from tests.kgfixtures import generated_movie_facts, movie_ntriples
+
+FACTS = generated_movie_facts()
+MIX = "chain-1:1,chain-2:1,chain-3:1,2I:1,IP:1,PI:1"
+
+
+@pytest.fixture(scope="module")
+def kg():
+    return EmbeddedKG.from_ntriples(movie_ntriples(FACTS), get_profile("generic"))
+
+
+def walk(kg, tmp_path, name="walks.parquet", **kw):
+    cfg = WalkConfig(**{"n": 60, "seed": 3, "structures": MIX, "chunk_size": 7, **kw})
+    result = run_walks(kg, cfg, tmp_path / name)
+    return result, pq.read_table(tmp_path / name).to_pylist()
+
+
+def adjacency():
+    out, inv = defaultdict(set), defaultdict(set)
+    for s, r, o in FACTS:
+        out[(s, r)].add(o)
+        inv[(o, r)].add(s)
+    return out, inv
+
+
+def step(names, hop, topics, out, inv):
+    table = inv if hop["inverse"] else out
+    return {x for n in names for x in table[(n, hop["relation"])]} - set(topics)
+
+
+def brute_force(row):
+    """Evaluate the walk's pattern over the fact list, topics removed after every hop."""
+    out, inv = adjacency()
+    topics = row["topic_names"]
+    meets = []
+    tails = []
+    for topic, branch, merge in zip(topics, row["branches"], row["merge_at"], strict=True):
+        current = {topic}
+        for hop in branch[:merge]:
+            current = step(current, hop, topics, out, inv)
+        meets.append(current)
+        tails.append(branch[merge:])
+    answers = set.intersection(*meets)
+    for hop in tails[0]:
+        answers = step(answers, hop, topics, out, inv)
+    return answers
+
+
+def test_walks_are_real_exact_and_within_limits(kg, tmp_path):
+    result, rows = walk(kg, tmp_path, min_fanout=1, max_fanout=6)
+    assert len(rows) == 60
+    out, inv = adjacency()
+    graph = kg.graph()
+    for row in rows:
+        # every hop is a real edge in the stated direction, from the previous entity on the path
+        for topic, branch in zip(row["topic_names"], row["branches"], strict=True):
+            prev = topic
+            for hop in branch:
+                table = inv if hop["inverse"] else out
+                assert hop["entity"] in table[(prev, hop["relation"])], (row, hop)
+                # the fan-out constraint d_min <= |N(e_t, r_t)| <= d_max
+                assert 1 <= len(table[(prev, hop["relation"])] - {prev}) <= 6
+                prev = hop["entity"]
+        # no revisited entity on the sampled path
+        path = row["topic_names"] + [h["entity"] for b in row["branches"] for h in b]
+        if row["structure"].startswith("chain"):
+            assert len(set(path)) == len(path)
+        # the answer set is the full brute-force set, and the stored SPARQL reproduces it
+        assert set(row["answer_names"]) == brute_force(row), row
+        rows_sparql = {r["name"].value for r in kg.select(row["sparql"])}
+        assert rows_sparql == set(row["answer_names"])
+        assert row["sampled_answer"] in row["answer_names"]
+        assert 1 <= len(row["answer_names"]) <= 10
+        assert not set(row["answer_names"]) & set(row["topic_names"])
+        assert row["hops"] == sum(len(b) for b in row["branches"])
+    # conjunctions: two topics, different relations where the branches meet
+    for row in rows:
+        if row["structure"] in ("2I", "IP", "PI"):
+            a, b = row["branches"]
+            assert len(row["topic_names"]) == 2
+            assert a[row["merge_at"][0] - 1]["relation"] != b[row["merge_at"][1] - 1]["relation"]
+    assert graph  # the KG is unchanged and still usable
+
+
+def test_structure_mix_follows_weights(kg, tmp_path):
+    result, rows = walk(kg, tmp_path, n=60, structures="chain-2:0.5,2I:0.3,chain-1:0.2")
+    counts = defaultdict(int)
+    for r in rows:
+        counts[r["structure"]] += 1
+    assert dict(counts) == {"chain-2": 30, "2I": 18, "chain-1": 12}
+    assert result["accepted_by_structure"] == {"2I": 18, "chain-1": 12, "chain-2": 30}
+    assert sum(result["rejects"].values()) + 60 == result["attempts"]
+
+
+def test_same_seed_same_file_other_seed_other_walks(kg, tmp_path):
+    _, a = walk(kg, tmp_path, "a.parquet")
+    _, b = walk(kg, tmp_path, "b.parquet")
+    _, c = walk(kg, tmp_path, "c.parquet", seed=4)
+    assert a == b
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert [r["walk_id"] for r in a] != [r["walk_id"] for r in c]
+    assert len({r["walk_id"] for r in a}) == len(a)  # no duplicates
+
+
+def test_resume_after_interrupt_gives_the_same_file(kg, tmp_path):
+    _, full = walk(kg, tmp_path, "full.parquet")
+    cfg = WalkConfig(n=60, seed=3, structures=MIX, chunk_size=7)
+    target = tmp_path / "resumed.parquet"
+
+    def die(state, accepted):
+        if accepted == 25:
+            raise KeyboardInterrupt  # what Ctrl-C does; kill -9 stops at the same point
+
+    with pytest.raises(KeyboardInterrupt):
+        run_walks(kg, cfg, target, progress=die)
+    parts = tmp_path / "resumed.parquet.parts"
+    assert not target.exists() and len(list(parts.glob("chunk-*.parquet"))) == 3
+    # a kill -9 during a write leaves a temporary file and maybe a chunk without its state
+    (parts / ".chunk-00003.parquet.tmp").write_bytes(b"partial")
+    (parts / "chunk-00003.parquet").write_bytes(b"garbage")
+    result = run_walks(kg, cfg, target)
+    assert result["resumed_rows"] == 21
+    assert pq.read_table(target).to_pylist() == full
+    assert target.read_bytes() == (tmp_path / "full.parquet").read_bytes()
+    assert not parts.exists()
+
+
+def test_resume_refuses_other_options(kg, tmp_path):
+    cfg = WalkConfig(n=60, seed=3, structures=MIX, chunk_size=7)
+
+    def die(state, accepted):
+        if accepted == 10:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_walks(kg, cfg, tmp_path / "w.parquet", progress=die)
+    with pytest.raises(ConfigError, match="other options"):
+        run_walks(kg, WalkConfig(n=60, seed=4, structures=MIX), tmp_path / "w.parquet")
+    assert (
+        run_walks(kg, WalkConfig(n=5, seed=4), tmp_path / "w.parquet", overwrite=True)["accepted"]
+        == 5
+    )
+
+
+def test_shards_merge_without_duplicates(kg, tmp_path):
+    ids = []
+    for i in range(2):
+        _, rows = walk(kg, tmp_path, f"s{i}.parquet", n=30, shard=f"{i}/2")
+        ids += [r["walk_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 60
+
+
+def test_whitelist_and_blacklist(kg, tmp_path):
+    allow = tmp_path / "allow.txt"
+    allow.write_text("directed_by\nstarred_actors\n")
+    deny = tmp_path / "deny.txt"
+    deny.write_text("starred_actors\n")
+    _, rows = walk(kg, tmp_path, "w1.parquet", n=20, relations=str(allow), structures="chain-2:1")
+    used = {h["relation"] for r in rows for b in r["branches"] for h in b}
+    assert used <= {"directed_by", "starred_actors"}
+    _, rows = walk(
+        kg, tmp_path, "w2.parquet", n=20, exclude_relations=str(deny), structures="chain-1:1"
+    )
+    assert "starred_actors" not in {h["relation"] for r in rows for b in r["branches"] for h in b}
+
+
+def test_unsatisfiable_constraints_end_with_counts(kg, tmp_path):
+    with pytest.raises(WalkError, match="fanout="):
+        run_walks(
+            kg,
+            WalkConfig(
+                n=10, min_fanout=50, max_fanout=60, structures="chain-2:1", max_attempts_per_walk=20
+            ),
+            tmp_path / "none.parquet",
+        )
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="--structures"):
+        WalkConfig(structures="chain-9:1")
+    with pytest.raises(ConfigError, match="--shard"):
+        WalkConfig(shard="2/2")
+    with pytest.raises(ConfigError, match="--min-fanout"):
+        WalkConfig(min_fanout=5, max_fanout=2)
+
+
+def test_endpoint_gives_the_same_walks(kg, tmp_path):
+    from kgsynth.kg.open import open_kg
+    from tests.servers import start_oxigraph
+
+    nt = tmp_path / "kg.nt"
+    nt.write_text(movie_ntriples(FACTS))
+    _, embedded = walk(kg, tmp_path, "embedded.parquet", n=30)
+    with start_oxigraph(nt, tmp_path / "oxi") as server:
+        remote = open_kg(server.url)
+        result = run_walks(
+            remote,
+            WalkConfig(n=30, seed=3, structures=MIX, chunk_size=7),
+            tmp_path / "http.parquet",
+        )
+    http = pq.read_table(tmp_path / "http.parquet").to_pylist()
+    assert result["accepted"] == 30
+    assert http == embedded
+
+
+def test_manifest_and_plot_from_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from kgsynth.cli import app
+
+    kb = tmp_path / "kb.txt"
+    kb.write_text("\n".join("|".join(f) for f in FACTS) + "\n")
+    out = tmp_path / "run" / "walks.parquet"
+    res = CliRunner().invoke(
+        app, ["walk", "--kg", str(kb), "--n", "25", "--out", str(out), "--structures", MIX]
+    )
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["accepted"] == 25 and manifest["output"]["rows"] == 25
+    assert sum(manifest["rejects"].values()) + 25 == manifest["attempts"]
+    assert manifest["relation_coverage"]["used"] >= 3
+    assert (tmp_path / "run" / "walks_stats.png").stat().st_size > 10_000
