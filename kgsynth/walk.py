@@ -310,7 +310,7 @@ class WalkSampler:
         return (topic.term.value, topic.name), Hop(forward, answer, self.graph.label(answer) or "")
 
     def _two_i(self, rng: random.Random) -> Walk:
-        answer, name = self._seed(rng)
+        answer, _ = self._seed(rng)
         t1, hop1 = self._branch_to(rng, answer, {answer}, None)
         t2, hop2 = self._branch_to(rng, answer, {answer, t1[0]}, hop1.relation.name)
         return Walk("2I", [t1, t2], [[hop1], [hop2]], [1, 1])

@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,7 +173,9 @@ def _wait_for_sparql(url: str, proc: subprocess.Popen, log_path: Path, deadline:
         except (OSError, ValueError) as exc:
             last = exc
         time.sleep(0.05)
-    raise ServerStartError(f"{url} did not answer in time (last error: {last}); log:\n{_tail(log_path)}")
+    raise ServerStartError(
+        f"{url} did not answer in time (last error: {last}); log:\n{_tail(log_path)}"
+    )
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
@@ -201,7 +203,9 @@ def oxigraph_executable() -> str | None:
 
 
 @contextlib.contextmanager
-def start_oxigraph(nt_path: Path, workdir: Path, *, start_timeout: float = 30.0) -> Iterator[SparqlServer]:
+def start_oxigraph(
+    nt_path: Path, workdir: Path, *, start_timeout: float = 30.0
+) -> Iterator[SparqlServer]:
     """Load ``nt_path`` into an Oxigraph store in ``workdir`` and serve it read-only.
 
     Yields a :class:`SparqlServer` whose ``url`` is ``http://127.0.0.1:PORT/query``.
@@ -283,12 +287,15 @@ MaxClientConnections = 10
 CheckpointInterval   = 60
 CaseMode             = 2
 DirsAllowed          = ., {data_dir}
-; ~16 MB of buffers: enough for test KGs, small enough for any CI machine.
+; ~16 MB of buffers: enough for test KGs, small enough for any CI machine. Limits not set
+; here (MaxSortedTopRows = 10000: ORDER BY with LIMIT + OFFSET above it fails) keep their
+; stock values, so tests meet what kgsynth meets on a real deployment.
 NumberOfBuffers      = 2000
 MaxDirtyBuffers      = 1200
 MaxQueryMem          = 256M
 ThreadsPerQuery      = 2
 AsyncQueueMaxThreads = 4
+{extra_parameters}
 
 [HTTPServer]
 ServerPort           = 127.0.0.1:{http_port}
@@ -322,7 +329,9 @@ def _check_default_graph_sees(url: str, graph: str, expected: int) -> None:
     rows = sparql_json(url, f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH <{graph}> {{ ?s ?p ?o }} }}")
     loaded = int(rows["results"]["bindings"][0]["n"]["value"])
     if loaded != expected:
-        raise ServerStartError(f"Virtuoso loaded {loaded} triples into <{graph}>, expected {expected}")
+        raise ServerStartError(
+            f"Virtuoso loaded {loaded} triples into <{graph}>, expected {expected}"
+        )
     sample = sparql_json(
         url,
         f"SELECT ?s ?p ?o WHERE {{ GRAPH <{graph}> {{ ?s ?p ?o FILTER(isIRI(?o)) }} }} LIMIT 1",
@@ -340,12 +349,15 @@ def start_virtuoso(
     workdir: Path,
     *,
     graph: str = FIXTURE_GRAPH,
+    extra_parameters: Mapping[str, str | int] | None = None,
     start_timeout: float = 120.0,
 ) -> Iterator[SparqlServer]:
     """Start a private Virtuoso in ``workdir``, bulk-load ``nt_path`` into ``graph``.
 
     Yields a :class:`SparqlServer` whose ``url`` is ``http://127.0.0.1:HTTPPORT/sparql`` and
-    whose ``startup_s`` covers database creation, start-up and the load.
+    whose ``startup_s`` covers database creation, start-up and the load. ``extra_parameters``
+    adds lines to the ini's ``[Parameters]`` section (e.g. ``{"MaxSortedTopRows": 100000}``);
+    everything not set there keeps Virtuoso's stock default, as on a real deployment.
     """
     reason = virtuoso_missing_reason()
     if reason:
@@ -363,7 +375,13 @@ def start_virtuoso(
         http_port = free_port()
     ini = workdir / "virtuoso.ini"
     ini.write_text(
-        VIRTUOSO_INI.format(dir=workdir, data_dir=data_dir, sql_port=sql_port, http_port=http_port)
+        VIRTUOSO_INI.format(
+            dir=workdir,
+            data_dir=data_dir,
+            sql_port=sql_port,
+            http_port=http_port,
+            extra_parameters="\n".join(f"{k} = {v}" for k, v in (extra_parameters or {}).items()),
+        )
     )
     log_path = workdir / "virtuoso-t.out"
     url = f"http://127.0.0.1:{http_port}/sparql"

@@ -59,7 +59,7 @@ def brute_force(row):
 
 
 def test_walks_are_real_exact_and_within_limits(kg, tmp_path):
-    result, rows = walk(kg, tmp_path, min_fanout=1, max_fanout=6)
+    _, rows = walk(kg, tmp_path, min_fanout=1, max_fanout=6)
     assert len(rows) == 60
     out, inv = adjacency()
     graph = kg.graph()

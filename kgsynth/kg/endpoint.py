@@ -30,6 +30,7 @@ from kgsynth.kg.profiles import KGProfile
 log = logging.getLogger(__name__)
 
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
+_RDF_LANG_STRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
 
 
 def binding_to_term(binding: dict[str, Any]) -> Term:
@@ -42,7 +43,8 @@ def binding_to_term(binding: dict[str, Any]) -> Term:
         return Term("bnode", value)
     if kind in ("literal", "typed-literal"):
         lang = binding.get("xml:lang") or binding.get("lang")
-        return Term("literal", value, binding.get("datatype") or _XSD_STRING, lang)
+        default = _RDF_LANG_STRING if lang else _XSD_STRING
+        return Term("literal", value, binding.get("datatype") or default, lang)
     raise KGError(f"unexpected binding type {kind!r} in endpoint results")
 
 

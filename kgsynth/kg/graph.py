@@ -219,12 +219,21 @@ class KGGraph:
             self._name_index = NameIndex(path)
         return self._name_index
 
-    def _all_labels(self, page: int = 100_000) -> Iterator[tuple[str, str]]:
-        offset = 0
+    def _all_labels(self, page: int = 10_000) -> Iterator[tuple[str, str]]:
+        """Every (IRI, name), paged by key: Virtuoso refuses ORDER BY with LIMIT + OFFSET over
+        its MaxSortedTopRows (10,000 by default), so each page starts after the last row."""
+        after = ""
         while True:
+            cond = ""
+            if after:
+                last_e, last_l = after
+                cond = (
+                    f"FILTER(STR(?e) > {sparql.literal(last_e)} || "
+                    f"(STR(?e) = {sparql.literal(last_e)} && STR(?l) > {sparql.literal(last_l)}))"
+                )
             rows = self.kg.select(
-                f"SELECT ?e ?l WHERE {{ {self._label_values} ?e ?lp ?l . FILTER(isIRI(?e)) }} "
-                f"ORDER BY ?e ?l LIMIT {page} OFFSET {offset}"
+                f"SELECT ?e ?l WHERE {{ {self._label_values} ?e ?lp ?l . FILTER(isIRI(?e)) {cond} }} "
+                f"ORDER BY STR(?e) STR(?l) LIMIT {page}"
             )
             for r in rows:
                 lab = r["l"]
@@ -232,7 +241,7 @@ class KGGraph:
                     yield r["e"].value, lab.value
             if len(rows) < page:
                 return
-            offset += page
+            after = (rows[-1]["e"].value, rows[-1]["l"].value)
 
     # --- relations -----------------------------------------------------------------------
 
@@ -272,16 +281,20 @@ class KGGraph:
             ),
         ]
         if prof.flatten_unnamed:
+            # the unnamed-node filter runs in a sub-select first: placed after the join it would
+            # be evaluated over the whole two-hop neighbourhood (seconds on a hub entity)
             unnamed = f"FILTER(!isLiteral(?c)) FILTER NOT {self._named('?c')}"
             queries += [
                 (
                     "out",
-                    f"SELECT ?r1 ?r2 (COUNT(DISTINCT ?o) AS ?n) WHERE {{ {node} ?r1 ?c . {unnamed} "
+                    "SELECT ?r1 ?r2 (COUNT(DISTINCT ?o) AS ?n) WHERE { "
+                    f"{{ SELECT DISTINCT ?r1 ?c WHERE {{ {node} ?r1 ?c . {unnamed} }} }} "
                     f"?c ?r2 ?o . FILTER(?o != {node}) {named_o} }} GROUP BY ?r1 ?r2",
                 ),
                 (
                     "in",
-                    f"SELECT ?r1 ?r2 (COUNT(DISTINCT ?s) AS ?n) WHERE {{ ?c ?r2 {node} . {unnamed} "
+                    "SELECT ?r1 ?r2 (COUNT(DISTINCT ?s) AS ?n) WHERE { "
+                    f"{{ SELECT DISTINCT ?r2 ?c WHERE {{ ?c ?r2 {node} . {unnamed} }} }} "
                     f"?s ?r1 ?c . FILTER(?s != {node}) {named_s} }} GROUP BY ?r1 ?r2",
                 ),
             ]
