@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN ?= runs/default
+SMOKE ?=
+WALKS := $(if $(SMOKE),100,1000)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install virtuoso test test-all lint format all bench clean
@@ -46,9 +48,11 @@ all: install
 	$(BIN)/kgsynth kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --force
 	$(BIN)/kgsynth kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
 	$(BIN)/kgsynth kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
+	$(BIN)/kgsynth walk --kg $(RUN)/kg --n $(WALKS) --seed 0 --config pipelines/metaqa_default.yaml --out $(RUN)/walks/walks.parquet --overwrite
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py
+	$(BIN)/python benchmarks/bench_walk.py
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache
