@@ -232,3 +232,28 @@ def test_manifest_and_plot_from_the_cli(tmp_path):
     assert sum(manifest["rejects"].values()) + 25 == manifest["attempts"]
     assert manifest["relation_coverage"]["used"] >= 3
     assert (tmp_path / "run" / "walks_stats.png").stat().st_size > 10_000
+
+
+def test_freebase_walks_cross_cvt_nodes_as_one_hop(tmp_path):
+    from tests.kgfixtures import freebase_kg
+
+    kg = freebase_kg()
+    result = run_walks(kg, WalkConfig(n=5, seed=1, structures="chain-1:1"), tmp_path / "fb.parquet")
+    rows = pq.read_table(tmp_path / "fb.parquet").to_pylist()
+    assert result["accepted"] == 5
+    relations = {h["relation"] for r in rows for b in r["branches"] for h in b}
+    assert relations <= {
+        "people.person.nationality",
+        "people.person.date_of_birth",
+        "film.actor.film.film.performance.film",
+        "film.actor.film.film.performance.character",
+        "film.film.starring.film.performance.actor",
+        "film.film.starring.film.performance.character",
+    }
+    assert any(".film.performance." in r for r in relations)  # a flattened CVT hop was used
+    assert not any(r.startswith(("type.", "common.")) for r in relations)
+    for row in rows:  # the stored SPARQL (crossing the CVT) reproduces the answer set
+        names = set()
+        for r in kg.select(row["sparql"]):
+            names.add(r["name"].value if "name" in r else r["answer"].value)
+        assert names == set(row["answer_names"])

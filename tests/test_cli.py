@@ -1,0 +1,74 @@
+"""The CLI as a user runs it: import, stats, tool, query; one-line errors with exit codes."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kgsynth.cli import app
+from tests.kgfixtures import MOVIE_FACTS
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    kb = tmp / "kb.txt"
+    kb.write_text("\n".join("|".join(f) for f in MOVIE_FACTS) + "\n")
+    res = runner.invoke(app, ["kg", "import", str(kb), "--out", str(tmp / "store")])
+    assert res.exit_code == 0, res.output
+    assert "12 facts" in res.output and "12 entities" in res.output and "4 relations" in res.output
+    return tmp / "store"
+
+
+def test_import_error_is_one_line_with_file_and_line(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a|b|c\nonly|two\n")
+    res = runner.invoke(app, ["kg", "import", str(bad), "--out", str(tmp_path / "s")])
+    assert res.exit_code == 3
+    assert f"{bad}:2:" in res.output and "expected 3 fields" in res.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_stats_json(store):
+    res = runner.invoke(app, ["kg", "stats", "--kg", str(store), "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.output)
+    assert stats["facts"] == 12 and stats["entities"] == 12 and stats["relations"] == 4
+    assert stats["top_relations"][0] == {
+        "relation": "starred_actors",
+        "iri": "http://kgsynth.org/relation/starred_actors",
+        "count": 4,
+        "hidden": False,
+    }
+    assert sum(b["entities"] for b in stats["degree"]["histogram"]) == 12
+
+
+def test_tool_prints_the_observation(store):
+    res = runner.invoke(
+        app, ["kg", "tool", "--kg", str(store), "get_triples('Kismet', ['directed_by'])"]
+    )
+    assert res.exit_code == 0, res.output
+    assert (
+        res.output.strip() == "<information>(Kismet, directed_by, William Dieterle)</information>"
+    )
+    res = runner.invoke(app, ["kg", "tool", "--kg", str(store), 'get_relations("Nobody")'])
+    assert res.exit_code == 1 and "entity_not_found" in res.output
+
+
+def test_query_tsv_json_and_refused_update(store):
+    q = 'SELECT ?o WHERE { ?s <http://www.w3.org/2000/01/rdf-schema#label> "Juarez" ; <http://kgsynth.org/relation/release_year> ?o }'
+    res = runner.invoke(app, ["kg", "query", "--kg", str(store), q])
+    assert res.output.splitlines() == ["o", "http://kgsynth.org/entity/1939"]
+    res = runner.invoke(app, ["kg", "query", "--kg", str(store), "--format", "json", q])
+    assert json.loads(res.output) == [{"o": "http://kgsynth.org/entity/1939"}]
+    res = runner.invoke(app, ["kg", "query", "--kg", str(store), "ASK { ?s ?p ?o }"])
+    assert res.output.strip() == "true"
+    res = runner.invoke(app, ["kg", "query", "--kg", str(store), "DELETE WHERE { ?s ?p ?o }"])
+    assert res.exit_code == 4 and "read-only" in res.output
+
+
+def test_unknown_kg_is_a_clear_error(tmp_path):
+    res = runner.invoke(app, ["kg", "stats", "--kg", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "--kg" in res.output
