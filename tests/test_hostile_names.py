@@ -2,6 +2,7 @@
 "entity not found" — never a SPARQL error, never anything but a read-only SELECT."""
 
 import pyoxigraph as ox
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -77,3 +78,60 @@ def test_hostile_names_on_embedded(name):
     for query in kg.sent:
         sparql.ensure_read_only(query)
         assert query.lstrip().startswith("SELECT")
+
+
+def hostile_ntriples() -> str:
+    lines = []
+    for i, name in enumerate([*HOSTILE, DECOY]):
+        iri = f"<http://kgsynth.org/entity/h{i}>"
+        lines.append(f"{iri} <{LABEL}> {sparql.literal(name)} .")
+        lines.append(
+            f"{iri} <http://kgsynth.org/relation/rel> <http://kgsynth.org/entity/target> ."
+        )
+    lines.append(f'<http://kgsynth.org/entity/target> <{LABEL}> "target" .')
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(
+    scope="module", params=["oxigraph", pytest.param("virtuoso", marks=pytest.mark.virtuoso)]
+)
+def hostile_endpoint(request, tmp_path_factory):
+    from tests import servers
+
+    tmp = tmp_path_factory.mktemp(f"hostile-{request.param}")
+    nt = tmp / "kg.nt"
+    nt.write_text(hostile_ntriples(), encoding="utf-8")
+    if request.param == "oxigraph":
+        ctx = servers.start_oxigraph(nt, tmp / "db")
+    else:
+        reason = servers.virtuoso_missing_reason()
+        if reason:
+            pytest.skip(reason)
+        ctx = servers.start_virtuoso(nt, tmp / "db")
+    with ctx as server:
+        yield server.url
+
+
+_SIZES: dict[str, int] = {}
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=names)
+def test_hostile_names_on_servers(hostile_endpoint, name):
+    from kgsynth.kg.open import open_kg
+
+    kg = open_kg(hostile_endpoint, profile="generic", retries=0)
+    graph = kg.graph()
+    result = ToolEnvironment(graph, "question?").execute(f"get_relations({name!r})")
+    if result.error is None:
+        resolved = graph.resolve(name).entity
+        assert sparql.normalize_name(resolved.name) == sparql.normalize_name(name.strip())
+        assert ", rel, ?)" in result.text
+    else:
+        assert result.error == ErrorType.ENTITY_NOT_FOUND, result.text
+        assert name not in HOSTILE or not (sparql.is_sendable(name) and len(name) <= 2000)
+    # nothing was written: the store's size never changes (Virtuoso also counts its own graphs)
+    count = int(kg.select("SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }")[0]["n"].value)
+    assert _SIZES.setdefault(hostile_endpoint, count) == count
