@@ -234,8 +234,8 @@ def walk_cmd(
     out_path: Annotated[Path, typer.Option("--out", help="Output Parquet file (walks.parquet).")],
     kg: KGOption = None,
     profile: ProfileOption = None,
-    n: Annotated[int | None, typer.Option("--n", help="Walks to accept. [default: 1000]")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed. [default: 0]")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="Walks to accept. \\[default: 1000]")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed. \\[default: 0]")] = None,
     structures: Annotated[
         str | None,
         typer.Option(
@@ -245,19 +245,19 @@ def walk_cmd(
     ] = None,
     min_fanout: Annotated[
         int | None,
-        typer.Option(help="d_min: fewest neighbours along a hop's relation. [default: 1]"),
+        typer.Option(help="d_min: fewest neighbours along a hop's relation. \\[default: 1]"),
     ] = None,
     max_fanout: Annotated[
         int | None,
-        typer.Option(help="d_max: most neighbours along a hop's relation. [default: 20]"),
+        typer.Option(help="d_max: most neighbours along a hop's relation. \\[default: 20]"),
     ] = None,
     max_answers: Annotated[
-        int | None, typer.Option(help="Reject walks with more answers. [default: 10]")
+        int | None, typer.Option(help="Reject walks with more answers. \\[default: 10]")
     ] = None,
     relation_balance: Annotated[
         float | None,
         typer.Option(
-            help="Relation weight = frequency ** -balance (0: uniform over relation types). [default: 0.5]"
+            help="Relation weight = frequency ** -balance (0: uniform over relation types). \\[default: 0.5]"
         ),
     ] = None,
     relations: Annotated[
@@ -271,15 +271,15 @@ def walk_cmd(
     ] = None,
     shard: Annotated[
         str | None,
-        typer.Option(help="i/N: this run's share; shards merge without duplicates. [default: 0/1]"),
+        typer.Option(help="i/N: this run's share; shards merge without duplicates. \\[default: 0/1]"),
     ] = None,
     chunk_size: Annotated[
-        int | None, typer.Option(help="Walks per resumable chunk. [default: 250]")
+        int | None, typer.Option(help="Walks per resumable chunk. \\[default: 250]")
     ] = None,
     max_attempts_per_walk: Annotated[
         int | None,
         typer.Option(
-            help="Give a structure up when its attempts exceed this many per accepted walk (+1). [default: 500]"
+            help="Give a structure up when its attempts exceed this many per accepted walk (+1). \\[default: 500]"
         ),
     ] = None,
     config: Annotated[
