@@ -164,10 +164,12 @@ class KGGraph:
         values = [sparql.literal(name)] + [
             sparql.literal(name, lang) for lang in self.profile.label_langs if lang
         ]
-        query = (
-            f"SELECT DISTINCT ?e WHERE {{ {self._label_values} "
-            f"VALUES ?l {{ {' '.join(values)} }} ?e ?lp ?l . FILTER(isIRI(?e)) }} LIMIT 1000"
+        # a UNION of fully bound patterns: the engines answer it from their index (a VALUES
+        # join over predicate and literal made Oxigraph scan every label, ~80 ms per name)
+        branches = " UNION ".join(
+            f"{{ ?e {sparql.iri(p)} {v} }}" for p in self.profile.label_predicates for v in values
         )
+        query = f"SELECT DISTINCT ?e WHERE {{ {branches} FILTER(isIRI(?e)) }} LIMIT 1000"
         return sorted({r["e"].value for r in self.kg.select(query) if "e" in r})
 
     def _pick(self, iris: list[str]) -> str:

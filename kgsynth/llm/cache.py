@@ -1,0 +1,114 @@
+"""A persistent request cache for any LLM backend (SQLite, one row per request).
+
+The key is a hash of (backend, model, parameters, messages) — plus the task context for the
+template backend. Re-running a stage makes zero new requests. Every insert is its own
+transaction in WAL mode, so a ``kill -9`` loses at most the request in flight and never leaves
+a corrupt cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+
+
+def request_key(llm: LLM, request: Request) -> str:
+    data: dict[str, Any] = {
+        **llm.key_fields,
+        "params": request.params.as_dict(),
+        "messages": request.messages,
+    }
+    if llm.uses_context():
+        data["task"] = request.task
+        data["context"] = request.context
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+class CachedLLM(LLM):
+    """Wraps ``inner``: cached answers are returned without a request; errors are not cached."""
+
+    def __init__(self, inner: LLM, path: str | Path) -> None:
+        super().__init__()
+        self.inner = inner
+        self.backend = inner.backend
+        self.model = inner.model
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute("PRAGMA synchronous=NORMAL")
+        self._con.execute(
+            "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        )
+
+    @property
+    def key_fields(self) -> dict[str, Any]:
+        return self.inner.key_fields
+
+    def uses_context(self) -> bool:
+        return self.inner.uses_context()
+
+    def _get(self, key: str) -> Completion | None:
+        row = self._con.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row[0])
+        return Completion(**{**data, "cached": True})
+
+    def _put(self, key: str, c: Completion) -> None:
+        value = {
+            "text": c.text,
+            "finish_reason": c.finish_reason,
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens,
+        }
+        self._con.execute(
+            "INSERT OR REPLACE INTO completions VALUES (?, ?)", (key, json.dumps(value))
+        )
+
+    def generate_batch(
+        self, requests: Sequence[Request], progress: ProgressFn | None = None
+    ) -> list[Completion]:
+        keys = [request_key(self.inner, r) for r in requests]
+        out: list[Completion | None] = [self._get(k) for k in keys]
+        for i, c in enumerate(out):
+            if c is not None:
+                self.stats.cache_hits += 1
+                self.stats.add(c)
+                if progress:
+                    progress(i, c)
+        todo = [i for i, c in enumerate(out) if c is None]
+        self.stats.cache_misses += len(todo)
+
+        def on_done(j: int, c: Completion) -> None:
+            # stored as it arrives, so an interrupted run keeps what it paid for
+            i = todo[j]
+            if c.ok:
+                self._put(keys[i], c)
+            self.stats.add(c)
+            out[i] = c
+            if progress:
+                progress(i, c)
+
+        if todo:
+            results = self.inner.generate_batch([requests[i] for i in todo], on_done)
+            for j, c in enumerate(results):
+                if out[todo[j]] is None:  # a backend that did not report it
+                    on_done(j, c)
+        self.stats.retries = self.inner.stats.retries
+        return [c for c in out if c is not None]
+
+    def describe(self) -> dict[str, Any]:
+        data = super().describe()
+        data["cache"] = str(self.path)
+        return data
+
+    def close(self) -> None:
+        self._con.close()
+        self.inner.close()

@@ -1,0 +1,160 @@
+"""The ``openai`` backend: the official client (async) against any OpenAI-compatible URL.
+
+OpenAI, vLLM, SGLang, Ollama and ``transformers serve`` all answer ``/v1/chat/completions``.
+Requests run concurrently up to ``concurrency``; 429 (honouring ``Retry-After``), 5xx,
+timeouts, connection errors and unreadable responses are retried with exponential backoff up
+to ``max_retries`` times, after which the request comes back as an error result (the stage
+counts and keeps it) instead of raising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from kgsynth.errors import ConfigError
+from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+
+log = logging.getLogger(__name__)
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """Seconds from a ``Retry-After`` (or ``retry-after-ms``) header, if any."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+class OpenAILLM(LLM):
+    backend = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not self.api_key:
+            if self.base_url and "api.openai.com" not in self.base_url:
+                self.api_key = "EMPTY"  # local servers accept any key
+            else:
+                raise ConfigError(
+                    "--api-key: no API key; pass --api-key or set OPENAI_API_KEY "
+                    "(or --base-url for a local server)"
+                )
+        if concurrency < 1:
+            raise ConfigError(f"--concurrency must be >= 1 (got {concurrency})")
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+
+    @property
+    def key_fields(self) -> dict[str, Any]:
+        return {"backend": self.backend, "model": self.model, "base_url": self.base_url}
+
+    async def _one(self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, req: Request) -> Completion:
+        p = req.params
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": req.message_dicts(),
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "max_tokens": p.max_tokens,
+        }
+        if p.stop:
+            kwargs["stop"] = list(p.stop)
+        if p.seed is not None:
+            kwargs["seed"] = p.seed
+        last = "no attempt"
+        for attempt in range(self.max_retries + 1):
+            delay = None
+            async with sem:
+                try:
+                    resp = await client.chat.completions.create(**kwargs)
+                    choice = resp.choices[0]
+                    text = choice.message.content
+                    if text is None:
+                        raise ValueError("response without message content")
+                    usage = resp.usage
+                    return Completion(
+                        text=text,
+                        finish_reason=choice.finish_reason,
+                        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                    )
+                except openai.RateLimitError as exc:
+                    last = f"429 rate limited: {exc.message}"
+                    delay = retry_after_seconds(exc.response.headers)
+                except openai.APIStatusError as exc:
+                    if exc.status_code < 500 and exc.status_code not in (408, 409):
+                        return Completion("", error=f"HTTP {exc.status_code}: {exc.message}"[:500])
+                    last = f"HTTP {exc.status_code}: {exc.message}"[:500]
+                except openai.APITimeoutError:
+                    last = f"timed out after {self.timeout:.0f}s"
+                except openai.APIConnectionError as exc:
+                    last = f"connection error: {exc}"
+                except (openai.APIResponseValidationError, ValueError, TypeError, IndexError, AttributeError) as exc:
+                    last = f"unreadable response: {exc}"[:500]
+            if attempt == self.max_retries:
+                break
+            self.stats.retries += 1
+            wait = delay if delay is not None else min(self.max_backoff, self.backoff * 2**attempt)
+            log.info("request failed (%s); retry %d in %.2fs", last, attempt + 1, wait)
+            await asyncio.sleep(wait)
+        return Completion("", error=f"gave up after {self.max_retries + 1} attempts: {last}")
+
+    async def _run(self, requests: Sequence[Request], progress: ProgressFn | None) -> list[Completion]:
+        sem = asyncio.Semaphore(self.concurrency)
+        client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=self.api_key, timeout=self.timeout, max_retries=0
+        )
+        try:
+
+            async def job(i: int, req: Request) -> Completion:
+                c = await self._one(client, sem, req)
+                if progress:
+                    progress(i, c)
+                return c
+
+            return list(await asyncio.gather(*(job(i, r) for i, r in enumerate(requests))))
+        finally:
+            await client.close()
+
+    def generate_batch(
+        self, requests: Sequence[Request], progress: ProgressFn | None = None
+    ) -> list[Completion]:
+        if not requests:
+            return []
+        return asyncio.run(self._run(requests, progress))
