@@ -1,0 +1,115 @@
+"""The ``hf`` backend: a local transformers checkpoint, batched generation on CPU or GPU.
+
+A model trained by ``kgsynth train`` (a ``save_pretrained`` folder) can itself generate data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kgsynth.errors import ConfigError
+from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+
+log = logging.getLogger(__name__)
+
+
+class HFLLM(LLM):
+    backend = "hf"
+
+    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 8) -> None:
+        super().__init__()
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"--model: {model} is not a transformers checkpoint folder (no config.json)")
+        self.model = str(path)
+        self.batch_size = max(1, batch_size)
+        self.device = device
+        self._model: Any = None
+        self._tok: Any = None
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self._tok = AutoTokenizer.from_pretrained(self.model)
+        self._tok.padding_side = "left"
+        if self._tok.pad_token is None:
+            self._tok.pad_token = self._tok.eos_token
+        self._model = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype).to(self.device)
+        self._model.eval()
+
+    def _prompt(self, req: Request) -> str:
+        return self._tok.apply_chat_template(
+            req.message_dicts(), tokenize=False, add_generation_prompt=True
+        )
+
+    def _generate_group(self, reqs: Sequence[Request]) -> list[Completion]:
+        import torch
+
+        p = reqs[0].params
+        texts = [self._prompt(r) for r in reqs]
+        enc = self._tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": p.max_tokens,
+            "pad_token_id": self._tok.pad_token_id,
+            "do_sample": p.temperature > 0,
+        }
+        if p.temperature > 0:
+            kwargs.update(temperature=p.temperature, top_p=p.top_p)
+        if p.stop:
+            kwargs.update(stop_strings=list(p.stop), tokenizer=self._tok)
+        if p.seed is not None:
+            torch.manual_seed(p.seed)
+        with torch.no_grad():
+            out = self._model.generate(**enc, **kwargs)
+        prompt_len = enc["input_ids"].shape[1]
+        results = []
+        for row, mask in zip(out, enc["attention_mask"], strict=True):
+            new = row[prompt_len:]
+            text = self._tok.decode(new, skip_special_tokens=True)
+            for stop in p.stop:  # keep the stop string, drop anything after it
+                cut = text.find(stop)
+                if cut >= 0:
+                    text = text[: cut + len(stop)]
+            n_new = int((new != self._tok.pad_token_id).sum())
+            results.append(
+                Completion(
+                    text,
+                    finish_reason="stop" if n_new < p.max_tokens else "length",
+                    prompt_tokens=int(mask.sum()),
+                    completion_tokens=n_new,
+                )
+            )
+        return results
+
+    def generate_batch(
+        self, requests: Sequence[Request], progress: ProgressFn | None = None
+    ) -> list[Completion]:
+        self._load()
+        out: list[Completion | None] = [None] * len(requests)
+        # group by parameters so one generate() call serves a batch
+        groups: dict[Any, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(r.params, []).append(i)
+        for idxs in groups.values():
+            for start in range(0, len(idxs), self.batch_size):
+                chunk = idxs[start : start + self.batch_size]
+                try:
+                    done = self._generate_group([requests[i] for i in chunk])
+                except (RuntimeError, ValueError) as exc:
+                    done = [Completion("", error=f"hf generate failed: {exc}"[:500])] * len(chunk)
+                for i, c in zip(chunk, done, strict=True):
+                    out[i] = c
+                    if progress:
+                        progress(i, c)
+        return [c for c in out if c is not None]
+
+    def close(self) -> None:
+        self._model = None
