@@ -24,6 +24,10 @@ app = typer.Typer(
 )
 kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
 app.add_typer(kg_app, name="kg")
+synth_app = typer.Typer(
+    help="Synthesize questions (and trajectories) from walks.", no_args_is_help=True
+)
+app.add_typer(synth_app, name="synthesize")
 
 out = Console()
 err = Console(stderr=True)
@@ -271,7 +275,9 @@ def walk_cmd(
     ] = None,
     shard: Annotated[
         str | None,
-        typer.Option(help="i/N: this run's share; shards merge without duplicates. \\[default: 0/1]"),
+        typer.Option(
+            help="i/N: this run's share; shards merge without duplicates. \\[default: 0/1]"
+        ),
     ] = None,
     chunk_size: Annotated[
         int | None, typer.Option(help="Walks per resumable chunk. \\[default: 250]")
@@ -379,6 +385,234 @@ def walk_cmd(
             "this KG rarely satisfies them under the current constraints",
             highlight=False,
         )
+
+
+LLMOption = Annotated[str, typer.Option("--llm", help="LLM backend: openai, hf or template.")]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(help="Model name (openai) or checkpoint folder (hf); not used by template."),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else OpenAI)."),
+]
+ApiKeyOption = Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")]
+
+
+def _make_llm(
+    llm: str,
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    concurrency: int,
+    timeout: float,
+    max_retries: int,
+    cache: Path | None,
+):
+    from kgsynth.llm import make_llm
+
+    return make_llm(
+        llm,
+        cache=cache,
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        concurrency=concurrency,
+        timeout=timeout,
+        max_retries=max_retries,
+    )
+
+
+def _sidecar(out_path: Path, name: str) -> Path:
+    """``rejected.parquet``/``manifest.json`` beside the output (prefixed by its stem unless
+    the output has the stage's conventional name)."""
+    conventional = {"questions.parquet", "walks.parquet", "trajectories.parquet"}
+    return out_path.with_name(name if out_path.name in conventional else f"{out_path.stem}.{name}")
+
+
+@synth_app.command("questions")
+def synthesize_questions_cmd(
+    walks: Annotated[Path, typer.Option("--walks", help="walks.parquet from `kgsynth walk`.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output questions.parquet.")],
+    llm: LLMOption = "template",
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight (openai).")] = 16,
+    timeout: Annotated[float, typer.Option(help="Seconds per request (openai).")] = 120.0,
+    max_retries: Annotated[int, typer.Option(help="Retries per request on 429/5xx/timeouts.")] = 5,
+    cache: Annotated[
+        Path | None,
+        typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")] = False,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature. \\[default: 0.7]")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per question. \\[default: 128]")
+    ] = None,
+    min_quality: Annotated[
+        float | None,
+        typer.Option(
+            help="Keep questions whose mean judge score is at least this (0-10). \\[default: 9]"
+        ),
+    ] = None,
+    judge: Annotated[
+        bool | None,
+        typer.Option(
+            "--judge/--no-judge", help="Score questions with the LLM judge. \\[default: judge]"
+        ),
+    ] = None,
+    benchmark: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Benchmark question file(s) (MetaQA txt, JSONL, Parquet) for the contamination guard; repeatable."
+        ),
+    ] = None,
+    contamination_threshold: Annotated[
+        float | None,
+        typer.Option(help="Drop questions at or above this cosine similarity. \\[default: 0.85]"),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Use only the first K walks.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Sampling seed sent with requests. \\[default: 0]")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with these options (flags override it).")
+    ] = None,
+) -> None:
+    """Write one question per walk (intermediates masked), then parse, leakage, quality and
+    contamination filters."""
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kgsynth.config import build_config
+    from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.schema import QUESTION_SCHEMA, REJECTED_QUESTION_SCHEMA
+    from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
+
+    started = time.perf_counter()
+    try:
+        cfg = build_config(
+            QuestionConfig,
+            config,
+            dict(
+                temperature=temperature,
+                max_tokens=max_tokens,
+                min_quality=min_quality,
+                judge=judge,
+                contamination_threshold=contamination_threshold,
+                seed=seed,
+            ),
+            section="questions",
+        )
+        if not walks.is_file():
+            raise KGSynthError(f"--walks: {walks} does not exist (run `kgsynth walk` first)")
+        try:
+            rows = pq.read_table(walks).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise KGSynthError(f"--walks: {walks} is not a readable Parquet file: {exc}") from None
+        missing = {
+            "walk_id",
+            "branches",
+            "topic_names",
+            "answer_names",
+            "merge_at",
+            "structure",
+        } - set(rows[0] if rows else {})
+        if rows and missing:
+            raise KGSynthError(f"--walks: {walks} lacks column(s) {', '.join(sorted(missing))}")
+        if limit is not None:
+            rows = rows[:limit]
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        cache_path = None if no_cache else (cache or out_path.with_name("llm_cache.sqlite"))
+        client = _make_llm(
+            llm, model, base_url, api_key, concurrency, timeout, max_retries, cache_path
+        )
+        guard_fn = None
+        bench_count = 0
+        if benchmark:
+            from kgsynth.contamination import ContaminationGuard
+            from kgsynth.qafiles import read_question_texts
+
+            texts = read_question_texts(benchmark)
+            bench_count = len(texts)
+            with err.status(
+                f"embedding {len(texts):,} benchmark questions (cached after the first run)…"
+            ):
+                guard = ContaminationGuard(texts)
+            guard_fn = guard.max_similarity
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=err,
+        ) as bar:
+            tasks: dict[str, int] = {}
+            counts = {"errors": 0}
+            t0 = time.perf_counter()
+
+            def progress(stage: str, i: int, c) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task(stage, total=len(rows), info="")
+                counts["errors"] += c.error is not None
+                st = client.stats
+                rate = st.requests / max(1e-6, time.perf_counter() - t0)
+                bar.update(
+                    tasks[stage],
+                    advance=1,
+                    info=(
+                        f"{rate:.1f} req/s, cache hits {st.cache_hits}, errors {counts['errors']}"
+                    ),
+                )
+
+            accepted, rejected, stats = synthesize_questions(
+                rows, cfg, llm=client, max_similarity=guard_fn, progress=progress
+            )
+        tmp = out_path.with_name(f".{out_path.name}.tmp")
+        pq.write_table(pa.Table.from_pylist(accepted, schema=QUESTION_SCHEMA), tmp)
+        tmp.replace(out_path)
+        rejected_path = _sidecar(out_path, "rejected.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(rejected, schema=REJECTED_QUESTION_SCHEMA), rejected_path
+        )
+        import dataclasses
+
+        manifest = write_manifest(
+            _sidecar(out_path, "manifest.json"),
+            stage="synthesize questions",
+            config=dataclasses.asdict(cfg),
+            input={"walks": str(walks), "sha256": sha256_file(walks), "rows": len(rows)},
+            output={
+                "path": str(out_path),
+                "rows": len(accepted),
+                "rejected_path": str(rejected_path),
+                "rejected_rows": len(rejected),
+            },
+            llm=client.describe(),
+            made_by_templates=client.backend == "template",
+            benchmarks={"files": [str(b) for b in benchmark or []], "questions": bench_count},
+            elapsed_s=round(time.perf_counter() - started, 3),
+            **stats,
+        )
+        client.close()
+    except KGSynthError as exc:
+        fail(exc)
+    out.print(
+        f"{manifest['accepted']:,} questions from {manifest['walks']:,} walks → {out_path} "
+        f"({manifest['rejected']:,} rejected: {manifest['rejects']}); "
+        f"LLM {manifest['llm']['backend']}: {manifest['llm']['stats']['cache_hits']} cache hits, "
+        f"{manifest['llm']['stats']['cache_misses']} requests; "
+        + (f"contamination {manifest['contamination']}; " if manifest["contamination"] else "")
+        + f"{manifest['elapsed_s']:.1f}s",
+        highlight=False,
+    )
 
 
 if __name__ == "__main__":

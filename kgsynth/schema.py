@@ -29,3 +29,34 @@ WALK_SCHEMA = pa.schema(
         ("attempt", pa.int64()),
     ]
 )
+
+QUALITY = pa.struct(
+    [("path_quality", pa.float32()), ("relevance", pa.float32()), ("coherence", pa.float32())]
+)
+GENERATOR = pa.struct(
+    [("backend", pa.string()), ("model", pa.string()), ("prompt_hash", pa.string())]
+)
+
+# questions.parquet carries the walk's fields, so later stages need only this file.
+QUESTION_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("walk_id", pa.string()),
+        ("question", pa.string()),
+        ("topic_names", pa.list_(pa.string())),
+        ("topic_ids", pa.list_(pa.string())),
+        ("answer_names", pa.list_(pa.string())),
+        ("answer_ids", pa.list_(pa.string())),
+        ("structure", pa.string()),
+        ("hops", pa.int32()),
+        ("branches", pa.list_(pa.list_(HOP))),
+        ("merge_at", pa.list_(pa.int32())),
+        ("sparql", pa.string()),
+        ("quality", QUALITY),
+        ("max_similarity", pa.float32()),
+        ("generator", GENERATOR),
+    ]
+)
+REJECTED_QUESTION_SCHEMA = QUESTION_SCHEMA.append(pa.field("reject_reason", pa.string())).append(
+    pa.field("raw_output", pa.string())
+)

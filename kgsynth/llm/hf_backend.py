@@ -23,7 +23,9 @@ class HFLLM(LLM):
         super().__init__()
         path = Path(model)
         if not (path / "config.json").is_file():
-            raise ConfigError(f"--model: {model} is not a transformers checkpoint folder (no config.json)")
+            raise ConfigError(
+                f"--model: {model} is not a transformers checkpoint folder (no config.json)"
+            )
         self.model = str(path)
         self.batch_size = max(1, batch_size)
         self.device = device
@@ -55,7 +57,9 @@ class HFLLM(LLM):
 
         p = reqs[0].params
         texts = [self._prompt(r) for r in reqs]
-        enc = self._tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        enc = self._tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+            self.device
+        )
         kwargs: dict[str, Any] = {
             "max_new_tokens": p.max_tokens,
             "pad_token_id": self._tok.pad_token_id,

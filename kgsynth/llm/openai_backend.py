@@ -84,7 +84,9 @@ class OpenAILLM(LLM):
     def key_fields(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.model, "base_url": self.base_url}
 
-    async def _one(self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, req: Request) -> Completion:
+    async def _one(
+        self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, req: Request
+    ) -> Completion:
         p = req.params
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -125,7 +127,13 @@ class OpenAILLM(LLM):
                     last = f"timed out after {self.timeout:.0f}s"
                 except openai.APIConnectionError as exc:
                     last = f"connection error: {exc}"
-                except (openai.APIResponseValidationError, ValueError, TypeError, IndexError, AttributeError) as exc:
+                except (
+                    openai.APIResponseValidationError,
+                    ValueError,
+                    TypeError,
+                    IndexError,
+                    AttributeError,
+                ) as exc:
                     last = f"unreadable response: {exc}"[:500]
             if attempt == self.max_retries:
                 break
@@ -135,7 +143,9 @@ class OpenAILLM(LLM):
             await asyncio.sleep(wait)
         return Completion("", error=f"gave up after {self.max_retries + 1} attempts: {last}")
 
-    async def _run(self, requests: Sequence[Request], progress: ProgressFn | None) -> list[Completion]:
+    async def _run(
+        self, requests: Sequence[Request], progress: ProgressFn | None
+    ) -> list[Completion]:
         sem = asyncio.Semaphore(self.concurrency)
         client = openai.AsyncOpenAI(
             base_url=self.base_url, api_key=self.api_key, timeout=self.timeout, max_retries=0

@@ -31,7 +31,9 @@ def hop_phrase(noun_phrase: str, relation: str, inverse: bool) -> str:
     words = relation_words(relation)
     passive = relation.split(".")[-1].endswith("_by") or words.endswith(" by")
     if passive:
-        return f"the things {words} {noun_phrase}" if inverse else f"the one {noun_phrase} was {words}"
+        return (
+            f"the things {words} {noun_phrase}" if inverse else f"the one {noun_phrase} was {words}"
+        )
     if inverse:
         verb = "include" if words.endswith("s") else "is"
         return f"the things whose {words} {verb} {noun_phrase}"

@@ -1,0 +1,1 @@
+"""``kgsynth synthesize``: questions from walks (GraphWalker Phase 2); trajectories follow."""

@@ -1,0 +1,162 @@
+"""A tiny causal LM built fully offline, for tests, smoke runs and benchmarks.
+
+texts -> a ``save_pretrained`` folder (Qwen2 architecture, random weights, a byte-level BPE
+tokenizer trained on the texts) that ``AutoModelForCausalLM`` / ``AutoTokenizer`` reload, that
+``HFLLM`` and ``transformers serve`` can generate from, and that SFT/GRPO can train::
+
+    from kgsynth.tiny import build_tiny_model
+
+    model_dir = build_tiny_model(["who directed Kismet?", ...], "runs/tiny")
+
+The tokenizer knows a ChatML chat template (``<|im_start|>role\\n…<|im_end|>``) and holds the
+agent protocol tags (``<think>``, ``<kg-query>``, ``<answer>``, ``<information>`` and their
+closing tags) as single added tokens, so loss masks and stop strings line up with token
+boundaries as they do for a real Qwen-style model. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, IM_START, IM_END)
+PROTOCOL_TAGS: tuple[str, ...] = (
+    "<think>",
+    "</think>",
+    "<kg-query>",
+    "</kg-query>",
+    "<answer>",
+    "</answer>",
+    "<information>",
+    "</information>",
+)
+
+# Qwen2's pre-tokenizer split. AutoTokenizer loads any qwen2 checkpoint as Qwen2Tokenizer, which
+# rebuilds the pipeline from vocab + merges with this regex and NFC; training with the same
+# pipeline keeps ``tokenizer.json`` and the reloaded tokenizer in agreement (digits one by one).
+QWEN2_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# ChatML, as Qwen2 writes it. Content may be a string or a list of text parts (the OpenAI
+# message shape); add_generation_prompt opens the assistant turn.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}"
+    "{{- message['content'] -}}"
+    "{%- elif message['content'] is not none -%}"
+    "{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def build_tiny_model(
+    texts: Iterable[str],
+    out_dir: str | Path,
+    *,
+    vocab_size: int = 2000,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_position: int = 2048,
+    seed: int = 0,
+) -> Path:
+    """Train a tokenizer on ``texts``, build a randomly initialised Qwen2 model, save both.
+
+    ``vocab_size`` caps the BPE vocabulary (fewer texts give fewer merges; the model's
+    embedding matrix matches the tokenizer's real size). ``hidden_size`` must be a multiple of
+    ``2 * num_heads`` (rotary embeddings need an even head size). The same texts and ``seed``
+    give the same weights. Returns ``out_dir`` as a :class:`Path`.
+    """
+    import torch
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    if num_heads < 1 or hidden_size % (2 * num_heads):
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be a positive multiple of 2 * num_heads ({num_heads})"
+        )
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)} (got {vocab_size})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    backend = Tokenizer(models.BPE())
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator((t for t in texts), trainer=trainer)
+    # Not "special": decoding with skip_special_tokens=True keeps them, as the agent's parser
+    # needs (Qwen marks <think> the same way).
+    backend.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in PROTOCOL_TAGS])
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=max_position,
+        clean_up_tokenization_spaces=False,
+    )
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 4,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    log.info(
+        "tiny model: %d parameters, vocabulary %d, saved to %s",
+        sum(p.numel() for p in model.parameters()),
+        len(tokenizer),
+        out,
+    )
+    return out
