@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -81,6 +81,15 @@ class LRU:
         self.hits = 0
         self.misses = 0
 
+    def put(self, key: Hashable, value: object) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        if len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
     def get_or_compute(self, key: Hashable, compute: Callable[[], T]) -> T:
         if key in self._data:
             self._data.move_to_end(key)
@@ -102,7 +111,7 @@ def cache_dir() -> Path:
 class KGGraph:
     """Entity and relation look-ups with caching, shared by tools and walks."""
 
-    def __init__(self, kg: KG, *, cache_size: int = 20_000, max_neighbors: int = 10_000) -> None:
+    def __init__(self, kg: KG, *, cache_size: int = 200_000, max_neighbors: int = 10_000) -> None:
         self.kg = kg
         self.profile = kg.profile
         self.max_neighbors = max_neighbors
@@ -110,6 +119,7 @@ class KGGraph:
         self._relations_cache = LRU(cache_size)
         self._neighbors_cache = LRU(cache_size)
         self._label_cache = LRU(cache_size)
+        self._targets_cache = LRU(cache_size)
         self._name_index: NameIndex | None = getattr(kg, "name_index", None)
         labels = " ".join(sparql.iri(p) for p in self.profile.label_predicates)
         self._label_values = f"VALUES ?lp {{ {labels} }}"
@@ -373,11 +383,125 @@ class KGGraph:
         out.sort(key=lambda n: (n.name, n.term.value))
         return out[: self.max_neighbors]
 
+    # --- batched look-ups (what the walker uses) ------------------------------------------
+
+    BATCH = 64
+    LABEL_BATCH = 500
+
+    def targets(self, iri: str, relation: Relation) -> tuple[Term, ...]:
+        """The neighbours along ``relation`` without names, sorted by value (walks need only
+        the terms; :meth:`neighbors` adds names for observations)."""
+        return self._targets_cache.get_or_compute(
+            (iri, relation), lambda: self._fetch_targets(iri, relation)
+        )
+
+    def _label_optional(self, var: str, out: str) -> str:
+        """``OPTIONAL`` names of ``var`` as bound patterns (no VALUES over predicates)."""
+        alts = " UNION ".join(
+            f"{{ {var} {sparql.iri(p)} {out} }}" for p in self.profile.label_predicates
+        )
+        return f"OPTIONAL {{ {alts} }}"
+
+    def _remember_labels(self, labels: dict[Term, list[Term]]) -> None:
+        for term, cands in labels.items():
+            if term.kind == "iri":
+                self._label_cache.put(term.value, self._best_label(cands))
+
+    def _fetch_targets(self, iri: str, relation: Relation) -> tuple[Term, ...]:
+        if self.profile.flatten_unnamed:
+            return tuple(
+                sorted((n.term for n in self.neighbors(iri, relation)), key=lambda t: t.value)
+            )
+        node = sparql.iri(iri)
+        rows = self.kg.select(
+            f"SELECT DISTINCT ?o ?l WHERE {{ {self.pattern(node, relation, '?o')} "
+            f"FILTER(?o != {node}) {self._label_optional('?o', '?l')} }}"
+        )
+        labels: dict[Term, list[Term]] = {}
+        for r in rows:
+            labels.setdefault(r["o"], []).extend([r["l"]] if "l" in r else [])
+        self._remember_labels(labels)  # the walker names the target it picks
+        return tuple(sorted(labels, key=lambda t: t.value))
+
+    def prefetch(self, iris: Iterable[str], *, max_targets: int = 0) -> None:
+        """Batched fan-outs of many entities, and the targets of their relations with at most
+        ``max_targets`` neighbours: a few queries per ``BATCH`` entities instead of several per
+        entity. Profiles that flatten unnamed nodes keep the per-entity look-ups."""
+        if self.profile.flatten_unnamed:
+            return
+        todo = [i for i in dict.fromkeys(iris) if i not in self._relations_cache]
+        for start in range(0, len(todo), self.BATCH):
+            self._prefetch_batch(todo[start : start + self.BATCH], max_targets)
+
+    def _prefetch_batch(self, iris: list[str], max_targets: int) -> None:
+        values = " ".join(sparql.iri(i) for i in iris)
+        prof = self.profile
+        counts: dict[str, dict[Relation, int]] = {i: {} for i in iris}
+        for direction, triple in (("out", "?e ?r ?x"), ("in", "?x ?r ?e")):
+            rows = self.kg.select(
+                f"SELECT ?e ?r (COUNT(DISTINCT ?x) AS ?n) WHERE {{ VALUES ?e {{ {values} }} "
+                f"{triple} . FILTER(?x != ?e) }} GROUP BY ?e ?r"
+            )
+            for row in rows:
+                pred = row["r"].value
+                if not prof.is_hidden(pred):
+                    rel = Relation(prof.relation_name(pred), direction, (pred,))  # type: ignore[arg-type]
+                    counts[row["e"].value][rel] = int(row["n"].value)
+        for iri, fanouts in counts.items():
+            self._relations_cache.put(
+                iri, dict(sorted(fanouts.items(), key=lambda kv: (kv[0].name, kv[0].direction)))
+            )
+        if max_targets <= 0:
+            return
+        for direction, triple in (("out", "?e ?r ?x"), ("in", "?x ?r ?e")):
+            pairs = [
+                (iri, rel)
+                for iri, fanouts in counts.items()
+                for rel, n in fanouts.items()
+                if n <= max_targets and rel.direction == direction
+            ]
+            if not pairs:
+                continue
+            found: dict[tuple[str, str], set[Term]] = {(i, r.path[0]): set() for i, r in pairs}
+            labels: dict[Term, list[Term]] = {}
+            pair_values = " ".join(f"({sparql.iri(i)} {sparql.iri(r.path[0])})" for i, r in pairs)
+            rows = self.kg.select(
+                f"SELECT DISTINCT ?e ?r ?x ?l WHERE {{ VALUES (?e ?r) {{ {pair_values} }} "
+                f"{triple} . FILTER(?x != ?e) {self._label_optional('?x', '?l')} }}"
+            )
+            for row in rows:
+                found[(row["e"].value, row["r"].value)].add(row["x"])
+                labels.setdefault(row["x"], []).extend([row["l"]] if "l" in row else [])
+            self._remember_labels(labels)
+            for iri, rel in pairs:
+                terms = found[(iri, rel.path[0])]
+                self._targets_cache.put((iri, rel), tuple(sorted(terms, key=lambda t: t.value)))
+
+    def prefetch_labels(self, iris: Iterable[str]) -> None:
+        """Names of many entities in batched queries (into the label cache)."""
+        todo = [i for i in dict.fromkeys(iris) if i not in self._label_cache]
+        # one bound pattern per label predicate: a second VALUES (over the predicates) made
+        # Oxigraph scan every label
+        pattern = " UNION ".join(
+            f"{{ ?x {sparql.iri(p)} ?l }}" for p in self.profile.label_predicates
+        )
+        for start in range(0, len(todo), self.LABEL_BATCH):
+            chunk = todo[start : start + self.LABEL_BATCH]
+            values = " ".join(sparql.iri(i) for i in chunk)
+            found: dict[str, list[Term]] = {i: [] for i in chunk}
+            for row in self.kg.select(
+                f"SELECT ?x ?l WHERE {{ VALUES ?x {{ {values} }} {pattern} }}"
+            ):
+                found[row["x"].value].append(row["l"])
+            for iri, cands in found.items():
+                self._label_cache.put(iri, self._best_label(cands))
+
     def cache_stats(self) -> dict[str, dict[str, int]]:
         caches = {
             "resolve": self._resolve_cache,
             "relations": self._relations_cache,
             "neighbors": self._neighbors_cache,
             "label": self._label_cache,
+            "targets": self._targets_cache,
         }
         return {k: {"hits": c.hits, "misses": c.misses} for k, c in caches.items()}
