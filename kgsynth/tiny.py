@@ -73,13 +73,18 @@ def build_tiny_model(
     num_heads: int = 4,
     max_position: int = 2048,
     seed: int = 0,
+    init_std: float = 0.1,
 ) -> Path:
     """Train a tokenizer on ``texts``, build a randomly initialised Qwen2 model, save both.
 
     ``vocab_size`` caps the BPE vocabulary (fewer texts give fewer merges; the model's
     embedding matrix matches the tokenizer's real size). ``hidden_size`` must be a multiple of
     ``2 * num_heads`` (rotary embeddings need an even head size). The same texts and ``seed``
-    give the same weights. Returns ``out_dir`` as a :class:`Path`.
+    give the same weights. ``init_std`` is the weights' normal-init spread: Qwen's own 0.02
+    leaves the tied embeddings dominant, so greedy decoding just repeats the prompt's last
+    token (the newline after ``<|im_start|>assistant``) and a server strips the answer to an
+    empty string; at 0.1 the output varies with the prompt. Returns ``out_dir`` as a
+    :class:`Path`.
     """
     import torch
     from tokenizers import (
@@ -119,7 +124,7 @@ def build_tiny_model(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator((t for t in texts), trainer=trainer)
+    backend.train_from_iterator(texts, trainer=trainer)
     # Not "special": decoding with skip_special_tokens=True keeps them, as the agent's parser
     # needs (Qwen marks <think> the same way).
     backend.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in PROTOCOL_TAGS])
@@ -129,7 +134,6 @@ def build_tiny_model(
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         chat_template=CHAT_TEMPLATE,
-        padding_side="left",
         model_max_length=max_position,
         clean_up_tokenization_spaces=False,
     )
@@ -143,6 +147,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
         max_position_embeddings=max_position,
+        initializer_range=init_std,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,

@@ -111,6 +111,7 @@ class HFLLM(LLM):
                     done = [Completion("", error=f"hf generate failed: {exc}"[:500])] * len(chunk)
                 for i, c in zip(chunk, done, strict=True):
                     out[i] = c
+                    self.stats.add(c)
                     if progress:
                         progress(i, c)
         return [c for c in out if c is not None]

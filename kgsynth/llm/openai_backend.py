@@ -41,8 +41,12 @@ def retry_after_seconds(headers: Any) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
         parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+    except (TypeError, ValueError):
+        return None  # unreadable: fall back to exponential backoff
+    return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
 class OpenAILLM(LLM):
@@ -120,9 +124,11 @@ class OpenAILLM(LLM):
                     last = f"429 rate limited: {exc.message}"
                     delay = retry_after_seconds(exc.response.headers)
                 except openai.APIStatusError as exc:
+                    detail = f"HTTP {exc.status_code}: {exc.message} {exc.body or ''}".strip()[:500]
                     if exc.status_code < 500 and exc.status_code not in (408, 409):
-                        return Completion("", error=f"HTTP {exc.status_code}: {exc.message}"[:500])
-                    last = f"HTTP {exc.status_code}: {exc.message}"[:500]
+                        return Completion("", error=detail)
+                    last = detail
+                    delay = retry_after_seconds(exc.response.headers)  # e.g. 503 Retry-After
                 except openai.APITimeoutError:
                     last = f"timed out after {self.timeout:.0f}s"
                 except openai.APIConnectionError as exc:
@@ -138,7 +144,7 @@ class OpenAILLM(LLM):
             if attempt == self.max_retries:
                 break
             self.stats.retries += 1
-            wait = delay if delay is not None else min(self.max_backoff, self.backoff * 2**attempt)
+            wait = min(self.max_backoff, delay if delay is not None else self.backoff * 2**attempt)
             log.info("request failed (%s); retry %d in %.2fs", last, attempt + 1, wait)
             await asyncio.sleep(wait)
         return Completion("", error=f"gave up after {self.max_retries + 1} attempts: {last}")
@@ -154,6 +160,7 @@ class OpenAILLM(LLM):
 
             async def job(i: int, req: Request) -> Completion:
                 c = await self._one(client, sem, req)
+                self.stats.add(c)
                 if progress:
                     progress(i, c)
                 return c

@@ -86,6 +86,7 @@ class TemplateLLM(LLM):
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 c = Completion("", error=f"template: {exc}")
             out.append(c)
+            self.stats.add(c)
             if progress:
                 progress(i, c)
         return out

@@ -1,0 +1,132 @@
+"""kgsynth.tiny: a tiny Qwen2 model and tokenizer built offline reload, tokenize the agent
+protocol tags as single tokens, render ChatML and generate through the hf backend."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kgsynth.llm.base import Completion
+from kgsynth.llm.hf_backend import HFLLM
+from kgsynth.tiny import IM_END, IM_START, PAD_TOKEN, PROTOCOL_TAGS, build_tiny_model
+
+TEXTS = [
+    "who directed Kismet? <think>Find the director.</think>",
+    '<kg-query>get_relations("Kismet")</kg-query>',
+    "<information>directed_by, starred_actors, release_year</information>",
+    '<answer>["Vincente Minnelli"]</answer>',
+    "The Matrix was released in 1999 and starred Keanu Reeves.",
+    "Amélie was filmed in Paris; Ōkami was directed by Hideki Kamiya.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    started = time.monotonic()
+    out = build_tiny_model(TEXTS, tmp_path_factory.mktemp("tiny") / "model")
+    assert time.monotonic() - started < 30
+    return out
+
+
+def test_saved_folder_reloads_with_auto_classes(model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert model.config.model_type == "qwen2"
+    assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 2
+    assert model.config.vocab_size == len(tok)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert (tok.eos_token, tok.pad_token) == (IM_END, PAD_TOKEN)
+    assert model.generation_config.eos_token_id == tok.eos_token_id
+    assert sum(p.numel() for p in model.parameters()) < 500_000
+
+
+def test_protocol_tags_and_chat_tokens_are_single_tokens(model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    for tag in (*PROTOCOL_TAGS, IM_START, IM_END):
+        ids = tok.encode(tag, add_special_tokens=False)
+        assert len(ids) == 1, (tag, ids)
+        assert tok.convert_ids_to_tokens(ids[0]) == tag
+    text = 'x<think>plan</think><kg-query>get_triples("Kismet", ["directed_by"])</kg-query>'
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.convert_tokens_to_ids("<think>") in ids
+    assert tok.convert_tokens_to_ids("</kg-query>") == ids[-1]
+    # protocol tags are not "special": generated text keeps them when specials are skipped
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.decode(tok.encode(f"{IM_START}a{IM_END}"), skip_special_tokens=True) == "a"
+
+
+def test_saved_tokenizer_json_agrees_with_the_reloaded_tokenizer(model_dir: Path) -> None:
+    # AutoTokenizer rebuilds qwen2 tokenizers from vocab + merges with Qwen2's pre-tokenizer;
+    # the trained tokenizer.json must split text the same way.
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    raw = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    for text in [*TEXTS, "Ame\u0301lie 1955  two  spaces\nnew line 😀", ""]:
+        assert tok.encode(text, add_special_tokens=False) == raw.encode(text).ids
+        assert tok.decode(raw.encode(text).ids) == tok.backend_tokenizer.normalizer.normalize_str(
+            text
+        )
+
+
+def test_chat_template_renders_chatml(model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    messages = [
+        {"role": "system", "content": "Answer with the KG."},
+        {"role": "user", "content": "who directed Kismet?"},
+    ]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>system\nAnswer with the KG.<|im_end|>\n"
+        "<|im_start|>user\nwho directed Kismet?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    closed = tok.apply_chat_template(
+        [*messages, {"role": "assistant", "content": "<answer>[]</answer>"}], tokenize=False
+    )
+    assert closed.endswith("<|im_start|>assistant\n<answer>[]</answer><|im_end|>\n")
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert tok.apply_chat_template(parts, tokenize=False) == "<|im_start|>user\nhi<|im_end|>\n"
+    enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
+    assert tok.decode(enc["input_ids"]) == text
+
+
+def test_same_texts_and_seed_give_the_same_weights(model_dir: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    again = build_tiny_model(TEXTS, tmp_path / "again")
+    other = build_tiny_model(TEXTS, tmp_path / "other", seed=1)
+    first = load_file(model_dir / "model.safetensors")
+    assert all((first[k] == v).all() for k, v in load_file(again / "model.safetensors").items())
+    assert any((first[k] != v).any() for k, v in load_file(other / "model.safetensors").items())
+    assert (again / "tokenizer.json").read_text() == (model_dir / "tokenizer.json").read_text()
+
+
+def test_hf_backend_generates_from_the_tiny_model(model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    messages = [{"role": "user", "content": "who directed Kismet?"}]
+    prompt = AutoTokenizer.from_pretrained(model_dir).apply_chat_template(
+        messages, add_generation_prompt=True, return_dict=True
+    )["input_ids"]
+    llm = HFLLM(str(model_dir), device="cpu")
+    c = llm.generate(messages, max_tokens=8)
+    llm.close()
+    assert isinstance(c, Completion) and c.ok
+    assert isinstance(c.text, str) and c.text.strip()
+    assert 0 < c.completion_tokens <= 8
+    assert c.prompt_tokens == len(prompt)
+
+
+def test_rejects_a_head_size_rotary_embeddings_cannot_use(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="hidden_size"):
+        build_tiny_model(TEXTS, tmp_path / "bad", hidden_size=60, num_heads=4)
