@@ -49,10 +49,12 @@ all: install
 	$(BIN)/kgsynth kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
 	$(BIN)/kgsynth kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
 	$(BIN)/kgsynth walk --kg $(RUN)/kg --n $(WALKS) --seed 0 --config pipelines/metaqa_default.yaml --out $(RUN)/walks/walks.parquet --overwrite
+	$(BIN)/kgsynth synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py
 	$(BIN)/python benchmarks/bench_walk.py
+	$(BIN)/python benchmarks/bench_llm.py
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache
