@@ -391,3 +391,46 @@ def test_kill_9_keeps_the_completed_entries_and_a_rerun_requests_only_the_rest(
     assert [c.text for c in out] == [f"echo: question {i}" for i in range(n)]
     assert sum(c.cached for c in out) == stored
     assert all(c.ok for c in out)
+
+
+# --- d. the question stage through the real server ---------------------------------------------
+
+
+def test_synthesize_questions_cli_through_transformers_serve(
+    served: ServedModel, proxy: CountingProxy, tmp_path: Path
+) -> None:
+    """A tiny random model writes garbage: every walk must come back as a reject with a reason
+    and the raw output, nothing crashes, and a re-run is served from the cache."""
+    import json as jsonlib
+
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from kgsynth.cli import app
+    from kgsynth.kg.embedded import EmbeddedKG
+    from kgsynth.kg.profiles import get_profile
+    from kgsynth.walk import WalkConfig, run_walks
+    from tests.kgfixtures import generated_movie_facts, movie_ntriples
+
+    kg = EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
+    run_walks(kg, WalkConfig(n=6, seed=2), tmp_path / "walks.parquet")
+    out = tmp_path / "q" / "questions.parquet"
+    args = [
+        "synthesize", "questions", "--walks", str(tmp_path / "walks.parquet"), "--out", str(out),
+        "--llm", "openai", "--model", served.model, "--base-url", proxy.base_url,
+        "--max-tokens", "12", "--concurrency", "3",
+    ]  # fmt: skip
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    after_first = proxy.requests  # 6 questions, plus one judge call per question that parsed
+    assert after_first >= 6
+    manifest = jsonlib.loads((tmp_path / "q" / "manifest.json").read_text())
+    assert manifest["llm"]["backend"] == "openai" and manifest["made_by_templates"] is False
+    rejected = pq.read_table(tmp_path / "q" / "rejected.parquet").to_pylist()
+    accepted = pq.read_table(out).num_rows
+    assert accepted + len(rejected) == 6
+    assert all(r["reject_reason"] and r["raw_output"] is not None for r in rejected)
+    assert sum(manifest["rejects"].values()) == len(rejected)
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert proxy.requests == after_first  # everything came from the cache
