@@ -393,7 +393,7 @@ class WalkSampler:
                 raise Reject("too_many_answers")
         out: list[tuple[str, str]] = []
         for term, cands in labels.items():
-            name = self.graph._best_label(cands)
+            name = self.graph.best_label(cands)
             if name is None:
                 if term.kind == "literal":
                     name = term.value

@@ -126,7 +126,8 @@ class KGGraph:
 
     # --- names ---------------------------------------------------------------------------
 
-    def _best_label(self, labels: list[Term]) -> str | None:
+    def best_label(self, labels: list[Term]) -> str | None:
+        """The name among ``labels`` in the profile's preferred language (then smallest)."""
         langs = self.profile.label_langs
         best: tuple[int, str] | None = None
         for term in labels:
@@ -147,7 +148,7 @@ class KGGraph:
             rows = self.kg.select(
                 f"SELECT ?l WHERE {{ {self._label_values} {sparql.iri(iri)} ?lp ?l }}"
             )
-            return self._best_label([r["l"] for r in rows if "l" in r])
+            return self.best_label([r["l"] for r in rows if "l" in r])
 
         return self._label_cache.get_or_compute(iri, compute)
 
@@ -371,7 +372,7 @@ class KGGraph:
             labels.setdefault(row["o"], []).extend([row["l"]] if "l" in row else [])
         out: list[Neighbor] = []
         for term, cands in labels.items():
-            name = self._best_label(cands)
+            name = self.best_label(cands)
             if name is None:
                 if term.kind == "literal":
                     name = term.value
@@ -405,7 +406,7 @@ class KGGraph:
     def _remember_labels(self, labels: dict[Term, list[Term]]) -> None:
         for term, cands in labels.items():
             if term.kind == "iri":
-                self._label_cache.put(term.value, self._best_label(cands))
+                self._label_cache.put(term.value, self.best_label(cands))
 
     def _fetch_targets(self, iri: str, relation: Relation) -> tuple[Term, ...]:
         if self.profile.flatten_unnamed:
@@ -494,7 +495,7 @@ class KGGraph:
             ):
                 found[row["x"].value].append(row["l"])
             for iri, cands in found.items():
-                self._label_cache.put(iri, self._best_label(cands))
+                self._label_cache.put(iri, self.best_label(cands))
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         caches = {
