@@ -60,3 +60,38 @@ QUESTION_SCHEMA = pa.schema(
 REJECTED_QUESTION_SCHEMA = QUESTION_SCHEMA.append(pa.field("reject_reason", pa.string())).append(
     pa.field("raw_output", pa.string())
 )
+
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+TRAJ_GENERATOR = pa.struct(
+    [("backend", pa.string()), ("model", pa.string()), ("prompt_hash", pa.string())]
+)
+
+# trajectories.parquet: one agent episode per row (``kgsynth synthesize trajectories``).
+# ``messages`` are OpenAI-style (system, user, assistant, tool); ``tool`` messages are the
+# environment's ``<information>`` observations, the only source of ``observed_entities``.
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("question_id", pa.string()),
+        ("walk_id", pa.string()),
+        ("mode", pa.string()),  # oracle | referenced | free
+        ("sample", pa.int32()),  # index among the samples of one question
+        ("question", pa.string()),
+        ("topic_names", pa.list_(pa.string())),
+        ("structure", pa.string()),
+        ("hops", pa.int32()),
+        ("messages", pa.list_(MESSAGE)),
+        ("predicted_answers", pa.list_(pa.string())),  # empty when no answer parsed
+        ("gold_answers", pa.list_(pa.string())),
+        ("answered", pa.bool_()),  # the episode ended with a parseable <answer>
+        ("forced_answer", pa.bool_()),  # the answer was asked for at the turn limit
+        ("num_turns", pa.int32()),  # assistant turns
+        ("tool_errors", pa.int32()),  # tool calls that came back with a typed error
+        ("format_errors", pa.int32()),  # assistant turns that broke the turn protocol
+        ("tool_calls", pa.list_(pa.string())),  # the kg-query texts, in order
+        ("observed_entities", pa.list_(pa.string())),  # names the environment returned
+        ("reference", pa.string()),  # referenced mode: the hint the model saw (stripped from messages)
+        ("generator", TRAJ_GENERATOR),
+    ]
+)
+REJECTED_TRAJECTORY_SCHEMA = TRAJECTORY_SCHEMA.append(pa.field("reject_reason", pa.string()))
