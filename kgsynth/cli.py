@@ -615,5 +615,185 @@ def synthesize_questions_cmd(
     )
 
 
+@synth_app.command("trajectories")
+def synthesize_trajectories_cmd(
+    questions: Annotated[
+        Path, typer.Option("--questions", help="questions.parquet from `synthesize questions`.")
+    ],
+    out_path: Annotated[Path, typer.Option("--out", help="Output trajectories.parquet.")],
+    kg: KGOption = None,
+    profile: ProfileOption = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="oracle (replayed walks + thoughts), referenced (policy sees the gold actions) or free."
+        ),
+    ] = "oracle",
+    llm: LLMOption = "template",
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight (openai).")] = 16,
+    timeout: Annotated[float, typer.Option(help="Seconds per request (openai).")] = 120.0,
+    max_retries: Annotated[int, typer.Option(help="Retries per request on 429/5xx/timeouts.")] = 5,
+    cache: Annotated[
+        Path | None,
+        typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")] = False,
+    samples: Annotated[
+        int | None, typer.Option(help="Episodes per question (free/referenced). \\[default: 1]")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Policy temperature. \\[default: 0.7]")
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option(help="Turn limit, then one forced answer. \\[default: 10]")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per turn. \\[default: 512]")
+    ] = None,
+    tools: Annotated[
+        str | None,
+        typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Sampling seed (sample i uses seed + i). \\[default: 0]")
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="hf backend device (cpu, cuda). \\[default: cuda if available]"),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with these options (flags override it).")
+    ] = None,
+) -> None:
+    """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
+    free rollouts, through the real KG tools."""
+    import dataclasses
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kgsynth.config import build_config
+    from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
+    from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
+
+    started = time.perf_counter()
+    try:
+        cfg = build_config(
+            TrajectoryConfig,
+            config,
+            dict(
+                mode=mode,
+                samples=samples,
+                temperature=temperature,
+                max_turns=max_turns,
+                max_tokens=max_tokens,
+                toolset=tools,
+                seed=seed,
+            ),
+            section="trajectories",
+        )
+        if not questions.is_file():
+            raise KGSynthError(
+                f"--questions: {questions} does not exist (run `kgsynth synthesize questions` first)"
+            )
+        try:
+            rows = pq.read_table(questions).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise KGSynthError(
+                f"--questions: {questions} is not a readable Parquet file: {exc}"
+            ) from None
+        need = {"question_id", "question", "topic_names", "answer_names"}
+        if cfg.mode != "free":
+            need |= {"branches", "merge_at"}
+        missing = need - set(rows[0] if rows else need)
+        if missing:
+            raise KGSynthError(
+                f"--questions: {questions} lacks column(s) {', '.join(sorted(missing))}"
+            )
+        if limit is not None:
+            rows = rows[:limit]
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        cache_path = None if no_cache else (cache or out_path.with_name("llm_cache.sqlite"))
+        from kgsynth.llm import make_llm
+
+        client = make_llm(
+            llm,
+            cache=cache_path,
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            concurrency=concurrency,
+            timeout=timeout,
+            max_retries=max_retries,
+            device=device,
+        )
+        graph = _open(kg, profile).graph()
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=err,
+        ) as bar:
+            task = bar.add_task(cfg.mode, total=None, info="")
+
+            def progress(stage: str, a: int, b: int) -> None:
+                st = client.stats
+                what = f"turn {a}, {b} episodes active" if stage == "turn" else f"thought {a + 1}"
+                bar.update(
+                    task,
+                    info=f"{what}; requests {st.requests}, cache hits {st.cache_hits}, errors {st.errors}",
+                )
+
+            accepted, rejected, stats = synthesize_trajectories(
+                rows, cfg, graph=graph, llm=client, progress=progress
+            )
+        tmp = out_path.with_name(f".{out_path.name}.tmp")
+        pq.write_table(pa.Table.from_pylist(accepted, schema=TRAJECTORY_SCHEMA), tmp)
+        tmp.replace(out_path)
+        rejected_path = _sidecar(out_path, "rejected.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(rejected, schema=REJECTED_TRAJECTORY_SCHEMA), rejected_path
+        )
+        manifest = write_manifest(
+            _sidecar(out_path, "manifest.json"),
+            stage="synthesize trajectories",
+            config=dataclasses.asdict(cfg),
+            input={
+                "questions": str(questions),
+                "sha256": sha256_file(questions),
+                "rows": len(rows),
+            },
+            output={
+                "path": str(out_path),
+                "rows": len(accepted),
+                "rejected_path": str(rejected_path),
+                "rejected_rows": len(rejected),
+            },
+            kg=graph.kg.describe(),
+            llm=client.describe(),
+            made_by_templates=client.backend == "template",
+            elapsed_s=round(time.perf_counter() - started, 3),
+            **stats,
+        )
+        client.close()
+    except KGSynthError as exc:
+        fail(exc)
+    out.print(
+        f"{manifest['trajectories']:,} {cfg.mode} trajectories from {manifest['questions']:,} questions "
+        f"→ {out_path} ({manifest['rejected']:,} rejected: {manifest['rejects']}); "
+        f"mean turns {manifest['mean_turns']}, tool errors {manifest['tool_errors']}, "
+        f"format errors {manifest['format_errors']}; {manifest['elapsed_s']:.1f}s",
+        highlight=False,
+    )
+
+
 if __name__ == "__main__":
     app()

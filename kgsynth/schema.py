@@ -90,7 +90,10 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("format_errors", pa.int32()),  # assistant turns that broke the turn protocol
         ("tool_calls", pa.list_(pa.string())),  # the kg-query texts, in order
         ("observed_entities", pa.list_(pa.string())),  # names the environment returned
-        ("reference", pa.string()),  # referenced mode: the hint the model saw (stripped from messages)
+        (
+            "reference",
+            pa.string(),
+        ),  # referenced mode: the hint the model saw (stripped from messages)
         ("generator", TRAJ_GENERATOR),
     ]
 )

@@ -29,7 +29,11 @@ def make_llm(backend: str, *, cache: str | Path | None = None, **options: Any) -
             raise ConfigError("--model: the openai backend needs a model name")
         llm = OpenAILLM(
             options["model"],
-            **{k: v for k, v in options.items() if k != "model" and v is not None},
+            **{
+                k: v
+                for k, v in options.items()
+                if k not in ("model", "device", "batch_size") and v is not None
+            },
         )
     elif backend == "hf":
         from kgsynth.llm.hf_backend import HFLLM

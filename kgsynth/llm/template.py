@@ -74,6 +74,10 @@ class TemplateLLM(LLM):
         ctx = request.context_dict()
         if request.task == "question":
             return f"<question>{question_from_walk(ctx)}</question>"
+        if request.task == "thought":
+            from kgsynth.synthesize.trajectories import template_thought
+
+            return f"<think>{template_thought(ctx['kind'], ctx['entity'], ctx.get('hop'), ctx.get('answers', []))}</think>"
         raise ValueError(f"the template backend has no rule for task {request.task!r}")
 
     def generate_batch(

@@ -1,0 +1,456 @@
+"""``kgsynth synthesize trajectories``: questions.parquet -> trajectories.parquet.
+
+Three modes, one agent loop and one tool environment (the same ranking and limits as RL and
+eval):
+
+- ``oracle`` (GraphWalker's GraphSynth): each question's walk is replayed as tool calls
+  (``get_relations`` then ``get_triples`` per hop; both branches of a conjunction, then IP's
+  last hop) through the real environment. A step whose gold relation is not among the ranked
+  relations shown, or whose next entity on the path is not among the triples shown, rejects
+  the trajectory with that reason. Then a thought is written for every step from the question,
+  the history so far and the next gold action only (no future leakage); the template backend
+  writes templated thoughts.
+- ``referenced`` (KBQA-R1 Referenced Rejection Sampling): the policy runs with the oracle's
+  action sequence in its prompt; stored messages carry the prompt without it (the ``reference``
+  column keeps the hint so ``kgsynth filter`` can reject trajectories where hint text survives).
+- ``free``: the policy runs without hints, ``samples`` episodes per question at ``temperature``
+  (expert rollouts through an API, or a local checkpoint through ``hf``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kgsynth.agent.loop import (
+    EpisodeTask,
+    episode_summary,
+    run_episodes,
+    system_prompt,
+    user_prompt,
+)
+from kgsynth.agent.protocol import render_observation
+from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.errors import ConfigError
+from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.base import LLM, GenerationParams, Request
+from kgsynth.llm.template import relation_words
+from kgsynth.prompts import prompt_hash, render
+
+MODES = ("oracle", "referenced", "free")
+
+
+@dataclass(frozen=True)
+class TrajectoryConfig:
+    """Options of ``kgsynth synthesize trajectories``."""
+
+    mode: str = "oracle"
+    samples: int = 1
+    temperature: float = 0.7
+    max_turns: int = 10
+    max_tokens: int = 512
+    toolset: str = "graphwalker"
+    top_k_relations: int = 10
+    max_triples: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode must be one of {', '.join(MODES)} (got {self.mode!r})")
+        if self.toolset not in ("graphwalker", "kgr1"):
+            raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
+        if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
+            raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")
+
+    def tool_config(self) -> ToolConfig:
+        return ToolConfig(
+            toolset=self.toolset,  # type: ignore[arg-type]
+            top_k_relations=self.top_k_relations,
+            max_triples_per_relation=self.max_triples,
+        )
+
+
+class OracleReject(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(start entity name, hop)`` in replay order: each branch up to the meeting point, then
+    the hops after it (IP's last hop, from the meeting entity)."""
+    main: list[tuple[str, dict[str, Any]]] = []
+    tail: list[tuple[str, dict[str, Any]]] = []
+    for topic, hops, merge in zip(
+        row["topic_names"], row["branches"], row["merge_at"], strict=True
+    ):
+        cur = topic
+        for i, hop in enumerate(hops):
+            (main if i < merge else tail).append((cur, hop))
+            cur = hop["entity"]
+    return main + tail
+
+
+@dataclass(frozen=True)
+class OracleCall:
+    kind: str  # relations | triples
+    call: str
+    entity: str  # the entity the call is about
+    hop: dict[str, Any]
+
+
+def oracle_calls(row: dict[str, Any], toolset: str) -> list[OracleCall]:
+    """The gold action sequence of a question's walk."""
+    calls = []
+    for entity, hop in _ordered_hops(row):
+        rel = hop["relation"]
+        if toolset == "graphwalker":
+            calls.append(OracleCall("relations", f"get_relations({_q(entity)})", entity, hop))
+            calls.append(
+                OracleCall("triples", f"get_triples({_q(entity)}, [{_q(rel)}])", entity, hop)
+            )
+        else:
+            side = "head" if hop["inverse"] else "tail"
+            calls.append(
+                OracleCall("relations", f"get_{side}_relations({_q(entity)})", entity, hop)
+            )
+            calls.append(
+                OracleCall("triples", f"get_{side}_entities({_q(entity)}, {_q(rel)})", entity, hop)
+            )
+    return calls
+
+
+def reference_text(row: dict[str, Any], toolset: str) -> str:
+    return "\n".join(f"{i}. {c.call}" for i, c in enumerate(oracle_calls(row, toolset), 1))
+
+
+_LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
+
+
+def replay(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, Any]]:
+    """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
+    :class:`OracleReject` when a gold relation is not among the relations shown (same BM25
+    ranking and top-k as inference) or an entity the path continues from is not among the
+    triples shown."""
+    calls = oracle_calls(row, env.config.toolset)
+    continues_from = {c.entity for c in calls}
+    steps = []
+    for c in calls:
+        result = env.execute(c.call)
+        if result.error is not None:
+            raise OracleReject(f"oracle_{result.error.value}")
+        if c.kind == "relations":
+            m = _LISTED_AS.search(result.text)
+            shown = m.group(1) if m else c.entity
+            hop = c.hop
+            pattern = (
+                f"(?, {hop['relation']}, {shown})"
+                if hop["inverse"]
+                else f"({shown}, {hop['relation']}, ?)"
+            )
+            if pattern not in result.text.splitlines():
+                raise OracleReject("gold_relation_not_retrievable")
+        elif c.hop["entity"] in continues_from and c.hop["entity"] not in result.entities:
+            raise OracleReject("gold_entity_not_retrievable")
+        steps.append((c, result))
+    return steps
+
+
+def template_thought(
+    kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
+) -> str:
+    if kind == "relations":
+        return (
+            f"I start from {entity} and list its relations to find the one that leads toward "
+            "what the question asks."
+        )
+    if kind == "triples" and hop is not None:
+        words = relation_words(hop["relation"])
+        return f"The relation {hop['relation']} ({words}) of {entity} is what the question needs, so I fetch those facts."
+    return f"The facts I retrieved answer the question: {', '.join(answers)}."
+
+
+def _history_text(messages: list[dict[str, str]]) -> str:
+    lines = []
+    for m in messages[2:]:
+        if m["role"] == "assistant":
+            lines.append(f"Action: {m['content']}")
+        elif m["role"] == "tool":
+            lines.append(f"Observation: {m['content']}")
+    return "\n".join(lines)
+
+
+def synthesize_oracle(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    *,
+    graph: KGGraph,
+    llm: LLM,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Oracle trajectories (accepted rows, rejected rows)."""
+    sys_text = system_prompt(cfg.toolset, cfg.max_turns)
+    plans = []
+    rejected = []
+    for row in rows:
+        env = ToolEnvironment(graph, row["question"], cfg.tool_config())
+        try:
+            steps = replay(row, env)
+        except OracleReject as rej:
+            rejected.append((row, rej.reason))
+            continue
+        plans.append((row, steps))
+    # one thought request per step: the question, the observations before it, the next action
+    requests: list[Request] = []
+    index: list[tuple[int, int]] = []
+    tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
+    for p, (row, steps) in enumerate(plans):
+        history: list[dict[str, str]] = [{}, {}]
+        actions = [c.call for c, _ in steps] + [f"<answer>{_q_list(row['answer_names'])}</answer>"]
+        for s, action in enumerate(actions):
+            kind = steps[s][0].kind if s < len(steps) else "answer"
+            hop = steps[s][0].hop if s < len(steps) else None
+            entity = steps[s][0].entity if s < len(steps) else ""
+            requests.append(
+                Request.make(
+                    [
+                        {
+                            "role": "user",
+                            "content": render(
+                                "thought",
+                                question=row["question"],
+                                history=_history_text(history),
+                                action=action,
+                            ),
+                        }
+                    ],
+                    tparams,
+                    task="thought",
+                    context={
+                        "kind": kind,
+                        "entity": entity,
+                        "hop": hop,
+                        "answers": row["answer_names"],
+                    },
+                )
+            )
+            index.append((p, s))
+            if s < len(steps):
+                history.append({"role": "assistant", "content": action})
+                history.append({"role": "tool", "content": render_observation(steps[s][1].text)})
+    thoughts = llm.generate_batch(requests, (lambda i, c: progress(i)) if progress else None)
+    by_plan: dict[int, list[str | None]] = {}
+    for (p, _), comp in zip(index, thoughts, strict=True):
+        by_plan.setdefault(p, []).append(_parse_thought(comp.text) if comp.ok else None)
+    accepted = []
+    for p, (row, steps) in enumerate(plans):
+        texts = by_plan[p]
+        if any(t is None for t in texts):
+            rejected.append((row, "thought_unusable"))
+            continue
+        messages = [
+            {"role": "system", "content": sys_text},
+            {"role": "user", "content": user_prompt(row["question"], row["topic_names"])},
+        ]
+        observed: list[str] = []
+        for (c, result), thought in zip(steps, texts, strict=False):
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": f"<think>{thought}</think>\n<kg-query>{c.call}</kg-query>",
+                }
+            )
+            messages.append({"role": "tool", "content": render_observation(result.text)})
+            observed.extend(result.entities)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"<think>{texts[-1]}</think>\n<answer>{_q_list(row['answer_names'])}</answer>",
+            }
+        )
+        accepted.append(
+            {
+                "messages": messages,
+                "predicted_answers": list(row["answer_names"]),
+                "answered": True,
+                "forced_answer": False,
+                "num_turns": len(steps) + 1,
+                "tool_errors": 0,
+                "format_errors": 0,
+                "tool_calls": [c.call for c, _ in steps],
+                "observed_entities": list(dict.fromkeys(observed)),
+                "_row": row,
+                "_sample": 0,
+                "_reference": "",
+            }
+        )
+    return accepted, [{"_row": r, "_sample": 0, "_reason": why} for r, why in rejected]
+
+
+def _q_list(answers: Sequence[str]) -> str:
+    return json.dumps(list(answers), ensure_ascii=False)
+
+
+def _parse_thought(text: str) -> str | None:
+    m = re.search(r"<think>(.*?)</think>", text, re.DOTALL)
+    thought = (m.group(1) if m else text).strip()
+    thought = re.sub(r"</?(think|kg-query|answer|information)>", "", thought).strip()
+    return " ".join(thought.split()) or None
+
+
+def synthesize_rollouts(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    *,
+    graph: KGGraph,
+    llm: LLM,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``referenced`` and ``free`` episodes: the policy acts, the environment answers."""
+    tasks: list[EpisodeTask] = []
+    meta: list[tuple[dict[str, Any], int, str]] = []
+    for row in rows:
+        ref = reference_text(row, cfg.toolset) if cfg.mode == "referenced" else ""
+        for sample in range(cfg.samples):
+            tasks.append(EpisodeTask(row["question"], list(row["topic_names"]), ref or None))
+            meta.append((row, sample, ref))
+    by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
+
+    def make_env(task: EpisodeTask) -> ToolEnvironment:
+        return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config())
+
+    # one seed per sample, so that N samples are N different requests (and cache entries)
+    accepted: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    for sample in range(cfg.samples):
+        idx = [i for i, (_, s, _) in enumerate(meta) if s == sample]
+        params = GenerationParams(
+            temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed + sample
+        )
+        episodes = run_episodes(
+            llm,
+            [tasks[i] for i in idx],
+            make_env,
+            toolset=cfg.toolset,
+            max_turns=cfg.max_turns,
+            params=params,
+            on_turn=on_turn,
+        )
+        for i, ep in zip(idx, episodes, strict=True):
+            row, s, ref = meta[i]
+            if ep.turns and all(t.llm_error for t in ep.turns):
+                rejected.append(
+                    {
+                        "_row": row,
+                        "_sample": s,
+                        "_reason": "llm_error",
+                        **episode_summary(ep),
+                        "_reference": ref,
+                    }
+                )
+                continue
+            accepted.append({**episode_summary(ep), "_row": row, "_sample": s, "_reference": ref})
+    return accepted, rejected
+
+
+def trajectory_id(question_id: str, mode: str, sample: int) -> str:
+    return "t-" + hashlib.sha1(f"{question_id}|{mode}|{sample}".encode()).hexdigest()[:16]
+
+
+EMPTY_EPISODE = {
+    "messages": [],
+    "predicted_answers": [],
+    "answered": False,
+    "forced_answer": False,
+    "num_turns": 0,
+    "tool_errors": 0,
+    "format_errors": 0,
+    "tool_calls": [],
+    "observed_entities": [],
+}
+
+
+def to_row(
+    item: dict[str, Any], cfg: TrajectoryConfig, generator: dict[str, str]
+) -> dict[str, Any]:
+    row = item["_row"]
+    out = {**EMPTY_EPISODE, **{k: v for k, v in item.items() if not k.startswith("_")}}
+    out.update(
+        trajectory_id=trajectory_id(row["question_id"], cfg.mode, item["_sample"]),
+        question_id=row["question_id"],
+        walk_id=row.get("walk_id"),
+        mode=cfg.mode,
+        sample=item["_sample"],
+        question=row["question"],
+        topic_names=list(row["topic_names"]),
+        structure=row.get("structure"),
+        hops=row.get("hops"),
+        gold_answers=list(row["answer_names"]),
+        reference=item.get("_reference") or "",
+        generator=generator,
+    )
+    if "_reason" in item:
+        out["reject_reason"] = item["_reason"]
+    return out
+
+
+def synthesize_trajectories(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    *,
+    graph: KGGraph,
+    llm: LLM,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Run the stage; returns (trajectory rows, rejected rows, stats)."""
+    if cfg.mode != "oracle" and llm.backend == "template":
+        raise ConfigError(
+            f"--mode {cfg.mode} needs a policy model (--llm openai or hf); the template backend "
+            "only writes oracle thoughts"
+        )
+    generator = {
+        "backend": llm.backend,
+        "model": llm.model,
+        "prompt_hash": prompt_hash("agent_system", "thought"),
+    }
+    if cfg.mode == "oracle":
+        acc, rej = synthesize_oracle(
+            rows,
+            cfg,
+            graph=graph,
+            llm=llm,
+            progress=(lambda i: progress("thoughts", i, 0)) if progress else None,
+        )
+    else:
+        acc, rej = synthesize_rollouts(
+            rows,
+            cfg,
+            graph=graph,
+            llm=llm,
+            on_turn=(lambda t, n: progress("turn", t, n)) if progress else None,
+        )
+    accepted = [to_row(a, cfg, generator) for a in acc]
+    rejected = [to_row(r, cfg, generator) for r in rej]
+    reasons = Counter(r["reject_reason"] for r in rejected)
+    stats = {
+        "mode": cfg.mode,
+        "questions": len(rows),
+        "trajectories": len(accepted),
+        "rejected": len(rejected),
+        "rejects": dict(reasons.most_common()),
+        "answered": sum(r["answered"] for r in accepted),
+        "mean_turns": round(sum(r["num_turns"] for r in accepted) / max(1, len(accepted)), 3),
+        "tool_errors": sum(r["tool_errors"] for r in accepted),
+        "format_errors": sum(r["format_errors"] for r in accepted),
+        "generator": generator,
+    }
+    return accepted, rejected, stats

@@ -1,0 +1,250 @@
+"""Agent loop and trajectory synthesis (oracle, referenced, free) on a fixture KG."""
+
+import json
+from collections.abc import Sequence
+
+import pyarrow.parquet as pq
+import pytest
+
+from kgsynth.agent.loop import EpisodeTask, close_action, run_episodes
+from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.profiles import get_profile
+from kgsynth.llm.base import LLM, Completion
+from kgsynth.llm.template import TemplateLLM
+from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
+from kgsynth.synthesize.trajectories import (
+    TrajectoryConfig,
+    oracle_calls,
+    reference_text,
+    synthesize_trajectories,
+)
+from kgsynth.walk import WalkConfig, run_walks
+from tests.kgfixtures import generated_movie_facts, movie_ntriples
+
+
+class ScriptedPolicy(LLM):
+    """Answers each episode's turns from a script (one list of texts per episode, by question)."""
+
+    backend = "scripted"
+    model = "script"
+
+    def __init__(self, scripts: dict[str, Sequence[str]]) -> None:
+        super().__init__()
+        self.scripts = {q: list(t) for q, t in scripts.items()}
+        self.prompts: list[list[dict[str, str]]] = []
+
+    def generate_batch(self, requests, progress=None):
+        out = []
+        for i, r in enumerate(requests):
+            msgs = r.message_dicts()
+            self.prompts.append(msgs)
+            question = msgs[1]["content"].split("\n")[0].removeprefix("Question: ")
+            text = self.scripts[question].pop(0) if self.scripts[question] else "<think>?</think>"
+            c = Completion(text)
+            out.append(c)
+            if progress:
+                progress(i, c)
+        return out
+
+
+@pytest.fixture(scope="module")
+def kg():
+    return EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
+
+
+@pytest.fixture(scope="module")
+def questions(kg, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("traj")
+    run_walks(kg, WalkConfig(n=40, seed=5), tmp / "walks.parquet")
+    walks = pq.read_table(tmp / "walks.parquet").to_pylist()
+    accepted, _, _ = synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())
+    return accepted
+
+
+def test_oracle_trajectories_replay_to_the_walk_answers(kg, questions):
+    graph = kg.graph()
+    rows, rejected, stats = synthesize_trajectories(
+        questions, TrajectoryConfig(), graph=graph, llm=TemplateLLM()
+    )
+    assert stats["trajectories"] == len(rows) > 20 and len(rows) + len(rejected) == len(questions)
+    for row in rows:
+        assert row["predicted_answers"] == row["gold_answers"]
+        # the stored observations are exactly what the environment returns for the calls
+        env = ToolEnvironment(graph, row["question"], ToolConfig())
+        tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+        assert len(tool_msgs) == len(row["tool_calls"])
+        for call, obs in zip(row["tool_calls"], tool_msgs, strict=True):
+            assert obs == f"<information>{env.execute(call).text}</information>"
+        # every assistant turn: a thought and one action; the last one answers
+        assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert all(a.startswith("<think>") for a in assistant)
+        assert (
+            json.loads(assistant[-1].split("<answer>")[1].split("</answer>")[0])
+            == row["gold_answers"]
+        )
+        assert row["num_turns"] == len(assistant) and row["tool_errors"] == 0
+
+
+def test_thoughts_do_not_leak_the_future(kg, questions):
+    rows, _, _ = synthesize_trajectories(
+        questions, TrajectoryConfig(), graph=kg.graph(), llm=TemplateLLM()
+    )
+    import re
+
+    names = {n for f in generated_movie_facts() for n in (f[0], f[2])}
+
+    def named_in(text: str) -> set[str]:
+        return {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text)}
+
+    for row in rows:
+        seen = set(row["topic_names"])
+        for m in row["messages"][2:]:
+            if m["role"] == "assistant":
+                thought = m["content"].split("</think>")[0]
+                if "<answer>" not in m["content"]:
+                    assert named_in(thought) <= seen, (named_in(thought) - seen, thought)
+            else:
+                seen |= named_in(m["content"])
+
+
+def test_gold_relation_not_retrievable_is_rejected(kg, questions):
+    cfg = TrajectoryConfig(top_k_relations=1)  # only the best-ranked relation is shown
+    _rows, rejected, stats = synthesize_trajectories(
+        questions, cfg, graph=kg.graph(), llm=TemplateLLM()
+    )
+    assert stats["rejects"].get("gold_relation_not_retrievable", 0) > 0
+    assert all(r["reject_reason"] for r in rejected)
+
+
+def test_kgr1_oracle_calls(questions):
+    row = next(q for q in questions if q["structure"] == "chain-2")
+    calls = oracle_calls(row, "kgr1")
+    assert [c.kind for c in calls] == ["relations", "triples", "relations", "triples"]
+    hop = row["branches"][0][0]
+    side = "head" if hop["inverse"] else "tail"
+    assert calls[0].call == f'get_{side}_relations("{row["topic_names"][0]}")'
+
+
+def test_agent_loop_with_scripted_policy(kg):
+    graph = kg.graph()
+    task = EpisodeTask("Who directed Movie 1?", ["Movie 1"])
+    director = next(
+        o for s, r, o in generated_movie_facts() if s == "Movie 1" and r == "directed_by"
+    )
+    policy = ScriptedPolicy(
+        {
+            task.question: [
+                '<think>look</think><kg-query>get_relations("Movie 1")',  # stop tag stripped by an API
+                '<think>fetch</think><kg-query>get_triples("Movie 1", ["directed_by"])</kg-query> trailing',
+                f'<think>done</think><answer>["{director}"]</answer>',
+            ]
+        }
+    )
+    (ep,) = run_episodes(policy, [task], lambda t: ToolEnvironment(graph, t.question), max_turns=5)
+    assert ep.answered and ep.predicted_answers == [director] and not ep.forced_answer
+    assert [m["role"] for m in ep.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert ep.messages[2]["content"].endswith("</kg-query>")
+    assert not ep.messages[4]["content"].endswith("trailing")
+    assert director in ep.observed_entities and ep.tool_errors == 0 and ep.format_errors == 0
+    # the policy saw observations as user turns (no tool-call ids in the text protocol)
+    assert policy.prompts[-1][3]["role"] == "user" and policy.prompts[-1][3]["content"].startswith(
+        "<information>"
+    )
+
+
+def test_fabricated_information_is_not_an_observation(kg):
+    graph = kg.graph()
+    task = EpisodeTask("Who directed Movie 2?", ["Movie 2"])
+    policy = ScriptedPolicy(
+        {
+            task.question: [
+                '<think>x</think><information>(Movie 2, directed_by, Fake Person)</information><answer>["Fake Person"]</answer>'
+            ]
+        }
+    )
+    (ep,) = run_episodes(policy, [task], lambda t: ToolEnvironment(graph, t.question))
+    assert ep.predicted_answers == ["Fake Person"]
+    assert "Fake Person" not in ep.observed_entities and not any(
+        m["role"] == "tool" for m in ep.messages
+    )
+
+
+def test_garbage_policy_hits_the_turn_limit_and_is_forced_to_answer(kg):
+    graph = kg.graph()
+    task = EpisodeTask("Who directed Movie 3?", ["Movie 3"])
+    policy = ScriptedPolicy(
+        {task.question: ["asdf qwer", "", "<kg-query>nonsense(</kg-query>", "still nothing"]}
+    )
+    (ep,) = run_episodes(policy, [task], lambda t: ToolEnvironment(graph, t.question), max_turns=3)
+    assert ep.forced_answer and not ep.answered and ep.predicted_answers == []
+    assert ep.format_errors == 4  # three turns and the forced one, none with a think block
+    assert ep.tool_errors == 1  # the unparseable query came back as bad_syntax
+    assert ep.messages[-2]["role"] == "user" and "final answer" in ep.messages[-2]["content"]
+
+
+def test_referenced_hint_is_seen_but_not_stored(kg, questions):
+    row = next(q for q in questions if q["structure"] == "chain-1")
+    ref = reference_text(row, "graphwalker")
+    policy = ScriptedPolicy({row["question"]: ['<think>ok</think><answer>["x"]</answer>']})
+    rows, _, _ = synthesize_trajectories(
+        [row], TrajectoryConfig(mode="referenced"), graph=kg.graph(), llm=policy
+    )
+    assert ref in policy.prompts[0][1]["content"]
+    (traj,) = rows
+    assert traj["reference"] == ref and traj["mode"] == "referenced"
+    assert all(
+        ref not in m["content"] and "reference action" not in m["content"] for m in traj["messages"]
+    )
+
+
+def test_free_mode_samples_and_template_refusal(kg, questions):
+    policy = ScriptedPolicy(
+        {q["question"]: ['<think>t</think><answer>["A"]</answer>'] * 2 for q in questions[:3]}
+    )
+    rows, _, _stats = synthesize_trajectories(
+        questions[:3], TrajectoryConfig(mode="free", samples=2), graph=kg.graph(), llm=policy
+    )
+    assert len(rows) == 6 and len({r["trajectory_id"] for r in rows}) == 6
+    assert sorted(r["sample"] for r in rows) == [0, 0, 0, 1, 1, 1]
+    from kgsynth.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="policy model"):
+        synthesize_trajectories(
+            questions[:1], TrajectoryConfig(mode="free"), graph=kg.graph(), llm=TemplateLLM()
+        )
+
+
+def test_close_action():
+    assert close_action("<think>a</think><kg-query>x") == "<think>a</think><kg-query>x</kg-query>"
+    assert close_action("<answer>[1]</answer> tail <answer>") == "<answer>[1]</answer>"
+    assert close_action("plain") == "plain"
+
+
+def test_free_rollouts_of_a_local_checkpoint_through_hf(kg, questions, tmp_path):
+    """A real (tiny, untrained) model as the policy: its garbage becomes trajectories with
+    format errors and forced answers, never a crash."""
+    from kgsynth.llm.hf_backend import HFLLM
+    from kgsynth.tiny import build_tiny_model
+
+    texts = [q["question"] for q in questions] + ['<think>x</think><answer>["y"]</answer>']
+    model_dir = build_tiny_model(texts, tmp_path / "tiny", vocab_size=500)
+    rows, rejected, stats = synthesize_trajectories(
+        questions[:4],
+        TrajectoryConfig(mode="free", samples=2, max_turns=2, max_tokens=12, temperature=1.0),
+        graph=kg.graph(),
+        llm=HFLLM(str(model_dir), batch_size=8),
+    )
+    assert len(rows) + len(rejected) == 8
+    for row in rows:
+        assert row["num_turns"] >= 1 and row["messages"][0]["role"] == "system"
+        assert row["generator"]["backend"] == "hf"
+    assert stats["format_errors"] > 0  # an untrained model does not follow the protocol
