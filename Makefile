@@ -50,6 +50,7 @@ all: install
 	$(BIN)/kgsynth kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
 	$(BIN)/kgsynth walk --kg $(RUN)/kg --n $(WALKS) --seed 0 --config pipelines/metaqa_default.yaml --out $(RUN)/walks/walks.parquet --overwrite
 	$(BIN)/kgsynth synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template
+	$(BIN)/kgsynth synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --out $(RUN)/trajectories/trajectories.parquet
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py

@@ -248,3 +248,55 @@ def test_free_rollouts_of_a_local_checkpoint_through_hf(kg, questions, tmp_path)
         assert row["num_turns"] >= 1 and row["messages"][0]["role"] == "system"
         assert row["generator"]["backend"] == "hf"
     assert stats["format_errors"] > 0  # an untrained model does not follow the protocol
+
+
+def test_cli_oracle_run_and_cached_rerun(kg, questions, tmp_path):
+    import pyarrow as pa
+    from typer.testing import CliRunner
+
+    from kgsynth.cli import app
+    from kgsynth.schema import QUESTION_SCHEMA
+
+    qfile = tmp_path / "questions.parquet"
+    pq.write_table(pa.Table.from_pylist(questions, schema=QUESTION_SCHEMA), qfile)
+    kb = tmp_path / "kb.txt"
+    kb.write_text("\n".join("|".join(f) for f in generated_movie_facts()) + "\n")
+    out = tmp_path / "t" / "trajectories.parquet"
+    args = [
+        "synthesize",
+        "trajectories",
+        "--questions",
+        str(qfile),
+        "--kg",
+        str(kb),
+        "--out",
+        str(out),
+    ]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    before = pq.read_table(out).to_pylist()
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    assert manifest["trajectories"] == len(before) and manifest["made_by_templates"] is True
+    rejected = pq.read_table(tmp_path / "t" / "rejected.parquet").num_rows
+    assert len(before) + rejected == len(questions)
+    again = CliRunner().invoke(app, args)  # e.g. after an interruption: all from the cache
+    assert again.exit_code == 0, again.output
+    stats = json.loads((tmp_path / "t" / "manifest.json").read_text())["llm"]["stats"]
+    assert stats["cache_misses"] == 0 and stats["cache_hits"] > 0
+    assert pq.read_table(out).to_pylist() == before
+    bad = CliRunner().invoke(
+        app,
+        [
+            "synthesize",
+            "trajectories",
+            "--questions",
+            str(qfile),
+            "--kg",
+            str(kb),
+            "--out",
+            str(out),
+            "--mode",
+            "free",
+        ],
+    )
+    assert bad.exit_code == 2 and "policy model" in bad.output
