@@ -1,0 +1,88 @@
+"""Trajectory messages -> token ids and one loss mask, shared by SFT and GRPO.
+
+The conversation is rendered with the tokenizer's chat template (ChatML when it has none);
+environment observations (``tool`` messages) are rendered as ``user`` turns, exactly as the
+agent loop sends them to the policy. The loss mask is 1 on the tokens of assistant messages
+(their content and the end-of-turn token that closes them: think, kg-query, answer) and 0 on
+everything else — system, user, observations and the role headers — so training never fits
+text the model did not write (GraphWalker Eq. 2, KnowCoder-A1 Eq. 5, KBQA-R1 IV-B2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    input_ids: list[int]
+    loss_mask: list[int]  # 1 where the token is the agent's own
+    text: str
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """Messages as the policy sees them: observations as ``user`` turns."""
+    return [
+        {"role": "user" if m["role"] == "tool" else m["role"], "content": str(m["content"])}
+        for m in messages
+    ]
+
+
+def _chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    template = getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
+    return tokenizer.apply_chat_template(messages, tokenize=False, chat_template=template)
+
+
+def assistant_spans(
+    tokenizer: Any, messages: Sequence[dict[str, Any]]
+) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text and the character spans the loss covers.
+
+    Each message's segment is found by rendering growing prefixes of the conversation (chat
+    templates render a conversation as the concatenation of its turns); inside an assistant
+    segment the span runs from its content to the end of the end-of-turn token after it."""
+    msgs = for_template(messages)
+    text = _chat(tokenizer, msgs)
+    eos = getattr(tokenizer, "eos_token", None) or ""
+    spans: list[tuple[int, int]] = []
+    prev = 0
+    for i, m in enumerate(msgs):
+        upto = _chat(tokenizer, msgs[: i + 1])
+        if not text.startswith(upto):
+            raise ValueError("the chat template does not render conversations turn by turn")
+        if m["role"] == "assistant":
+            start = upto.find(m["content"], prev)
+            if start < 0:
+                raise ValueError("assistant content not found verbatim in the rendered turn")
+            end = start + len(m["content"])
+            if eos and upto.startswith(eos, end):
+                end += len(eos)
+            spans.append((start, end))
+        prev = len(upto)
+    return text, spans
+
+
+def render_messages(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> Rendered:
+    """Token ids of the whole conversation and the loss mask over them."""
+    text, spans = assistant_spans(tokenizer, messages)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask = []
+    k = 0
+    for a, b in enc["offset_mapping"]:
+        while k < len(spans) and spans[k][1] <= a:
+            k += 1
+        inside = k < len(spans) and a >= spans[k][0] and b <= spans[k][1] and b > a
+        mask.append(1 if inside else 0)
+    return Rendered(list(enc["input_ids"]), mask, text)

@@ -1,0 +1,69 @@
+"""The renderer and loss mask shared by SFT and GRPO."""
+
+import pytest
+
+from kgsynth.agent.render import render_messages
+
+MESSAGES = [
+    {"role": "system", "content": "You answer with tools."},
+    {"role": "user", "content": "Question: who directed Kismet?\nTopic entities: Kismet"},
+    {
+        "role": "assistant",
+        "content": '<think>look</think>\n<kg-query>get_triples("Kismet", ["directed_by"])</kg-query>',
+    },
+    {
+        "role": "tool",
+        "content": "<information>(Kismet, directed_by, William Dieterle)</information>",
+    },
+    {"role": "assistant", "content": '<think>found</think>\n<answer>["William Dieterle"]</answer>'},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from kgsynth.tiny import build_tiny_model
+
+    texts = [m["content"] for m in MESSAGES] * 3
+    path = build_tiny_model(texts, tmp_path_factory.mktemp("tok") / "m", vocab_size=400)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def masked_text(tokenizer, rendered):
+    return tokenizer.decode(
+        [t for t, m in zip(rendered.input_ids, rendered.loss_mask, strict=True) if m]
+    )
+
+
+def test_mask_covers_exactly_the_assistant_turns(tokenizer):
+    r = render_messages(tokenizer, MESSAGES)
+    assert len(r.input_ids) == len(r.loss_mask) and set(r.loss_mask) == {0, 1}
+    assert (
+        masked_text(tokenizer, r)
+        == MESSAGES[2]["content"] + "<|im_end|>" + MESSAGES[4]["content"] + "<|im_end|>"
+    )
+    assert tokenizer.decode(r.input_ids) == r.text
+    # observations are rendered as user turns, as the agent loop sends them
+    assert "<|im_start|>user\n<information>" in r.text and "<|im_start|>tool" not in r.text
+
+
+def test_other_text_changes_do_not_touch_masked_tokens(tokenizer):
+    a = render_messages(tokenizer, MESSAGES)
+    changed = [dict(m) for m in MESSAGES]
+    changed[0]["content"] = "A different system prompt, much longer than before."
+    changed[3]["content"] = "<information>(Kismet, directed_by, Somebody Else)</information>"
+    b = render_messages(tokenizer, changed)
+    ma = [t for t, m in zip(a.input_ids, a.loss_mask, strict=True) if m]
+    mb = [t for t, m in zip(b.input_ids, b.loss_mask, strict=True) if m]
+    assert ma == mb
+
+
+def test_builtin_template_when_the_tokenizer_has_none(tokenizer):
+    import copy
+
+    bare = copy.deepcopy(tokenizer)
+    bare.chat_template = None
+    r = render_messages(bare, MESSAGES)
+    assert r.text.startswith("<|im_start|>system\n") and sum(r.loss_mask) > 0
+    assert masked_text(bare, r) == masked_text(tokenizer, render_messages(tokenizer, MESSAGES))
