@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kgsynth.cli_train import train_app
 from kgsynth.errors import KGSynthError
 
 app = typer.Typer(
@@ -28,6 +29,7 @@ synth_app = typer.Typer(
     help="Synthesize questions (and trajectories) from walks.", no_args_is_help=True
 )
 app.add_typer(synth_app, name="synthesize")
+app.add_typer(train_app, name="train")
 
 out = Console()
 err = Console(stderr=True)
@@ -791,6 +793,242 @@ def synthesize_trajectories_cmd(
         f"→ {out_path} ({manifest['rejected']:,} rejected: {manifest['rejects']}); "
         f"mean turns {manifest['mean_turns']}, tool errors {manifest['tool_errors']}, "
         f"format errors {manifest['format_errors']}; {manifest['elapsed_s']:.1f}s",
+        highlight=False,
+    )
+
+
+@app.command("filter")
+def filter_cmd(
+    in_path: Annotated[
+        Path, typer.Option("--in", help="trajectories.parquet from `synthesize trajectories`.")
+    ],
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Output folder: accepted.parquet, rejected.parquet, manifest.json, filter_stats.png.",
+        ),
+    ],
+    outcome: Annotated[
+        str | None,
+        typer.Option(
+            help="em (EM = 1), f1 (EM = 1 or F1 >= --f1-threshold) or none. \\[default: f1]"
+        ),
+    ] = None,
+    f1_threshold: Annotated[
+        float | None, typer.Option(help="F1 needed with --outcome f1. \\[default: 0.9]")
+    ] = None,
+    grounding: Annotated[
+        bool | None,
+        typer.Option(
+            "--grounding/--no-grounding",
+            help="Every answer must be among the entities the environment returned. \\[default: grounding]",
+        ),
+    ] = None,
+    check_format: Annotated[
+        bool | None,
+        typer.Option(
+            "--check-format/--no-check-format",
+            help="Every assistant turn parses (<think> + one action); the last is an <answer>. \\[default: check-format]",
+        ),
+    ] = None,
+    reference_leak: Annotated[
+        bool | None,
+        typer.Option(
+            "--reference-leak/--no-reference-leak",
+            help="Reject referenced trajectories whose messages contain the hint text. \\[default: reference-leak]",
+        ),
+    ] = None,
+    leak_min_chars: Annotated[
+        int | None,
+        typer.Option(
+            help="Hint lines at least this long (stripped) count as leaks. \\[default: 12]"
+        ),
+    ] = None,
+    max_chars: Annotated[
+        int | None,
+        typer.Option(help="Most characters in all messages; 0 for no limit. \\[default: 16000]"),
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option(help="Most assistant turns; 0 for no limit. \\[default: 0]")
+    ] = None,
+    benchmark: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Benchmark question file(s) (MetaQA txt, JSONL, Parquet) for the contamination filter; repeatable."
+        ),
+    ] = None,
+    contamination_threshold: Annotated[
+        float | None,
+        typer.Option(help="Reject questions at or above this cosine similarity. \\[default: 0.85]"),
+    ] = None,
+    dedup_actions: Annotated[
+        bool | None,
+        typer.Option(
+            "--dedup-actions/--no-dedup-actions",
+            help="Reject a repeat of a question's tool-call sequence. \\[default: dedup-actions]",
+        ),
+    ] = None,
+    max_per_question: Annotated[
+        int | None,
+        typer.Option(help="Trajectories kept per question; 0 for no cap. \\[default: 3]"),
+    ] = None,
+    max_per_structure: Annotated[
+        int | None,
+        typer.Option(help="Trajectories kept per structure; 0 for no cap. \\[default: 0]"),
+    ] = None,
+    balance: Annotated[
+        str | None,
+        typer.Option(
+            help="structure, hops or none: cap every group at --balance-factor x the smallest. \\[default: none]"
+        ),
+    ] = None,
+    balance_factor: Annotated[
+        float | None,
+        typer.Option(
+            help="Group cap = floor(factor x smallest group), factor >= 1. \\[default: 2]"
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with these options (flags override it).")
+    ] = None,
+) -> None:
+    """Keep trajectories that answer right from observed evidence in a clean format; write
+    the rejects with their reason (outcome, grounding, format, reference leak, length,
+    contamination, duplicates, per-question cap, balance)."""
+    import dataclasses
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kgsynth.config import build_config
+    from kgsynth.errors import InputFileError
+    from kgsynth.filter import FilterConfig, filter_stats_png, missing_columns, run_filters
+    from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.schema import TRAJECTORY_SCHEMA
+
+    started = time.perf_counter()
+    try:
+        cfg = build_config(
+            FilterConfig,
+            config,
+            dict(
+                outcome=outcome,
+                f1_threshold=f1_threshold,
+                grounding=grounding,
+                check_format=check_format,
+                reference_leak=reference_leak,
+                leak_min_chars=leak_min_chars,
+                max_chars=max_chars,
+                max_turns=max_turns,
+                benchmark=tuple(str(b) for b in benchmark) if benchmark else None,
+                contamination_threshold=contamination_threshold,
+                dedup_actions=dedup_actions,
+                max_per_question=max_per_question,
+                max_per_structure=max_per_structure,
+                balance=balance,
+                balance_factor=balance_factor,
+            ),
+            section="filter",
+        )
+        if not in_path.is_file():
+            raise InputFileError(
+                in_path, "no such file (run `kgsynth synthesize trajectories` first)"
+            )
+        try:
+            names = pq.read_schema(in_path).names
+        except (pa.ArrowException, OSError) as exc:
+            raise InputFileError(in_path, f"not a readable Parquet file: {exc}") from None
+        missing = missing_columns(names)
+        if missing:
+            raise InputFileError(
+                in_path, f"missing column(s) {', '.join(missing)}; found {', '.join(names)}"
+            )
+        with ThreadPoolExecutor(2) as pool:
+            input_sha = pool.submit(sha256_file, in_path)  # hashlib releases the GIL
+            phases: dict[str, float] = {}
+            clock = time.perf_counter()
+            with err.status(f"reading {in_path}…"):
+                try:
+                    table = pq.read_table(in_path, columns=TRAJECTORY_SCHEMA.names)
+                except (pa.ArrowException, OSError) as exc:
+                    raise InputFileError(in_path, f"cannot read the rows: {exc}") from None
+            phases["read"] = time.perf_counter() - clock
+            max_similarity = None
+            bench_count = 0
+            if cfg.benchmark:
+                from kgsynth.contamination import ContaminationGuard
+                from kgsynth.qafiles import read_question_texts
+
+                texts = read_question_texts(cfg.benchmark)
+                bench_count = len(texts)
+                with err.status(
+                    f"embedding {len(texts):,} benchmark questions (cached after the first run)…"
+                ):
+                    clock = time.perf_counter()
+                    max_similarity = ContaminationGuard(texts).max_similarity
+                    phases["benchmark_embeddings"] = time.perf_counter() - clock
+            n_rows = table.num_rows
+            with err.status(f"filtering {n_rows:,} trajectories…") as status:
+                accepted, rejected, stats = run_filters(
+                    table,
+                    cfg,
+                    max_similarity=max_similarity,
+                    progress=lambda step: status.update(
+                        f"filtering {n_rows:,} trajectories: {step}…"
+                    ),
+                    source=str(in_path),
+                )
+            del table
+            phases["filter"] = stats.pop("elapsed_s")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            paths = {
+                "accepted": out_dir / "accepted.parquet",
+                "rejected": out_dir / "rejected.parquet",
+            }
+
+            def write(name: str) -> None:
+                tmp = paths[name].with_name(f".{paths[name].name}.tmp")
+                # row groups of 64k rows, so readers of the corpus decode them in parallel
+                rows = accepted if name == "accepted" else rejected
+                pq.write_table(rows, tmp, row_group_size=1 << 16)
+                tmp.replace(paths[name])
+
+            with err.status(f"writing {out_dir}…"):
+                clock = time.perf_counter()
+                list(pool.map(write, paths))
+                phases["write"] = time.perf_counter() - clock
+                clock = time.perf_counter()
+                png = out_dir / "filter_stats.png"
+                filter_stats_png(stats, png)
+                phases["png"] = time.perf_counter() - clock
+                sha = input_sha.result()
+        manifest = write_manifest(
+            out_dir / "manifest.json",
+            stage="filter",
+            config=dataclasses.asdict(cfg),
+            input={"path": str(in_path), "sha256": sha, "rows": stats["rows_in"]},
+            output={
+                "accepted_path": str(paths["accepted"]),
+                "accepted_rows": accepted.num_rows,
+                "rejected_path": str(paths["rejected"]),
+                "rejected_rows": rejected.num_rows,
+                "stats_png": str(png),
+            },
+            benchmarks={"files": list(cfg.benchmark), "questions": bench_count},
+            elapsed_s=round(time.perf_counter() - started, 3),
+            seconds_by_phase={k: round(v, 3) for k, v in phases.items()},
+            **stats,
+        )
+    except KGSynthError as exc:
+        fail(exc)
+    rejects = {k: v for k, v in manifest["rejects"].items() if v}
+    out.print(
+        f"{manifest['accepted']:,} of {manifest['rows_in']:,} trajectories accepted "
+        f"→ {paths['accepted']} ({manifest['rejected']:,} rejected: {rejects}); "
+        f"{manifest['elapsed_s']:.1f}s",
         highlight=False,
     )
 

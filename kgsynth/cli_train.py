@@ -1,0 +1,393 @@
+"""``kgsynth train stage1|stage2``: SFT of the agent policy (see :mod:`kgsynth.train.sft`).
+
+Parses options, prepares the run folder, trains in this process or through the deepspeed
+launcher / torchrun, and writes ``manifest.json``; no logic lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kgsynth.errors import KGSynthError
+
+train_app = typer.Typer(
+    help="Supervised fine-tuning of the agent: stage1 (synthetic trajectories), stage2 "
+    "(expert trajectories, from stage1's weights).",
+    no_args_is_help=True,
+)
+
+CorpusOption = Annotated[
+    Path,
+    typer.Option(
+        "--corpus", help="Trajectory Parquet with a messages column (corpus/accepted.parquet)."
+    ),
+]
+OutOption = Annotated[
+    Path, typer.Option("--out", help="Run folder; ends up a save_pretrained model folder.")
+]
+RecipeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Defaults: graphwalker (lr 1e-5, batch 32, 2 epochs, 4096 tokens) or tiny (CPU). "
+        "\\[default: tiny for --model tiny, else graphwalker]"
+    ),
+]
+EpochsOption = Annotated[float | None, typer.Option(help="Epochs. \\[default: recipe's]")]
+MaxStepsOption = Annotated[
+    int | None, typer.Option(help="Optimizer steps; overrides --epochs when set.")
+]
+LrOption = Annotated[float | None, typer.Option(help="Peak learning rate. \\[default: recipe's]")]
+BatchOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Global batch: rows per optimizer step (trajectories, or packed rows with "
+        "--packing). \\[default: recipe's]"
+    ),
+]
+MicroOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Rows per device per forward pass; gradient accumulation makes up the rest. "
+        "\\[default: recipe's]"
+    ),
+]
+MaxLenOption = Annotated[
+    int | None,
+    typer.Option(help="Tokens per row; longer trajectories are dropped and counted."),
+]
+PackingOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--packing/--no-packing",
+        help="Pack trajectories into rows (else length-bucketed batches). \\[default: recipe's]",
+    ),
+]
+WarmupOption = Annotated[
+    float | None, typer.Option(help="Warmup as a fraction of the steps. \\[default: 0.03]")
+]
+SchedulerOption = Annotated[
+    str | None, typer.Option(help="cosine, linear or constant_with_warmup. \\[default: cosine]")
+]
+SeedOption = Annotated[int | None, typer.Option(help="Seed. \\[default: 0]")]
+LogStepsOption = Annotated[
+    int | None, typer.Option(help="Write metrics every N steps. \\[default: recipe's]")
+]
+SaveStepsOption = Annotated[
+    int | None, typer.Option(help="Checkpoint every N steps. \\[default: recipe's]")
+]
+DeepSpeedOption = Annotated[
+    str | None,
+    typer.Option(help="DeepSpeed ZeRO config (train/ds_zero0.json, ds_zero2.json, ds_zero3.json)."),
+]
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option(help="auto (bf16 on a CUDA GPU, fp32 on CPU), bf16 or fp32. \\[default: auto]"),
+]
+GradCkptOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--gradient-checkpointing/--no-gradient-checkpointing",
+        help="Recompute activations to save memory. \\[default: off]",
+    ),
+]
+AttnOption = Annotated[
+    str | None,
+    typer.Option(help="sdpa, eager or flash_attention_2. \\[default: sdpa]"),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(help="YAML file with these options (a stage1:/stage2: section or flat)."),
+]
+OverwriteOption = Annotated[
+    bool, typer.Option(help="Delete an earlier run in --out instead of resuming it.")
+]
+DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Print the resolved configuration and the launch command; train nothing."
+    ),
+]
+NprocOption = Annotated[int, typer.Option(help="Processes (GPUs) per node; > 1 starts a launcher.")]
+NnodesOption = Annotated[int, typer.Option(help="Nodes.")]
+NodeRankOption = Annotated[int, typer.Option(help="This node's rank (torchrun).")]
+MasterAddrOption = Annotated[str, typer.Option(help="Address of the rank-0 node.")]
+MasterPortOption = Annotated[int, typer.Option(help="Port of the rank-0 node.")]
+LauncherOption = Annotated[
+    str,
+    typer.Option(
+        help="auto (none for one process, deepspeed with --deepspeed, else torchrun), none, "
+        "torchrun or deepspeed."
+    ),
+]
+HostfileOption = Annotated[
+    str | None, typer.Option(help="DeepSpeed hostfile for a multi-node deepspeed launch.")
+]
+
+
+def _fail(exc: KGSynthError):
+    from kgsynth.cli import fail
+
+    fail(exc)
+
+
+@train_app.command("stage1")
+def stage1_cmd(
+    corpus: CorpusOption,
+    out_dir: OutOption,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A local HF checkpoint folder, or 'tiny' (a small Qwen2 built offline, its "
+            "tokenizer trained on the corpus)."
+        ),
+    ] = None,
+    recipe: RecipeOption = None,
+    epochs: EpochsOption = None,
+    max_steps: MaxStepsOption = None,
+    lr: LrOption = None,
+    batch_size: BatchOption = None,
+    micro_batch_size: MicroOption = None,
+    max_length: MaxLenOption = None,
+    packing: PackingOption = None,
+    warmup_ratio: WarmupOption = None,
+    lr_scheduler: SchedulerOption = None,
+    seed: SeedOption = None,
+    logging_steps: LogStepsOption = None,
+    save_steps: SaveStepsOption = None,
+    deepspeed: DeepSpeedOption = None,
+    precision: PrecisionOption = None,
+    gradient_checkpointing: GradCkptOption = None,
+    attn_implementation: AttnOption = None,
+    tiny_hidden_size: Annotated[
+        int | None, typer.Option(help="tiny: hidden size. \\[default: 64]")
+    ] = None,
+    tiny_layers: Annotated[int | None, typer.Option(help="tiny: layers. \\[default: 2]")] = None,
+    tiny_vocab_size: Annotated[
+        int | None, typer.Option(help="tiny: BPE vocabulary cap. \\[default: 2000]")
+    ] = None,
+    config: ConfigOption = None,
+    overwrite: OverwriteOption = False,
+    dry_run: DryRunOption = False,
+    nproc_per_node: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    master_addr: MasterAddrOption = "127.0.0.1",
+    master_port: MasterPortOption = 29500,
+    launcher: LauncherOption = "auto",
+    hostfile: HostfileOption = None,
+) -> None:
+    """Stage 1 SFT: from --model (a checkpoint folder or 'tiny') on synthetic trajectories."""
+    overrides = dict(locals())
+    _train("stage1", overrides)
+
+
+@train_app.command("stage2")
+def stage2_cmd(
+    corpus: CorpusOption,
+    out_dir: OutOption,
+    init: Annotated[
+        str | None, typer.Option(help="The stage-1 output folder (weights and tokenizer).")
+    ] = None,
+    recipe: RecipeOption = None,
+    epochs: EpochsOption = None,
+    max_steps: MaxStepsOption = None,
+    lr: LrOption = None,
+    batch_size: BatchOption = None,
+    micro_batch_size: MicroOption = None,
+    max_length: MaxLenOption = None,
+    packing: PackingOption = None,
+    warmup_ratio: WarmupOption = None,
+    lr_scheduler: SchedulerOption = None,
+    seed: SeedOption = None,
+    logging_steps: LogStepsOption = None,
+    save_steps: SaveStepsOption = None,
+    deepspeed: DeepSpeedOption = None,
+    precision: PrecisionOption = None,
+    gradient_checkpointing: GradCkptOption = None,
+    attn_implementation: AttnOption = None,
+    config: ConfigOption = None,
+    overwrite: OverwriteOption = False,
+    dry_run: DryRunOption = False,
+    nproc_per_node: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    master_addr: MasterAddrOption = "127.0.0.1",
+    master_port: MasterPortOption = 29500,
+    launcher: LauncherOption = "auto",
+    hostfile: HostfileOption = None,
+) -> None:
+    """Stage 2 SFT: from stage 1's folder (--init) on expert or rejection-sampled trajectories."""
+    overrides = dict(locals())
+    _train("stage2", overrides)
+
+
+_RUN_OPTIONS = ("corpus", "out_dir", "config", "overwrite", "dry_run")
+_LAUNCH_OPTIONS = (
+    "nproc_per_node",
+    "nnodes",
+    "node_rank",
+    "master_addr",
+    "master_port",
+    "launcher",
+    "hostfile",
+)
+
+
+def _train(stage: str, options: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    from kgsynth.config import build_config
+    from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher
+    from kgsynth.train.sft import SPEC, SFTConfig, prepare_run, resolve_config
+
+    out = Console()
+    err = Console(stderr=True)
+    started = time.perf_counter()
+    corpus: Path = options["corpus"]
+    out_dir: Path = options["out_dir"]
+    launch = LaunchConfig(**{k: options[k] for k in _LAUNCH_OPTIONS})
+    overrides = {
+        k: v for k, v in options.items() if k not in _RUN_OPTIONS and k not in _LAUNCH_OPTIONS
+    }
+    try:
+        cfg = build_config(SFTConfig, options["config"], overrides, section=stage)
+        launcher = resolve_launcher(launch, cfg.deepspeed is not None)
+        spec_path = out_dir / SPEC
+        if launcher == "none":
+            command = [sys.executable, "-m", "kgsynth.train.launch", str(spec_path)]
+        else:
+            command = launch_command(spec_path, launch, launcher)
+        if options["dry_run"]:
+            resolved = resolve_config(cfg, stage)
+            out.print_json(
+                data={
+                    "stage": stage,
+                    "corpus": str(corpus),
+                    "out": str(out_dir),
+                    "config": dataclasses.asdict(resolved),
+                    "launcher": launcher,
+                    "world_size": launch.world_size,
+                }
+            )
+            where = "in this process, equivalent to" if launcher == "none" else "command"
+            out.print(f"# {where}:\n{shlex.join(command)}", highlight=False, soft_wrap=True)
+            return
+        with err.status("reading the corpus and preparing the run folder…"):
+            spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=options["overwrite"])
+        if launcher == "none":
+            summary = _train_here(spec, err)
+        else:
+            summary = _train_launched(command, out_dir, err)
+        if summary is None:  # a torchrun node other than rank 0's
+            return
+        manifest = _write_manifest(spec, launch, launcher, command, summary, started)
+    except KGSynthError as exc:
+        _fail(exc)
+    loss_a, loss_b = manifest["loss_first"], manifest["loss_last"]
+    data = manifest["data"]
+    out.print(
+        f"{stage}: {manifest['steps']} steps ({manifest['epochs_done']:.2f} epochs) "
+        f"in {manifest['wall_s']:.1f}s, loss {loss_a:.3f} → {loss_b:.3f}, "
+        f"{manifest['tokens_per_s']:,.0f} tokens/s, non-padding {manifest['nonpad_fraction']:.0%}; "
+        f"{data['samples']:,} of {data['rows']:,} trajectories "
+        f"({data['dropped_overlong']} over-long dropped) → {out_dir}",
+        highlight=False,
+    )
+
+
+def _train_here(spec: Any, err: Any) -> dict[str, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from transformers.utils import logging as hf_logging
+
+    from kgsynth.train.sft import train_sft
+
+    hf_logging.disable_progress_bar()  # the bar below is the progress
+    with Progress(
+        TextColumn(f"[bold]{spec.stage}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        task = bar.add_task("train", total=None, info="")
+
+        def progress(step: int, max_steps: int, logs: dict) -> None:
+            info = (
+                f"loss {logs['loss']:.3f}, {logs['tokens_per_s']:,.0f} tokens/s"
+                if "loss" in logs
+                else None
+            )
+            bar.update(task, completed=step, total=max_steps or None)
+            if info:
+                bar.update(task, info=info)
+
+        return train_sft(spec, progress=progress)
+
+
+def _train_launched(command: list[str], out_dir: Path, err: Any) -> dict[str, Any] | None:
+    import json
+
+    from kgsynth.train.sft import SUMMARY
+
+    err.print(f"launching: {shlex.join(command)}", highlight=False, soft_wrap=True)
+    summary_path = out_dir / SUMMARY
+    summary_path.unlink(missing_ok=True)
+    try:
+        rc = subprocess.run(command, check=False).returncode
+    except OSError as exc:
+        raise KGSynthError(f"cannot start {command[0]}: {exc.strerror}") from None
+    if rc != 0:
+        raise KGSynthError(f"{Path(command[0]).name} exited with status {rc}; see its output above")
+    if not summary_path.is_file():
+        return None
+    return json.loads(summary_path.read_text())
+
+
+def _write_manifest(
+    spec: Any,
+    launch: Any,
+    launcher: str,
+    command: list[str],
+    summary: dict[str, Any],
+    started: float,
+) -> dict[str, Any]:
+    from kgsynth.manifest import sha256_file, write_manifest
+
+    out = Path(spec.out)
+    start_from: dict[str, Any] = {"path": str(spec.model_path)}
+    weights = spec.model_path / "model.safetensors"
+    if weights.is_file():
+        start_from["weights_sha256"] = sha256_file(weights)
+    final = out / "model.safetensors"
+    return write_manifest(
+        out / "manifest.json",
+        stage=f"train {spec.stage}",
+        config=dataclasses.asdict(spec.config),
+        launch={
+            **dataclasses.asdict(launch),
+            "launcher": launcher,
+            "command": shlex.join(command),
+        },
+        input={
+            "corpus": spec.corpus,
+            "sha256": sha256_file(spec.corpus),
+            "rows": summary["data"]["rows"],
+        },
+        start_from=start_from,
+        output={
+            "path": str(out),
+            "weights_sha256": sha256_file(final) if final.is_file() else None,
+            "bytes": sum(f.stat().st_size for f in out.glob("*") if f.is_file()),
+        },
+        elapsed_s=round(time.perf_counter() - started, 3),
+        **{k: v for k, v in summary.items() if k != "stage"},
+    )

@@ -1,0 +1,153 @@
+"""Multi-process launch of an SFT run: the ``deepspeed`` launcher or ``torchrun``.
+
+``kgsynth train stage1|stage2`` writes the resolved run to ``OUT/train_config.json`` and, for
+more than one process, runs one of::
+
+    deepspeed --num_gpus N --num_nodes M --master_addr A --master_port P [--hostfile H] \\
+        --module kgsynth.train.launch OUT/train_config.json
+    torchrun --nproc_per_node N --nnodes M --node_rank R --master_addr A --master_port P \\
+        -m kgsynth.train.launch OUT/train_config.json
+
+(``--dry-run`` prints it). With the deepspeed launcher a multi-node run starts once, on the
+first node, from a hostfile (ssh/pdsh reaches the others); with torchrun the same command runs
+on every node with its own ``--node-rank``. One process (the default) trains in the calling
+process, on CPU through the gloo backend when there is no GPU.
+
+``python -m kgsynth.train.launch SPEC`` is the worker every launched process runs: it reads
+the spec and calls :func:`kgsynth.train.sft.train_sft`; rank 0 writes ``train_summary.json``,
+from which the CLI writes the manifest once the launcher returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kgsynth.errors import ConfigError
+
+LAUNCHERS = ("auto", "none", "torchrun", "deepspeed")
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How many processes, where, and through which launcher."""
+
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    launcher: str = (
+        "auto"  # auto: none for one process, else deepspeed with --deepspeed, else torchrun
+    )
+    hostfile: str | None = None  # deepspeed launcher, multi-node
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+def resolve_launcher(launch: LaunchConfig, deepspeed: bool) -> str:
+    """The launcher to use (``none``: train in this process); checks the combination."""
+    for name, value, low in (
+        ("nproc_per_node", launch.nproc_per_node, 1),
+        ("nnodes", launch.nnodes, 1),
+        ("master_port", launch.master_port, 1),
+    ):
+        if value < low:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {low} (got {value})")
+    if not 0 <= launch.node_rank < launch.nnodes:
+        raise ConfigError(
+            f"--node-rank must be in [0, {launch.nnodes - 1}] (got {launch.node_rank})"
+        )
+    if launch.launcher not in LAUNCHERS:
+        raise ConfigError(
+            f"--launcher must be one of {', '.join(LAUNCHERS)} (got {launch.launcher!r})"
+        )
+    launcher = launch.launcher
+    if launcher == "auto":
+        launcher = "none" if launch.world_size == 1 else ("deepspeed" if deepspeed else "torchrun")
+    if launcher == "none" and launch.world_size > 1:
+        raise ConfigError("--launcher none trains in one process; use --nproc-per-node 1")
+    if launcher == "deepspeed" and launch.nnodes > 1 and not launch.hostfile:
+        raise ConfigError(
+            "--launcher deepspeed with --nnodes > 1 needs --hostfile (or use --launcher torchrun "
+            "and run the command on every node with its --node-rank)"
+        )
+    if launch.hostfile and not Path(launch.hostfile).is_file():
+        raise ConfigError(f"--hostfile: {launch.hostfile} does not exist")
+    return launcher
+
+
+def _tool(name: str) -> str:
+    """A console script next to this interpreter (the virtualenv's), else on PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def launch_command(spec_path: str | Path, launch: LaunchConfig, launcher: str) -> list[str]:
+    """The command that starts every process of the run (``launcher`` from
+    :func:`resolve_launcher`, not ``none``)."""
+    spec = str(spec_path)
+    if launcher == "deepspeed":
+        cmd = [
+            _tool("deepspeed"),
+            "--num_gpus",
+            str(launch.nproc_per_node),
+            "--num_nodes",
+            str(launch.nnodes),
+            "--master_addr",
+            launch.master_addr,
+            "--master_port",
+            str(launch.master_port),
+        ]
+        if launch.hostfile:
+            cmd += ["--hostfile", launch.hostfile]
+        return [*cmd, "--module", "kgsynth.train.launch", spec]
+    if launcher == "torchrun":
+        return [
+            _tool("torchrun"),
+            "--nproc_per_node",
+            str(launch.nproc_per_node),
+            "--nnodes",
+            str(launch.nnodes),
+            "--node_rank",
+            str(launch.node_rank),
+            "--master_addr",
+            launch.master_addr,
+            "--master_port",
+            str(launch.master_port),
+            "-m",
+            "kgsynth.train.launch",
+            spec,
+        ]
+    raise ConfigError(f"no launch command for launcher {launcher!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point: train one process of a launched run."""
+    import logging
+
+    from kgsynth.errors import KGSynthError
+    from kgsynth.train.sft import RunSpec, train_sft
+
+    parser = argparse.ArgumentParser(prog="python -m kgsynth.train.launch")
+    parser.add_argument("spec", help="OUT/train_config.json written by `kgsynth train`")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None)  # deepspeed's
+    ns = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        train_sft(RunSpec.read(ns.spec))
+    except KGSynthError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
