@@ -300,3 +300,53 @@ def test_cli_oracle_run_and_cached_rerun(kg, questions, tmp_path):
         ],
     )
     assert bad.exit_code == 2 and "policy model" in bad.output
+
+
+class FlakyPolicy(ScriptedPolicy):
+    """Dies (like Ctrl-C) once it has answered ``budget`` requests."""
+
+    def __init__(self, scripts, budget: int) -> None:
+        super().__init__(scripts)
+        self.budget = budget
+
+    def generate_batch(self, requests, progress=None):
+        out = []
+        for i, r in enumerate(requests):
+            if self.budget == 0:
+                raise KeyboardInterrupt
+            self.budget -= 1
+            (c,) = super().generate_batch([r])
+            out.append(c)
+            if progress:
+                progress(i, c)
+        return out
+
+
+def test_interrupted_free_run_resumes_from_the_cache_without_losses(kg, questions, tmp_path):
+    from kgsynth.llm.cache import CachedLLM
+
+    rows = questions[:4]
+
+    def script():
+        return {
+            q["question"]: [
+                f'<think>t</think><kg-query>get_relations("{q["topic_names"][0]}")</kg-query>',
+                '<think>t</think><answer>["A"]</answer>',
+            ]
+            for q in rows
+        }
+
+    cfg = TrajectoryConfig(mode="free", max_turns=3)
+    full, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=ScriptedPolicy(script()))
+    cache = tmp_path / "cache.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        synthesize_trajectories(
+            rows, cfg, graph=kg.graph(), llm=CachedLLM(FlakyPolicy(script(), budget=6), cache)
+        )
+    inner = ScriptedPolicy(script())
+    resumed_llm = CachedLLM(inner, cache)
+    resumed, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=resumed_llm)
+    # the 6 requests answered before the interruption were kept; only the other 4 are asked
+    assert (resumed_llm.stats.cache_hits, resumed_llm.stats.cache_misses) == (6, 4)
+    assert [r["trajectory_id"] for r in resumed] == [r["trajectory_id"] for r in full]
+    assert [r["messages"] for r in resumed] == [r["messages"] for r in full]
