@@ -302,20 +302,29 @@ def test_cli_oracle_run_and_cached_rerun(kg, questions, tmp_path):
     assert bad.exit_code == 2 and "policy model" in bad.output
 
 
-class FlakyPolicy(ScriptedPolicy):
-    """Dies (like Ctrl-C) once it has answered ``budget`` requests."""
+class TurnPolicy(LLM):
+    """Answers from a per-question script indexed by the turn (stateless, like a model), and
+    dies (like Ctrl-C) after ``budget`` requests when a budget is given."""
 
-    def __init__(self, scripts, budget: int) -> None:
-        super().__init__(scripts)
+    backend = "scripted"
+    model = "turns"
+
+    def __init__(self, scripts, budget: int | None = None) -> None:
+        super().__init__()
+        self.scripts = scripts
         self.budget = budget
 
     def generate_batch(self, requests, progress=None):
         out = []
         for i, r in enumerate(requests):
-            if self.budget == 0:
-                raise KeyboardInterrupt
-            self.budget -= 1
-            (c,) = super().generate_batch([r])
+            if self.budget is not None:
+                if self.budget == 0:
+                    raise KeyboardInterrupt
+                self.budget -= 1
+            msgs = r.message_dicts()
+            question = msgs[1]["content"].split("\n")[0].removeprefix("Question: ")
+            turn = sum(m["role"] == "assistant" for m in msgs)
+            c = Completion(self.scripts[question][min(turn, len(self.scripts[question]) - 1)])
             out.append(c)
             if progress:
                 progress(i, c)
@@ -337,14 +346,13 @@ def test_interrupted_free_run_resumes_from_the_cache_without_losses(kg, question
         }
 
     cfg = TrajectoryConfig(mode="free", max_turns=3)
-    full, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=ScriptedPolicy(script()))
+    full, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=TurnPolicy(script()))
     cache = tmp_path / "cache.sqlite"
     with pytest.raises(KeyboardInterrupt):
         synthesize_trajectories(
-            rows, cfg, graph=kg.graph(), llm=CachedLLM(FlakyPolicy(script(), budget=6), cache)
+            rows, cfg, graph=kg.graph(), llm=CachedLLM(TurnPolicy(script(), budget=6), cache)
         )
-    inner = ScriptedPolicy(script())
-    resumed_llm = CachedLLM(inner, cache)
+    resumed_llm = CachedLLM(TurnPolicy(script()), cache)
     resumed, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=resumed_llm)
     # the 6 requests answered before the interruption were kept; only the other 4 are asked
     assert (resumed_llm.stats.cache_hits, resumed_llm.stats.cache_misses) == (6, 4)
