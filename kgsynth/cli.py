@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kgsynth.cli_train import train_app
-from kgsynth.errors import KGSynthError
+from kgsynth.errors import InputFileError, KGSynthError
 
 app = typer.Typer(
     name="kgsynth",
@@ -513,7 +513,7 @@ def synthesize_questions_cmd(
             section="questions",
         )
         if not walks.is_file():
-            raise KGSynthError(f"--walks: {walks} does not exist (run `kgsynth walk` first)")
+            raise InputFileError(walks, "--walks: no such file (run `kgsynth walk` first)")
         try:
             rows = pq.read_table(walks).to_pylist()
         except (pa.ArrowException, OSError) as exc:
@@ -702,8 +702,8 @@ def synthesize_trajectories_cmd(
             section="trajectories",
         )
         if not questions.is_file():
-            raise KGSynthError(
-                f"--questions: {questions} does not exist (run `kgsynth synthesize questions` first)"
+            raise InputFileError(
+                questions, "--questions: no such file (run `kgsynth synthesize questions` first)"
             )
         try:
             rows = pq.read_table(questions).to_pylist()

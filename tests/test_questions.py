@@ -256,4 +256,4 @@ def test_cli_rejects_missing_walks(tmp_path):
             str(tmp_path / "q.parquet"),
         ],
     )
-    assert res.exit_code == 1 and "run `kgsynth walk` first" in res.output
+    assert res.exit_code == 3 and "run `kgsynth walk` first" in res.output
