@@ -51,11 +51,13 @@ all: install
 	$(BIN)/kgsynth walk --kg $(RUN)/kg --n $(WALKS) --seed 0 --config pipelines/metaqa_default.yaml --out $(RUN)/walks/walks.parquet --overwrite
 	$(BIN)/kgsynth synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template
 	$(BIN)/kgsynth synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --out $(RUN)/trajectories/trajectories.parquet
+	$(BIN)/kgsynth filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py
 	$(BIN)/python benchmarks/bench_walk.py
 	$(BIN)/python benchmarks/bench_llm.py
+	$(BIN)/python benchmarks/bench_filter.py
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache
