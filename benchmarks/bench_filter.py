@@ -279,6 +279,7 @@ def synthetic_table(n: int, seed: int = 0) -> pa.Table:
                 ("tool_errors", 0),
                 ("format_errors", int(bad_format)),
                 ("tool_calls", calls),
+                ("turns", []),
                 ("observed_entities", observed),
                 ("reference", reference),
                 ("generator", generator),

@@ -62,6 +62,17 @@ REJECTED_QUESTION_SCHEMA = QUESTION_SCHEMA.append(pa.field("reject_reason", pa.s
 )
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+# Per assistant turn: the tool called, its arguments (JSON), the typed tool error, the format
+# error, and the entity names the environment's observation showed.
+TURN = pa.struct(
+    [
+        ("tool", pa.string()),
+        ("args", pa.string()),
+        ("tool_error", pa.string()),
+        ("format_error", pa.string()),
+        ("entities", pa.list_(pa.string())),
+    ]
+)
 TRAJ_GENERATOR = pa.struct(
     [("backend", pa.string()), ("model", pa.string()), ("prompt_hash", pa.string())]
 )
@@ -89,6 +100,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("tool_errors", pa.int32()),  # tool calls that came back with a typed error
         ("format_errors", pa.int32()),  # assistant turns that broke the turn protocol
         ("tool_calls", pa.list_(pa.string())),  # the kg-query texts, in order
+        ("turns", pa.list_(TURN)),  # per-turn metadata, one entry per assistant turn
         ("observed_entities", pa.list_(pa.string())),  # names the environment returned
         (
             "reference",

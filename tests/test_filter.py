@@ -81,6 +81,7 @@ def traj(tid: str, **over: Any) -> dict[str, Any]:
         "tool_errors": 0,
         "format_errors": 0,
         "tool_calls": [CALL_2],
+        "turns": [],
         "observed_entities": ["Kismet", "William Dieterle"],
         "reference": "",
         "generator": {"backend": "template", "model": "t", "prompt_hash": "h"},

@@ -358,3 +358,28 @@ def test_interrupted_free_run_resumes_from_the_cache_without_losses(kg, question
     assert (resumed_llm.stats.cache_hits, resumed_llm.stats.cache_misses) == (6, 2)
     assert [r["trajectory_id"] for r in resumed] == [r["trajectory_id"] for r in full]
     assert [r["messages"] for r in resumed] == [r["messages"] for r in full]
+
+
+def test_per_turn_metadata_is_stored(kg):
+    graph = kg.graph()
+    task = EpisodeTask("Who directed Movie 4?", ["Movie 4"])
+    policy = ScriptedPolicy(
+        {
+            task.question: [
+                '<think>a</think><kg-query>get_relations("Nobody")</kg-query>',
+                "no think <answer>[]</answer>",
+            ]
+        }
+    )
+    from kgsynth.agent.loop import episode_summary
+
+    (ep,) = run_episodes(policy, [task], lambda t: ToolEnvironment(graph, t.question))
+    turns = episode_summary(ep)["turns"]
+    assert turns[0] == {
+        "tool": "get_relations",
+        "args": '["Nobody"]',
+        "tool_error": "entity_not_found",
+        "format_error": None,
+        "entities": [],
+    }
+    assert turns[1]["format_error"] == "missing <think> block" and turns[1]["tool"] is None

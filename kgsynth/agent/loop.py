@@ -13,6 +13,7 @@ writes itself is stripped before parsing and never counts as observed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,7 +257,19 @@ def episode_summary(ep: Episode) -> dict[str, Any]:
         "tool_errors": ep.tool_errors,
         "format_errors": ep.format_errors,
         "tool_calls": ep.tool_calls,
+        "turns": [turn_metadata(t) for t in ep.turns if not t.llm_error],
         "observed_entities": ep.observed_entities,
+    }
+
+
+def turn_metadata(t: TurnRecord) -> dict[str, Any]:
+    """A turn's record as stored in trajectories.parquet."""
+    return {
+        "tool": t.tool,
+        "args": json.dumps(list(t.args), ensure_ascii=False) if t.tool else None,
+        "tool_error": t.tool_error,
+        "format_error": t.format_error,
+        "entities": list(t.entities),
     }
 
 

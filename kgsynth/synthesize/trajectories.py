@@ -287,6 +287,25 @@ def synthesize_oracle(
                 "tool_errors": 0,
                 "format_errors": 0,
                 "tool_calls": [c.call for c, _ in steps],
+                "turns": [
+                    {
+                        "tool": result.tool,
+                        "args": json.dumps(list(result.args), ensure_ascii=False),
+                        "tool_error": None,
+                        "format_error": None,
+                        "entities": list(result.entities),
+                    }
+                    for _, result in steps
+                ]
+                + [
+                    {
+                        "tool": None,
+                        "args": None,
+                        "tool_error": None,
+                        "format_error": None,
+                        "entities": [],
+                    }
+                ],
                 "observed_entities": list(dict.fromkeys(observed)),
                 "_row": row,
                 "_sample": 0,
@@ -375,6 +394,7 @@ EMPTY_EPISODE = {
     "tool_errors": 0,
     "format_errors": 0,
     "tool_calls": [],
+    "turns": [],
     "observed_entities": [],
 }
 
