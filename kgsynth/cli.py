@@ -401,6 +401,33 @@ BaseUrlOption = Annotated[
 ApiKeyOption = Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")]
 
 
+ConcurrencyOption = Annotated[int, typer.Option(help="Requests in flight (openai).")]
+TimeoutOption = Annotated[float, typer.Option(help="Seconds per request (openai).")]
+MaxRetriesOption = Annotated[int, typer.Option(help="Retries per request on 429/5xx/timeouts.")]
+CacheOption = Annotated[
+    Path | None,
+    typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
+]
+NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")]
+
+
+def _read_rows(path: Path, flag: str, need: set[str], produced_by: str) -> list[dict]:
+    """A stage's input Parquet as rows; errors name the file, and missing columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise InputFileError(path, f"{flag}: no such file (run `{produced_by}` first)")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFileError(path, f"{flag}: not a readable Parquet file: {exc}") from None
+    missing = need - set(table.column_names)
+    if missing:
+        raise InputFileError(path, f"{flag}: missing column(s) {', '.join(sorted(missing))}")
+    return table.to_pylist()
+
+
 def _make_llm(
     llm: str,
     model: str | None,
@@ -440,14 +467,11 @@ def synthesize_questions_cmd(
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight (openai).")] = 16,
-    timeout: Annotated[float, typer.Option(help="Seconds per request (openai).")] = 120.0,
-    max_retries: Annotated[int, typer.Option(help="Retries per request on 429/5xx/timeouts.")] = 5,
-    cache: Annotated[
-        Path | None,
-        typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")] = False,
+    concurrency: ConcurrencyOption = 16,
+    timeout: TimeoutOption = 120.0,
+    max_retries: MaxRetriesOption = 5,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature. \\[default: 0.7]")
     ] = None,
@@ -512,22 +536,12 @@ def synthesize_questions_cmd(
             ),
             section="questions",
         )
-        if not walks.is_file():
-            raise InputFileError(walks, "--walks: no such file (run `kgsynth walk` first)")
-        try:
-            rows = pq.read_table(walks).to_pylist()
-        except (pa.ArrowException, OSError) as exc:
-            raise KGSynthError(f"--walks: {walks} is not a readable Parquet file: {exc}") from None
-        missing = {
-            "walk_id",
-            "branches",
-            "topic_names",
-            "answer_names",
-            "merge_at",
-            "structure",
-        } - set(rows[0] if rows else {})
-        if rows and missing:
-            raise KGSynthError(f"--walks: {walks} lacks column(s) {', '.join(sorted(missing))}")
+        rows = _read_rows(
+            walks,
+            "--walks",
+            {"walk_id", "branches", "topic_names", "answer_names", "merge_at", "structure"},
+            "kgsynth walk",
+        )
         if limit is not None:
             rows = rows[:limit]
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -635,14 +649,11 @@ def synthesize_trajectories_cmd(
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight (openai).")] = 16,
-    timeout: Annotated[float, typer.Option(help="Seconds per request (openai).")] = 120.0,
-    max_retries: Annotated[int, typer.Option(help="Retries per request on 429/5xx/timeouts.")] = 5,
-    cache: Annotated[
-        Path | None,
-        typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")] = False,
+    concurrency: ConcurrencyOption = 16,
+    timeout: TimeoutOption = 120.0,
+    max_retries: MaxRetriesOption = 5,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
     samples: Annotated[
         int | None, typer.Option(help="Episodes per question (free/referenced). \\[default: 1]")
     ] = None,
@@ -701,24 +712,10 @@ def synthesize_trajectories_cmd(
             ),
             section="trajectories",
         )
-        if not questions.is_file():
-            raise InputFileError(
-                questions, "--questions: no such file (run `kgsynth synthesize questions` first)"
-            )
-        try:
-            rows = pq.read_table(questions).to_pylist()
-        except (pa.ArrowException, OSError) as exc:
-            raise KGSynthError(
-                f"--questions: {questions} is not a readable Parquet file: {exc}"
-            ) from None
         need = {"question_id", "question", "topic_names", "answer_names"}
         if cfg.mode != "free":
             need |= {"branches", "merge_at"}
-        missing = need - set(rows[0] if rows else need)
-        if missing:
-            raise KGSynthError(
-                f"--questions: {questions} lacks column(s) {', '.join(sorted(missing))}"
-            )
+        rows = _read_rows(questions, "--questions", need, "kgsynth synthesize questions")
         if limit is not None:
             rows = rows[:limit]
         out_path.parent.mkdir(parents=True, exist_ok=True)
