@@ -430,26 +430,31 @@ def _read_rows(path: Path, flag: str, need: set[str], produced_by: str) -> list[
 
 def _make_llm(
     llm: str,
-    model: str | None,
-    base_url: str | None,
-    api_key: str | None,
-    concurrency: int,
-    timeout: float,
-    max_retries: int,
+    out_path: Path,
+    *,
     cache: Path | None,
+    no_cache: bool,
+    **options,
 ):
+    """The stage's LLM, wrapped in the request cache (``llm_cache.sqlite`` beside ``--out``
+    unless ``--cache`` names another or ``--no-cache``)."""
     from kgsynth.llm import make_llm
 
-    return make_llm(
-        llm,
-        cache=cache,
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        concurrency=concurrency,
-        timeout=timeout,
-        max_retries=max_retries,
-    )
+    cache_path = None if no_cache else (cache or out_path.with_name("llm_cache.sqlite"))
+    return make_llm(llm, cache=cache_path, **options)
+
+
+def _write_outputs(out_path: Path, accepted: list, schema, rejected: list, rejected_schema) -> Path:
+    """The stage's output (atomically) and ``rejected.parquet`` beside it; returns the latter."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = out_path.with_name(f".{out_path.name}.tmp")
+    pq.write_table(pa.Table.from_pylist(accepted, schema=schema), tmp)
+    tmp.replace(out_path)
+    rejected_path = _sidecar(out_path, "rejected.parquet")
+    pq.write_table(pa.Table.from_pylist(rejected, schema=rejected_schema), rejected_path)
+    return rejected_path
 
 
 def _sidecar(out_path: Path, name: str) -> Path:
@@ -512,8 +517,6 @@ def synthesize_questions_cmd(
     contamination filters."""
     import time
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kgsynth.config import build_config
@@ -545,10 +548,10 @@ def synthesize_questions_cmd(
         if limit is not None:
             rows = rows[:limit]
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        cache_path = None if no_cache else (cache or out_path.with_name("llm_cache.sqlite"))
         client = _make_llm(
-            llm, model, base_url, api_key, concurrency, timeout, max_retries, cache_path
-        )
+            llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
+            api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
+        )  # fmt: skip
         guard_fn = None
         bench_count = 0
         if benchmark:
@@ -591,12 +594,8 @@ def synthesize_questions_cmd(
             accepted, rejected, stats = synthesize_questions(
                 rows, cfg, llm=client, max_similarity=guard_fn, progress=progress
             )
-        tmp = out_path.with_name(f".{out_path.name}.tmp")
-        pq.write_table(pa.Table.from_pylist(accepted, schema=QUESTION_SCHEMA), tmp)
-        tmp.replace(out_path)
-        rejected_path = _sidecar(out_path, "rejected.parquet")
-        pq.write_table(
-            pa.Table.from_pylist(rejected, schema=REJECTED_QUESTION_SCHEMA), rejected_path
+        rejected_path = _write_outputs(
+            out_path, accepted, QUESTION_SCHEMA, rejected, REJECTED_QUESTION_SCHEMA
         )
         import dataclasses
 
@@ -687,8 +686,6 @@ def synthesize_trajectories_cmd(
     import dataclasses
     import time
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kgsynth.config import build_config
@@ -719,20 +716,11 @@ def synthesize_trajectories_cmd(
         if limit is not None:
             rows = rows[:limit]
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        cache_path = None if no_cache else (cache or out_path.with_name("llm_cache.sqlite"))
-        from kgsynth.llm import make_llm
-
-        client = make_llm(
-            llm,
-            cache=cache_path,
-            model=model,
-            base_url=base_url,
-            api_key=api_key,
-            concurrency=concurrency,
-            timeout=timeout,
-            max_retries=max_retries,
+        client = _make_llm(
+            llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
+            api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
             device=device,
-        )
+        )  # fmt: skip
         graph = _open(kg, profile).graph()
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -754,12 +742,8 @@ def synthesize_trajectories_cmd(
             accepted, rejected, stats = synthesize_trajectories(
                 rows, cfg, graph=graph, llm=client, progress=progress
             )
-        tmp = out_path.with_name(f".{out_path.name}.tmp")
-        pq.write_table(pa.Table.from_pylist(accepted, schema=TRAJECTORY_SCHEMA), tmp)
-        tmp.replace(out_path)
-        rejected_path = _sidecar(out_path, "rejected.parquet")
-        pq.write_table(
-            pa.Table.from_pylist(rejected, schema=REJECTED_TRAJECTORY_SCHEMA), rejected_path
+        rejected_path = _write_outputs(
+            out_path, accepted, TRAJECTORY_SCHEMA, rejected, REJECTED_TRAJECTORY_SCHEMA
         )
         manifest = write_manifest(
             _sidecar(out_path, "manifest.json"),
