@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -57,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_kg_tools import machine_info as shared_machine_info  # noqa: E402
 from kgsynth.schema import TRAJECTORY_SCHEMA  # noqa: E402
 
 TARGET_ROWS_PER_MIN = 1_000_000
@@ -426,31 +426,18 @@ def time_cli(path: Path, workdir: Path) -> dict[str, Any]:
 
 
 def machine_info() -> dict[str, Any]:
+    """bench_kg_tools' machine record, plus what matters to this benchmark."""
     import polars as pl
 
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        sha = ""
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
     return {
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpus": os.cpu_count(),
+        **shared_machine_info(),
         "load_average_before": load,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
         "pyarrow": pa.__version__,
         "polars": pl.__version__,
-        "git": sha,
     }
 
 
