@@ -452,8 +452,7 @@ class WalkState:
 
 def _config_fingerprint(cfg: WalkConfig, kg: KG) -> str:
     data = dataclasses.asdict(cfg)
-    for key in ("chunk_size",):
-        data.pop(key)
+    data.pop("chunk_size")  # chunking does not change the walks
     desc = kg.describe()
     data["kg"] = {k: desc.get(k) for k in ("location", "profile", "source_sha256", "triples")}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
