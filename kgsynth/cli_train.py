@@ -391,3 +391,196 @@ def _write_manifest(
         elapsed_s=round(time.perf_counter() - started, 3),
         **{k: v for k, v in summary.items() if k != "stage"},
     )
+
+
+@train_app.command("rl")
+def rl_cmd(
+    ctx: typer.Context,
+    questions: Annotated[
+        Path,
+        typer.Option(
+            help="Questions with topic entities and gold answers: questions.parquet from "
+            "`synthesize questions`, MetaQA txt or JSONL."
+        ),
+    ],
+    out_dir: OutOption,
+    init: Annotated[
+        str, typer.Option(help="The SFT output folder to start from (stage2, or stage1).")
+    ],
+    kg: Annotated[
+        str | None,
+        typer.Option(
+            help="Store dir, triple file or SPARQL endpoint URL \\[default: shipped MetaQA]."
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="KG profile: generic, freebase, wikidata \\[default: detect]."),
+    ] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            help="Defaults: default (lr 1e-6, group 8, 16 questions/step) or tiny (CPU). "
+            "\\[default: tiny when --init is a tiny SFT run]"
+        ),
+    ] = None,
+    reward: Annotated[
+        str,
+        typer.Option(
+            help="Reward: a preset (graphwalker = em, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
+            "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance."
+        ),
+    ] = "em",
+    fbeta_switch_step: Annotated[
+        int | None, typer.Option(help="fbeta curriculum: beta 0.5 until this step, then 1.")
+    ] = None,
+    fbeta_switch_reward: Annotated[
+        float | None,
+        typer.Option(help="fbeta curriculum: switch to beta 1 once the mean reward reaches this."),
+    ] = None,
+    group_size: Annotated[
+        int | None, typer.Option(help="Rollouts per question (G). \\[default: recipe's]")
+    ] = None,
+    questions_per_step: Annotated[
+        int | None, typer.Option(help="Questions per step. \\[default: recipe's]")
+    ] = None,
+    max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
+    lr: LrOption = None,
+    kl: Annotated[
+        float, typer.Option("--kl", help="KL coefficient to the frozen init model (k3); 0 = off.")
+    ] = 0.001,
+    clip_low: Annotated[float, typer.Option(help="Ratio clip below: 1 - clip_low.")] = 0.2,
+    clip_high: Annotated[
+        float, typer.Option(help="Ratio clip above: 1 + clip_high (DAPO).")
+    ] = 0.28,
+    scale_rewards: Annotated[
+        bool,
+        typer.Option(
+            "--scale-rewards/--no-scale-rewards", help="Divide advantages by the group std."
+        ),
+    ] = True,
+    turn_advantage: Annotated[
+        bool,
+        typer.Option(
+            "--turn-advantage/--no-turn-advantage",
+            help="Add KG-R1's turn-wise group-normalized advantage of the turn rewards.",
+        ),
+    ] = False,
+    updates_per_step: Annotated[
+        int, typer.Option(help="Updates on each step's rollouts; 1 = on-policy single update.")
+    ] = 1,
+    micro_batch_size: Annotated[int, typer.Option(help="Rollouts per forward pass.")] = 8,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of rollouts.")] = 1.0,
+    max_turns: Annotated[int, typer.Option(help="Tool turns before a forced final answer.")] = 10,
+    max_turn_tokens: Annotated[
+        int | None, typer.Option(help="Generated tokens per turn. \\[default: recipe's]")
+    ] = None,
+    max_obs_tokens: Annotated[int, typer.Option(help="Observation tokens kept per call.")] = 512,
+    rollout_timeout: Annotated[
+        float, typer.Option(help="Seconds per rollout before it is ended where it is.")
+    ] = 300.0,
+    tools: Annotated[str, typer.Option(help="Tool set: graphwalker or kgr1.")] = "graphwalker",
+    save_steps: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 25,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    deepspeed: DeepSpeedOption = None,
+    precision: PrecisionOption = None,
+    config: ConfigOption = None,
+    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --out.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the resolved configuration; train nothing.")
+    ] = False,
+) -> None:
+    """GRPO against the live KG: multi-turn rollouts with the KG tools, the seeds' rewards."""
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kgsynth.config import build_config
+    from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.train.grpo import (
+        GRPOConfig,
+        RLSpec,
+        prepare_out,
+        read_rl_questions,
+        resolve_config,
+        train_grpo,
+    )
+
+    out = Console()
+    err = Console(stderr=True)
+    started = time.perf_counter()
+    overrides = dict(
+        init=init, recipe=recipe, reward=reward, fbeta_switch_step=fbeta_switch_step,
+        fbeta_switch_reward=fbeta_switch_reward, group_size=group_size,
+        questions_per_step=questions_per_step, max_steps=max_steps, lr=lr, kl_coef=kl,
+        clip_low=clip_low, clip_high=clip_high, scale_rewards=scale_rewards,
+        turn_advantage=turn_advantage, updates_per_step=updates_per_step,
+        micro_batch_size=micro_batch_size, temperature=temperature, max_turns=max_turns,
+        max_turn_tokens=max_turn_tokens, max_obs_tokens=max_obs_tokens,
+        rollout_timeout_s=rollout_timeout, toolset=tools, save_steps=save_steps, seed=seed,
+        deepspeed=deepspeed, precision=precision or "auto",
+    )  # fmt: skip
+    if config is not None:  # the file's values win over defaults, flags given win over the file
+        from click.core import ParameterSource
+
+        given = {"kl": "kl_coef", "rollout_timeout": "rollout_timeout_s", "tools": "toolset"}
+        for name in list(ctx.params):
+            if ctx.get_parameter_source(name) == ParameterSource.DEFAULT:
+                overrides.pop(given.get(name, name), None)
+    try:
+        cfg = resolve_config(build_config(GRPOConfig, config, overrides, section="rl"))
+        if dry_run:
+            out.print_json(data={"questions": str(questions), "kg": kg, "out": str(out_dir),
+                                 "config": dataclasses.asdict(cfg)})  # fmt: skip
+            return
+        qs = read_rl_questions(questions)
+        prepare_out(out_dir, overwrite)
+        spec = RLSpec(str(questions), kg or "", profile, str(out_dir), cfg)
+        if kg is None:
+            from kgsynth.kg.open import DEFAULT_KG
+
+            spec = dataclasses.replace(spec, kg=str(DEFAULT_KG))
+        with Progress(
+            TextColumn("[bold]rl"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=err,
+        ) as bar:
+            task = bar.add_task("rl", total=cfg.max_steps, info="")
+
+            def progress(step: int, total: int, row: dict) -> None:
+                bar.update(
+                    task,
+                    completed=step,
+                    info=f"reward {row['reward']:.3f}, kl {row['kl']:.4f}, "
+                    f"{row['step_s']:.1f}s/step, skipped {row['skipped_groups']}/{row['groups']}",
+                )
+
+            summary = train_grpo(spec, progress=progress, questions=qs)
+        manifest = write_manifest(
+            out_dir / "manifest.json",
+            stage="train rl",
+            config=dataclasses.asdict(cfg),
+            input={
+                "questions": str(questions),
+                "sha256": sha256_file(questions),
+                "rows": len(qs),
+                "kg": spec.kg,
+            },
+            start_from={"path": str(cfg.init)},
+            output={"path": str(out_dir)},
+            elapsed_s=round(time.perf_counter() - started, 3),
+            **summary,
+        )
+    except KGSynthError as exc:
+        _fail(exc)
+    out.print(
+        f"rl: {manifest['steps']} steps in {manifest['wall_s']:.1f}s, reward "
+        f"{manifest['reward_first']:.3f} → {manifest['reward_last']:.3f} (first/last fifth), "
+        f"{manifest['mean_step_s']:.1f}s/step, {manifest['mean_rollout_tokens_per_s']:,.0f} rollout "
+        f"tokens/s, {manifest['skipped_groups']} of {manifest['groups']} groups skipped "
+        f"(equal rewards) → {out_dir}",
+        highlight=False,
+    )

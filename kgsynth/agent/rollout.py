@@ -1,0 +1,372 @@
+"""Token-in/token-out multi-turn rollouts of a local policy against the KG tools (for GRPO).
+
+The same protocol and environment as synthesis and eval (:func:`kgsynth.agent.loop.step`
+applies every turn), but kept in token space: each rollout holds the token ids the policy saw
+and sampled, a loss mask (1 on sampled tokens, 0 on the prompt, on observation tokens and on
+the end-of-turn tokens the environment closes a turn with) and the log-probability of every
+sampled token under the sampling distribution. Observations are tokenized once, when they are
+appended; the history is never decoded and re-encoded, so the ids trained on are exactly the
+ids the policy produced (:func:`check_alignment` asserts it).
+
+    policy = TokenPolicy(model, tokenizer)
+    rollouts = run_rollouts(policy, tasks, make_env, RolloutConfig(max_turns=4), seed=0)
+
+Turn segments come from the tokenizer's chat template (ChatML when it has none): after an
+assistant turn the environment appends the rest of that turn's end-of-turn text, then the
+observation rendered as a ``user`` turn and the opening of the next assistant turn — the same
+text :mod:`kgsynth.agent.render` renders for SFT.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgsynth.agent.loop import (
+    FINAL_ANSWER_PROMPT,
+    Episode,
+    EpisodeTask,
+    step,
+    system_prompt,
+    user_prompt,
+)
+from kgsynth.agent.protocol import STOP_SEQUENCES
+from kgsynth.agent.render import CHATML_TEMPLATE
+from kgsynth.agent.tools import ToolEnvironment
+
+_SENTINEL = "\x1eASSISTANT-TURN\x1e"
+TRUNCATION_MARK = " [... observation truncated]"
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Limits of one rollout (per-turn generation cap, observation cap, turns, wall time)."""
+
+    toolset: str = "graphwalker"
+    max_turns: int = 10
+    max_turn_tokens: int = 256  # generated tokens per assistant turn
+    max_obs_tokens: int = 512  # observation tokens appended per tool call
+    temperature: float = 1.0
+    top_p: float = 1.0
+    timeout_s: float = 120.0  # per rollout; a rollout past it ends where it is
+
+
+@dataclass
+class Rollout:
+    """One episode in token space. ``turn_of[i]`` is the assistant turn token i belongs to
+    (-1 for prompt and environment tokens)."""
+
+    episode: Episode
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    turn_of: list[int]
+    prompt_len: int
+    timed_out: bool = False
+    truncated_observations: int = 0
+    generated_tokens: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def check_alignment(r: Rollout) -> None:
+    """Ids, mask, log-probs and turn indices line up; raises AssertionError when not."""
+    n = len(r.ids)
+    if not (len(r.mask) == len(r.logprobs) == len(r.turn_of) == n):
+        raise AssertionError(
+            f"rollout arrays differ in length: ids {n}, mask {len(r.mask)}, "
+            f"logprobs {len(r.logprobs)}, turn_of {len(r.turn_of)}"
+        )
+    if any(r.mask[: r.prompt_len]):
+        raise AssertionError("prompt tokens are masked in")
+    for i, (m, lp, t) in enumerate(zip(r.mask, r.logprobs, r.turn_of, strict=True)):
+        if m and (t < 0 or lp > 0.0):
+            raise AssertionError(f"token {i}: sampled but no turn or a positive log-prob")
+        if not m and (lp != 0.0 or t != -1):
+            raise AssertionError(f"token {i}: not sampled but has a log-prob or a turn")
+    if sum(r.mask) != r.generated_tokens:
+        raise AssertionError("masked-in tokens differ from the generated-token count")
+
+
+class TokenPolicy:
+    """A causal LM and its tokenizer, sampling batches of token sequences with log-probs."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.tok = tokenizer
+        self.template = getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
+        eos = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        self.eos_ids = {eos} if eos is not None else set()
+        # Stop tokens when the protocol's closing tags are single tokens (the tiny tokenizer,
+        # models with added tags); otherwise stop strings.
+        single = [tokenizer.convert_tokens_to_ids(s) for s in STOP_SEQUENCES]
+        unk = tokenizer.unk_token_id
+        self.stop_ids = {i for i in single if isinstance(i, int) and i != unk and i >= 0}
+        self.stop_strings = [] if len(self.stop_ids) == len(STOP_SEQUENCES) else STOP_SEQUENCES
+        self._tails: dict[bool, str] = {}
+
+    def chat(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+        return self.tok.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            chat_template=self.template,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.encode(self.chat(messages, generation_prompt=True))
+
+    def turn_suffix(self, user_text: str, ended_with_eos: bool) -> str:
+        """Text that closes an assistant turn and opens the next one after a ``user`` turn.
+
+        Found from the chat template: a conversation rendered with and without the extra user
+        turn; what follows the assistant content is the end-of-turn text. When the policy
+        already sampled the end-of-turn token, that token's text is left out."""
+        base_msgs = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": _SENTINEL},
+        ]
+        base = self.chat(base_msgs, generation_prompt=False)
+        full = self.chat([*base_msgs, {"role": "user", "content": user_text}], True)
+        if not full.startswith(base):
+            raise ValueError("the chat template does not render conversations turn by turn")
+        tail = base[base.rindex(_SENTINEL) + len(_SENTINEL) :]
+        if ended_with_eos:
+            eos = self.tok.eos_token or ""
+            if tail.startswith(eos):
+                tail = tail[len(eos) :]
+        return tail + full[len(base) :]
+
+    def sample(
+        self,
+        batch: Sequence[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> list[tuple[list[int], list[float], bool]]:
+        """One turn for each sequence: (new ids, their log-probs, ended on end-of-turn)."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        width = max(len(b) for b in batch)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        att = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, b in enumerate(batch):  # left padding
+            ids[i, width - len(b) :] = torch.tensor(b, dtype=torch.long)
+            att[i, width - len(b) :] = 1
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature > 0,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids | self.stop_ids) or None,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        if self.stop_strings:
+            kwargs.update(stop_strings=list(self.stop_strings), tokenizer=self.tok)
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids.to(device), attention_mask=att.to(device), **kwargs
+            )
+        if was_training:
+            self.model.train()
+        new = out.sequences[:, width:].cpu()
+        scale = temperature if temperature > 0 else 1.0
+        logits = torch.stack(out.logits, dim=1).float().cpu() / scale
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        results = []
+        ends = self.eos_ids | self.stop_ids
+        for row in range(len(batch)):
+            toks: list[int] = []
+            lps: list[float] = []
+            eos_end = False
+            for j, t in enumerate(new[row].tolist()):
+                toks.append(t)
+                lps.append(min(0.0, float(logp[row, j])))
+                if t in ends:
+                    eos_end = t in self.eos_ids
+                    break
+                if self.stop_strings and self._ends_with_stop(toks):
+                    break
+            results.append((toks, lps, eos_end))
+        return results
+
+    def _ends_with_stop(self, toks: list[int]) -> bool:
+        tail = self.tok.decode(toks[-8:], skip_special_tokens=False)
+        return any(tail.endswith(s) for s in self.stop_strings)
+
+    def cap_observation(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """The observation text cut to ``max_tokens`` tokens, with a visible marker."""
+        ids = self.encode(text)
+        if len(ids) <= max_tokens:
+            return text, False
+        return self.tok.decode(ids[:max_tokens], skip_special_tokens=True) + TRUNCATION_MARK, True
+
+
+@dataclass
+class _State:
+    episode: Episode
+    env: ToolEnvironment
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    turn_of: list[int]
+    prompt_len: int
+    started: float
+    timed_out: bool = False
+    truncated: int = 0
+    generated: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def append(self, ids: Sequence[int], logprobs: Sequence[float] | None, turn: int) -> None:
+        self.ids.extend(ids)
+        if logprobs is None:
+            self.mask.extend([0] * len(ids))
+            self.logprobs.extend([0.0] * len(ids))
+            self.turn_of.extend([-1] * len(ids))
+        else:
+            self.mask.extend([1] * len(ids))
+            self.logprobs.extend(logprobs)
+            self.turn_of.extend([turn] * len(ids))
+            self.generated += len(ids)
+
+
+def run_rollouts(
+    policy: TokenPolicy,
+    tasks: Sequence[EpisodeTask],
+    make_env: Callable[[EpisodeTask], ToolEnvironment],
+    cfg: RolloutConfig,
+    *,
+    seed: int | None = None,
+    batch_size: int = 64,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> list[Rollout]:
+    """Run every task to an answer, the turn limit (then one forced answer) or its timeout.
+
+    Active episodes are sampled together, ``batch_size`` sequences per ``generate`` call."""
+    import torch
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    sys_text = system_prompt(cfg.toolset, cfg.max_turns)
+    states: list[_State] = []
+    for task in tasks:
+        ep = Episode(task)
+        ep.messages = [
+            {"role": "system", "content": sys_text},
+            {"role": "user", "content": user_prompt(task.question, task.topic_names)},
+        ]
+        prompt = policy.prompt_ids(ep.messages)
+        states.append(
+            _State(
+                ep,
+                make_env(task),
+                list(prompt),
+                [0] * len(prompt),
+                [0.0] * len(prompt),
+                [-1] * len(prompt),
+                len(prompt),
+                time.monotonic(),
+            )
+        )
+    for turn in range(cfg.max_turns + 1):
+        active = [s for s in states if not s.episode.done]
+        if not active:
+            break
+        if on_turn:
+            on_turn(turn, len(active))
+        final = turn == cfg.max_turns
+        if final:  # the turn limit: ask once for the final answer
+            for s in active:
+                s.episode.messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+                s.episode.forced_answer = True  # its tokens were appended with the last reply
+        for start in range(0, len(active), batch_size):
+            chunk = active[start : start + batch_size]
+            sampled = policy.sample(
+                [s.ids for s in chunk],
+                max_new_tokens=cfg.max_turn_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+            )
+            for s, (toks, lps, eos_end) in zip(chunk, sampled, strict=True):
+                _apply(policy, s, toks, lps, eos_end, turn, final, cfg)
+    return [
+        Rollout(
+            s.episode,
+            s.ids,
+            s.mask,
+            s.logprobs,
+            s.turn_of,
+            s.prompt_len,
+            s.timed_out,
+            s.truncated,
+            s.generated,
+        )
+        for s in states
+    ]
+
+
+def _apply(
+    policy: TokenPolicy,
+    s: _State,
+    toks: list[int],
+    lps: list[float],
+    eos_end: bool,
+    turn: int,
+    final: bool,
+    cfg: RolloutConfig,
+) -> None:
+    ep = s.episode
+    s.append(toks, lps, turn)
+    text = policy.tok.decode(toks, skip_special_tokens=True)
+    n_messages = len(ep.messages)
+    step(ep, s.env, text, None, final=final)
+    if time.monotonic() - s.started > cfg.timeout_s and not ep.done:
+        s.timed_out = True
+        ep.done = True
+    if ep.done:
+        return
+    # the environment's reply (an observation, or the hint after a turn without an action)
+    reply = ep.messages[-1] if len(ep.messages) > n_messages + 1 else None
+    if reply is None:
+        ep.done = True
+        return
+    content, cut = policy.cap_observation(reply["content"], cfg.max_obs_tokens)
+    if cut:
+        s.truncated += 1
+        reply["content"] = content + (
+            "</information>" if content.startswith("<information>") else ""
+        )
+    if turn + 1 == cfg.max_turns:  # next is the forced final answer: observation, then the ask
+        suffix = policy.turn_suffix(reply["content"], eos_end)
+        ask = policy.chat(
+            [{"role": "user", "content": "x"}, {"role": "user", "content": FINAL_ANSWER_PROMPT}],
+            True,
+        )
+        first = policy.chat([{"role": "user", "content": "x"}], False)
+        opening = policy.chat([{"role": "user", "content": "x"}], True)[len(first) :]
+        suffix = suffix[: len(suffix) - len(opening)] + ask[len(first) :]
+    else:
+        suffix = policy.turn_suffix(reply["content"], eos_end)
+    s.append(policy.encode(suffix), None, turn)
+
+
+__all__ = [
+    "Rollout",
+    "RolloutConfig",
+    "TokenPolicy",
+    "check_alignment",
+    "run_rollouts",
+]

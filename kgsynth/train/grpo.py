@@ -1,0 +1,781 @@
+"""GRPO of the agent policy against the live KG (``kgsynth train rl``).
+
+questions.parquet (or any question file :mod:`kgsynth.qafiles` reads) + a KG + an SFT
+checkpoint -> ``OUT/``: a ``save_pretrained`` folder, ``checkpoints/step-N`` folders,
+``metrics.jsonl`` (one line per step), ``rl.png`` (reward and KL curves),
+``rl_summary.json`` and (written by the CLI) ``manifest.json``::
+
+    kgsynth train rl --questions q.parquet --kg runs/x/kg --init runs/x/stage2 --out runs/x/rl
+
+The loop is written here rather than on TRL's GRPOTrainer: rollouts are multi-turn with the
+project's own text protocol and tool environment, kept token-in/token-out
+(:mod:`kgsynth.agent.rollout`), and the loss needs per-token advantages (KG-R1's turn-level
+advantage) and a reward registry with state (KnowCoder-A1's F-beta curriculum); a plain loop
+of about the size of those adapters keeps the core readable. Each step:
+
+1. ``questions_per_step`` questions, ``group_size`` rollouts each, sampled together.
+2. Rewards (:mod:`kgsynth.agent.rewards`): the configured weighted sum, every component logged.
+3. Advantages: ``A_i = R_i - mean(R)`` of the group, divided by the group's std when
+   ``scale_rewards`` (GRPO; Dr. GRPO turns it off); groups whose rewards are all equal carry
+   no signal and are skipped (counted). With ``turn_advantage`` (KG-R1) each assistant turn's
+   tokens also get that turn's group-normalized turn reward.
+4. Loss, token-level over assistant tokens only (DAPO):
+   ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * k3`` summed over every
+   assistant token of the step and divided by their number, with ``r = exp(logp - logp_old)``
+   and ``k3 = exp(ref - logp) - (ref - logp) - 1`` against the frozen init model.
+   ``updates_per_step = 1`` (KnowCoder-A1's on-policy single update) makes ``logp_old`` the
+   current policy's own (detached) log-probs; more updates reuse the rollouts with
+   ``logp_old`` recomputed once before the first.
+
+DeepSpeed (``deepspeed``: a ZeRO config) wraps the policy and optimizer; without it, plain
+torch AdamW. The one-process CPU path (gloo under DeepSpeed) is what tests and ``make all``
+run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgsynth.errors import ConfigError, InputFileError
+
+log = logging.getLogger(__name__)
+
+METRICS = "metrics.jsonl"
+SUMMARY = "rl_summary.json"
+CHECKPOINTS = "checkpoints"
+PLOT = "rl.png"
+RECIPES: dict[str, dict[str, Any]] = {
+    # KnowCoder-A1 / KG-R1 scale: lr 1e-6, KL 0.001, group 8
+    "default": dict(lr=1e-6, group_size=8, questions_per_step=16, max_turn_tokens=512),
+    # a 2-core CPU and a tiny model: a few minutes for a few dozen steps
+    "tiny": dict(lr=2e-4, group_size=4, questions_per_step=4, max_turn_tokens=64),
+}
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Options of ``kgsynth train rl``; ``None`` fields come from the recipe."""
+
+    init: str = ""  # an SFT output folder (or any local HF checkpoint)
+    recipe: str | None = None  # default | tiny (auto: tiny when init was a tiny SFT run)
+    reward: str = "em"  # RewardSpec text: a preset or name:weight,...
+    fbeta_switch_step: int | None = None
+    fbeta_switch_reward: float | None = None
+    group_size: int | None = None
+    questions_per_step: int | None = None
+    max_steps: int = 50
+    lr: float | None = None
+    kl_coef: float = 0.001
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    scale_rewards: bool = True  # divide advantages by the group's std
+    turn_advantage: bool = False  # KG-R1 turn-wise group-normalized advantage added
+    updates_per_step: int = 1  # 1: on-policy single update (KnowCoder-A1)
+    micro_batch_size: int = 8  # rollouts per forward pass in the update
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_turns: int = 10
+    max_turn_tokens: int | None = None
+    max_obs_tokens: int = 512
+    rollout_timeout_s: float = 300.0
+    rollout_batch_size: int = 64  # sequences per generate() call
+    toolset: str = "graphwalker"
+    top_k_relations: int = 10
+    max_triples_per_relation: int = 5
+    distance_max_depth: int = 3
+    save_steps: int = 25
+    logging_steps: int = 1
+    seed: int = 0
+    deepspeed: str | None = None
+    precision: str = "auto"  # auto: bf16 on a CUDA GPU, fp32 on CPU
+
+
+def _init_recipe(init: str) -> str:
+    for name in ("train_config.json", "rl_config.json"):
+        try:
+            data = json.loads((Path(init) / name).read_text())
+            recipe = data["config"]["recipe"]
+            return "tiny" if recipe == "tiny" else "default"
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return "default"
+
+
+def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
+    """Fill the recipe's defaults and check each field; errors name the field and range."""
+    if not cfg.init or not (Path(cfg.init) / "config.json").is_file():
+        raise ConfigError(
+            f"--init: {cfg.init or '(none)'} holds no saved model (config.json); "
+            "give a `kgsynth train stage2` (or stage1) output folder"
+        )
+    recipe = cfg.recipe or _init_recipe(cfg.init)
+    if recipe not in RECIPES:
+        raise ConfigError(f"recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    filled = {
+        k: (v if getattr(cfg, k) is None else getattr(cfg, k)) for k, v in RECIPES[recipe].items()
+    }
+    c = dataclasses.replace(cfg, recipe=recipe, **filled)
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise ConfigError(message)
+
+    need((c.group_size or 0) >= 2, f"group_size must be >= 2 (got {c.group_size})")
+    need(
+        (c.questions_per_step or 0) >= 1,
+        f"questions_per_step must be >= 1 (got {c.questions_per_step})",
+    )
+    need(c.max_steps >= 1, f"max_steps must be >= 1 (got {c.max_steps})")
+    need(c.lr is not None and 0 < c.lr < 1, f"lr must be in (0, 1) (got {c.lr})")
+    need(c.kl_coef >= 0, f"kl_coef must be >= 0 (got {c.kl_coef})")
+    need(0 <= c.clip_low < 1, f"clip_low must be in [0, 1) (got {c.clip_low})")
+    need(c.clip_high >= 0, f"clip_high must be >= 0 (got {c.clip_high})")
+    need(c.updates_per_step >= 1, f"updates_per_step must be >= 1 (got {c.updates_per_step})")
+    need(c.micro_batch_size >= 1, f"micro_batch_size must be >= 1 (got {c.micro_batch_size})")
+    need(c.max_grad_norm > 0, f"max_grad_norm must be > 0 (got {c.max_grad_norm})")
+    need(c.temperature > 0, f"temperature must be > 0 for sampling (got {c.temperature})")
+    need(0 < c.top_p <= 1, f"top_p must be in (0, 1] (got {c.top_p})")
+    need(c.max_turns >= 1, f"max_turns must be >= 1 (got {c.max_turns})")
+    need((c.max_turn_tokens or 0) >= 1, f"max_turn_tokens must be >= 1 (got {c.max_turn_tokens})")
+    need(c.max_obs_tokens >= 8, f"max_obs_tokens must be >= 8 (got {c.max_obs_tokens})")
+    need(c.rollout_timeout_s > 0, f"rollout_timeout_s must be > 0 (got {c.rollout_timeout_s})")
+    need(
+        c.toolset in ("graphwalker", "kgr1"),
+        f"toolset must be graphwalker or kgr1 (got {c.toolset!r})",
+    )
+    need(c.save_steps >= 1, f"save_steps must be >= 1 (got {c.save_steps})")
+    need(c.logging_steps >= 1, f"logging_steps must be >= 1 (got {c.logging_steps})")
+    need(
+        c.precision in ("auto", "bf16", "fp32"),
+        f"precision must be auto, bf16 or fp32 (got {c.precision!r})",
+    )
+    reward_spec(c)  # names and weights checked
+    if c.deepspeed is not None:
+        from kgsynth.train.sft import load_deepspeed_config
+
+        load_deepspeed_config(c.deepspeed)
+    return c
+
+
+def reward_spec(cfg: GRPOConfig) -> Any:
+    from kgsynth.agent.rewards import RewardSpec
+
+    kwargs = {}
+    if cfg.fbeta_switch_step is not None:
+        kwargs["fbeta_switch_step"] = cfg.fbeta_switch_step
+    if cfg.fbeta_switch_reward is not None:
+        kwargs["fbeta_switch_reward"] = cfg.fbeta_switch_reward
+    return RewardSpec.parse(cfg.reward, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The math (pure; tests check it against hand-computed values)
+
+
+def group_advantages(
+    rewards: Sequence[float], *, scale: bool = True, eps: float = 1e-6
+) -> list[float]:
+    """GRPO's group-normalized advantages: ``(R - mean) / (std + eps)`` (population std), or
+    ``R - mean`` without ``scale``."""
+    n = len(rewards)
+    mean = sum(rewards) / n
+    centred = [r - mean for r in rewards]
+    if not scale:
+        return centred
+    std = math.sqrt(sum(c * c for c in centred) / n)
+    return [c / (std + eps) for c in centred]
+
+
+def degenerate(rewards: Sequence[float], tol: float = 1e-9) -> bool:
+    """A group whose rewards are all equal: every advantage is zero, nothing to learn."""
+    return max(rewards) - min(rewards) <= tol
+
+
+def token_advantages(
+    advantage: float, turn_of: Sequence[int], turn_adv: Sequence[float] | None
+) -> list[float]:
+    """Per-token advantage of one rollout: the sequence's advantage on every token, plus the
+    token's turn advantage (KG-R1) when given; zero on tokens outside assistant turns."""
+    out = []
+    for t in turn_of:
+        if t < 0:
+            out.append(0.0)
+        else:
+            extra = turn_adv[t] if turn_adv is not None and t < len(turn_adv) else 0.0
+            out.append(advantage + extra)
+    return out
+
+
+def grpo_token_loss(
+    logp: Any,
+    old_logp: Any,
+    ref_logp: Any | None,
+    advantages: Any,
+    mask: Any,
+    *,
+    clip_low: float,
+    clip_high: float,
+    kl_coef: float,
+    total_tokens: int | float,
+) -> tuple[Any, dict[str, Any]]:
+    """The clipped surrogate with asymmetric clip and the k3 KL, summed over masked tokens and
+    divided by ``total_tokens`` (the step's assistant tokens, so micro-batches add up to the
+    token-level mean). Returns the loss and detached sums for the metrics."""
+    import torch
+
+    mask = mask.to(logp.dtype)
+    ratio = torch.exp(logp - old_logp)
+    surr1 = ratio * advantages
+    surr2 = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    pg = -torch.minimum(surr1, surr2)
+    clipped = (surr2 < surr1).to(logp.dtype)  # the clip was the active side
+    per_token = pg
+    kl = torch.zeros_like(logp)
+    if ref_logp is not None:
+        diff = ref_logp - logp
+        kl = torch.exp(diff) - diff - 1.0
+        per_token = pg + kl_coef * kl
+    loss = (per_token * mask).sum() / total_tokens
+    stats = {
+        "pg": (pg * mask).sum().detach(),
+        "kl": (kl * mask).sum().detach(),
+        "clipped": (clipped * mask).sum().detach(),
+        "tokens": mask.sum().detach(),
+    }
+    return loss, stats
+
+
+def token_logprobs(
+    model: Any, ids: Any, attention: Any, temperature: float = 1.0
+) -> tuple[Any, Any]:
+    """Log-prob of each token given the ones before (position 0 gets 0) and the entropy of
+    the predicted distribution there, both (batch, length)."""
+    import torch
+
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    pad = torch.zeros((ids.shape[0], 1), dtype=logp.dtype, device=logp.device)
+    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy.detach()], dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Questions
+
+
+@dataclass(frozen=True)
+class RLQuestion:
+    question: str
+    topic_names: list[str]
+    answers: list[str]
+    question_id: str
+
+
+def read_rl_questions(path: str | Path) -> list[RLQuestion]:
+    """Questions with topic entities and gold answers (questions.parquet, MetaQA txt, JSONL)."""
+    from kgsynth.qafiles import read_questions
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(path, "does not exist")
+    out = []
+    for r in read_questions(path):
+        if not r.topic_names:
+            raise InputFileError(path, f"row {r.line}: no topic entity (topic_names)")
+        if not r.answer_names:
+            raise InputFileError(path, f"row {r.line}: no gold answer (answer_names)")
+        out.append(
+            RLQuestion(
+                r.question, list(r.topic_names), list(r.answer_names), f"{path.name}:{r.line}"
+            )
+        )
+    if not out:
+        raise InputFileError(path, "holds no questions")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+@dataclass(frozen=True)
+class RLSpec:
+    questions: str
+    kg: str
+    profile: str | None
+    out: str
+    config: GRPOConfig
+
+
+def _precision(cfg: GRPOConfig) -> tuple[str, Any]:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    if cfg.precision == "bf16" and not bf16_ok:
+        raise ConfigError("precision bf16 needs a CUDA GPU with bf16; use fp32 (or auto) on CPU")
+    device = "cuda" if cuda else "cpu"
+    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_ok)
+    return device, (torch.bfloat16 if use_bf16 else torch.float32)
+
+
+def _ds_config(path: str, cfg: GRPOConfig, bf16: bool) -> dict[str, Any]:
+    """A ZeRO config with the fields left ``auto`` for Trainer filled from ours."""
+    from kgsynth.train.sft import load_deepspeed_config
+
+    ds = json.loads(json.dumps(load_deepspeed_config(path)))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    fills = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": cfg.micro_batch_size * world,
+        "gradient_clipping": cfg.max_grad_norm,
+    }
+    for k, v in fills.items():
+        if ds.get(k, "auto") == "auto":
+            ds[k] = v
+    if isinstance(ds.get("bf16"), dict) and ds["bf16"].get("enabled") == "auto":
+        ds["bf16"]["enabled"] = bf16
+    if isinstance(ds.get("fp16"), dict) and ds["fp16"].get("enabled") == "auto":
+        ds["fp16"]["enabled"] = False
+    zero = ds.get("zero_optimization", {})
+    for k, v in list(zero.items()):
+        if v == "auto":
+            zero[k] = 50_000_000 if "bucket" in k else (1_000_000 if "threshold" in k else 0)
+    ds.setdefault("zero_allow_untested_optimizer", True)
+    return ds
+
+
+class _Policy:
+    """The policy under training behind one interface: plain torch or a DeepSpeed engine."""
+
+    def __init__(self, model: Any, cfg: GRPOConfig, device: str, bf16: bool, total_steps: int):
+        import torch
+
+        self.cfg = cfg
+        self.module = model
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=float(cfg.lr or 0.0), weight_decay=cfg.weight_decay)
+        warm = max(0, cfg.warmup_steps)
+
+        def factor(step: int) -> float:
+            return min(1.0, (step + 1) / (warm + 1)) if warm else 1.0
+
+        # on the torch optimizer: DeepSpeed's ZeRO optimizer reads its param_groups' lr
+        self.sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        self.engine = None
+        if cfg.deepspeed:
+            import deepspeed
+
+            if device == "cpu":  # see kgsynth.train.sft: gloo instead of a JIT-built op
+                import deepspeed.ops
+
+                deepspeed.ops.__dict__.setdefault("__compatible_ops__", {})[
+                    "deepspeed_shm_comm"
+                ] = False
+            ds = _ds_config(cfg.deepspeed, cfg, bf16)
+            self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds)
+            self.module = self.engine.module
+        self.optimizer = opt
+
+    def forward_module(self) -> Any:
+        return self.engine if self.engine is not None else self.module
+
+    def backward(self, loss: Any, last: bool) -> None:
+        if self.engine is not None:
+            self.engine.set_gradient_accumulation_boundary(last)
+            self.engine.backward(loss, scale_wrt_gas=False)
+            self.engine.step()
+        else:
+            loss.backward()
+
+    def step(self) -> float:
+        import torch
+
+        if self.engine is not None:  # stepped at the boundary in backward()
+            norm = self.engine.get_global_grad_norm()
+            self.sched.step()
+            return float(norm) if norm is not None else float("nan")
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.sched.step()
+        return float(norm)
+
+
+def _pad_batch(rows: Sequence[Sequence[Any]], fill: Any, dtype: Any, width: int) -> Any:
+    import torch
+
+    out = torch.full((len(rows), width), fill, dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(list(r), dtype=dtype)
+    return out
+
+
+def train_grpo(
+    spec: RLSpec,
+    *,
+    progress: Callable[[int, int, dict], None] | None = None,
+    questions: Sequence[RLQuestion] | None = None,
+) -> dict[str, Any]:
+    """Run GRPO for ``max_steps`` steps; save checkpoints and the final model into
+    ``spec.out``; return a summary. ``progress(step, max_steps, metrics)`` after each step."""
+    from kgsynth.train.sft import single_process_env
+
+    use_ds = spec.config.deepspeed is not None
+    env = single_process_env() if use_ds else contextlib.nullcontext(False)
+    with env:
+        return _train(spec, progress, questions)
+
+
+def _train(
+    spec: RLSpec,
+    progress: Callable[[int, int, dict], None] | None,
+    questions: Sequence[RLQuestion] | None,
+) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kgsynth.agent.loop import EpisodeTask
+    from kgsynth.agent.rewards import Gold, GraphDistance, RewardState, turn_group_advantages
+    from kgsynth.agent.rollout import RolloutConfig, TokenPolicy, check_alignment, run_rollouts
+    from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+    from kgsynth.kg.open import open_kg
+
+    started = time.perf_counter()
+    cfg = spec.config
+    out = Path(spec.out)
+    out.mkdir(parents=True, exist_ok=True)
+    qs = list(questions) if questions is not None else read_rl_questions(spec.questions)
+    rspec = reward_spec(cfg)
+    device, dtype = _precision(cfg)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+
+    tok = AutoTokenizer.from_pretrained(cfg.init)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(cfg.init, dtype=torch.float32).to(device)
+    model.config.use_cache = True
+    ref = None
+    if cfg.kl_coef > 0:
+        ref = AutoModelForCausalLM.from_pretrained(cfg.init, dtype=dtype).to(device).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+    policy = _Policy(model, cfg, device, dtype == torch.bfloat16, cfg.max_steps)
+    sampler = TokenPolicy(policy.module, tok)
+    kg = open_kg(spec.kg, profile=spec.profile)
+    graph = kg.graph()
+    tool_cfg = ToolConfig(
+        toolset=cfg.toolset,  # type: ignore[arg-type]
+        top_k_relations=cfg.top_k_relations,
+        max_triples_per_relation=cfg.max_triples_per_relation,
+    )
+    distance = (
+        GraphDistance(graph, max_depth=cfg.distance_max_depth) if rspec.needs_distance else None
+    )
+    rcfg = RolloutConfig(
+        toolset=cfg.toolset,
+        max_turns=cfg.max_turns,
+        max_turn_tokens=int(cfg.max_turn_tokens or 64),
+        max_obs_tokens=cfg.max_obs_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        timeout_s=cfg.rollout_timeout_s,
+    )
+    state = RewardState(step=0, reward_mean=None)
+    metrics_path = out / METRICS
+    metrics_path.unlink(missing_ok=True)
+    history: list[dict[str, Any]] = []
+    order = list(range(len(qs)))
+    rng.shuffle(order)
+    cursor = 0
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if dtype == torch.bfloat16
+        else contextlib.nullcontext()
+    )
+    totals = {"rollouts": 0, "skipped_groups": 0, "groups": 0, "generated_tokens": 0}
+    for step_i in range(1, cfg.max_steps + 1):
+        t0 = time.perf_counter()
+        batch: list[RLQuestion] = []
+        for _ in range(int(cfg.questions_per_step or 1)):
+            if cursor == len(order):
+                rng.shuffle(order)
+                cursor = 0
+            batch.append(qs[order[cursor]])
+            cursor += 1
+        g = int(cfg.group_size or 2)
+        tasks = [EpisodeTask(q.question, q.topic_names) for q in batch for _ in range(g)]
+        with autocast:
+            rollouts = run_rollouts(
+                sampler,
+                tasks,
+                lambda task: ToolEnvironment(graph, task.question, tool_cfg),
+                rcfg,
+                seed=cfg.seed * 100_003 + step_i,
+                batch_size=cfg.rollout_batch_size,
+            )
+        t_roll = time.perf_counter() - t0
+        for r in rollouts:
+            check_alignment(r)
+        # rewards
+        state = dataclasses.replace(state, step=step_i - 1)
+        results = []
+        for k, r in enumerate(rollouts):
+            q = batch[k // g]
+            gold = Gold(answers=q.answers, question=q.question, topic_names=q.topic_names)
+            results.append(rspec.score(r.episode, gold, state, distance=distance))
+        rewards = [res.total for res in results]
+        # advantages per group
+        per_token_adv: list[list[float] | None] = [None] * len(rollouts)
+        skipped = 0
+        for gi in range(len(batch)):
+            idx = list(range(gi * g, (gi + 1) * g))
+            group_r = [rewards[i] for i in idx]
+            turn_adv = None
+            if cfg.turn_advantage:
+                turn_adv = turn_group_advantages([results[i].turn_rewards for i in idx])
+            flat_turn = [v for ta in (turn_adv or []) for v in ta]
+            if degenerate(group_r) and not any(abs(v) > 1e-9 for v in flat_turn):
+                skipped += 1
+                continue
+            adv = group_advantages(group_r, scale=cfg.scale_rewards)
+            for j, i in enumerate(idx):
+                per_token_adv[i] = token_advantages(
+                    adv[j], rollouts[i].turn_of, turn_adv[j] if turn_adv else None
+                )
+        keep = [i for i, a in enumerate(per_token_adv) if a is not None]
+        upd = _update(policy, ref, rollouts, per_token_adv, keep, cfg, device, autocast)
+        t_step = time.perf_counter() - t0
+        # running mean of the outcome reward, read by the F-beta curriculum
+        mean_r = sum(rewards) / len(rewards)
+        state = dataclasses.replace(
+            state,
+            reward_mean=mean_r
+            if state.reward_mean is None
+            else 0.9 * state.reward_mean + 0.1 * mean_r,
+        )
+        gen_tokens = sum(r.generated_tokens for r in rollouts)
+        totals["rollouts"] += len(rollouts)
+        totals["skipped_groups"] += skipped
+        totals["groups"] += len(batch)
+        totals["generated_tokens"] += gen_tokens
+        comps: dict[str, float] = {}
+        for res in results:
+            for name, v in res.components.items():
+                comps[name] = comps.get(name, 0.0) + v / len(results)
+        eps = [r.episode for r in rollouts]
+        row = {
+            "step": step_i,
+            "reward": mean_r,
+            "reward_std": float(torch.tensor(rewards).std(unbiased=False)),
+            **{f"reward/{k}": v for k, v in sorted(comps.items())},
+            **upd,
+            "lr": policy.sched.get_last_lr()[0],
+            "turns": sum(len([t for t in e.turns if not t.llm_error]) for e in eps) / len(eps),
+            "tool_errors": sum(e.tool_errors for e in eps) / len(eps),
+            "format_errors": sum(e.format_errors for e in eps) / len(eps),
+            "answered": sum(e.answered for e in eps) / len(eps),
+            "timed_out": sum(r.timed_out for r in rollouts),
+            "truncated_observations": sum(r.truncated_observations for r in rollouts),
+            "generated_tokens": gen_tokens,
+            "rollout_tokens_per_s": gen_tokens / t_roll if t_roll > 0 else 0.0,
+            "skipped_groups": skipped,
+            "groups": len(batch),
+            "rollout_s": t_roll,
+            "step_s": t_step,
+            "time": time.time(),
+        }
+        history.append(row)
+        if step_i % cfg.logging_steps == 0 or step_i == cfg.max_steps:
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
+            _save(policy, tok, out / CHECKPOINTS / f"step-{step_i}")
+        if progress:
+            progress(step_i, cfg.max_steps, row)
+    _save(policy, tok, out)
+    (out / "rl_config.json").write_text(
+        json.dumps(
+            {"config": dataclasses.asdict(cfg), "questions": spec.questions, "kg": spec.kg},
+            indent=2,
+        )
+    )
+    plot_rl(history, out / PLOT)
+    first = history[: max(1, len(history) // 5)]
+    last = history[-max(1, len(history) // 5) :]
+    summary = {
+        "steps": len(history),
+        "questions": len(qs),
+        "reward_first": sum(h["reward"] for h in first) / len(first),
+        "reward_last": sum(h["reward"] for h in last) / len(last),
+        "mean_step_s": sum(h["step_s"] for h in history) / len(history),
+        "mean_rollout_tokens_per_s": sum(h["rollout_tokens_per_s"] for h in history) / len(history),
+        "wall_s": round(time.perf_counter() - started, 3),
+        "device": device,
+        "dtype": str(dtype).replace("torch.", ""),
+        **totals,
+    }
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _update(
+    policy: _Policy,
+    ref: Any,
+    rollouts: Sequence[Any],
+    per_token_adv: Sequence[list[float] | None],
+    keep: Sequence[int],
+    cfg: GRPOConfig,
+    device: str,
+    autocast: Any,
+) -> dict[str, float]:
+    """One GRPO update (or ``updates_per_step``) over the kept rollouts."""
+    import torch
+
+    empty = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": None, "grad_norm": 0.0,
+             "trained_tokens": 0, "logprob_mismatch": 0.0}  # fmt: skip
+    if not keep:
+        return empty
+    total_tokens = sum(sum(rollouts[i].mask) for i in keep)
+    if total_tokens == 0:
+        return empty
+    micro = [
+        list(keep[i : i + cfg.micro_batch_size]) for i in range(0, len(keep), cfg.micro_batch_size)
+    ]
+
+    def tensors(idx: list[int]) -> tuple[Any, ...]:
+        width = max(len(rollouts[i]) for i in idx)
+        ids = _pad_batch([rollouts[i].ids for i in idx], 0, torch.long, width)
+        att = _pad_batch([[1] * len(rollouts[i]) for i in idx], 0, torch.long, width)
+        mask = _pad_batch([rollouts[i].mask for i in idx], 0, torch.long, width)
+        adv = _pad_batch([per_token_adv[i] or [] for i in idx], 0.0, torch.float32, width)
+        old = _pad_batch([rollouts[i].logprobs for i in idx], 0.0, torch.float32, width)
+        return ids.to(device), att.to(device), mask.to(device), adv.to(device), old.to(device)
+
+    fwd = policy.forward_module()
+    ref_lp: dict[int, Any] = {}
+    old_lp: dict[int, Any] = {}
+    with torch.no_grad(), autocast:
+        for k, idx in enumerate(micro):
+            ids, att, *_ = tensors(idx)
+            if ref is not None:
+                ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature)[0].float()
+            if cfg.updates_per_step > 1:
+                old_lp[k] = token_logprobs(fwd, ids, att, cfg.temperature)[0].float()
+    sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0}
+    mismatch = 0.0
+    norms = []
+    for _ in range(cfg.updates_per_step):
+        for k, idx in enumerate(micro):
+            ids, att, mask, adv, rollout_lp = tensors(idx)
+            with autocast:
+                logp, ent = token_logprobs(fwd, ids, att, cfg.temperature)
+            logp = logp.float()
+            old = old_lp[k] if k in old_lp else logp.detach()
+            with torch.no_grad():
+                m = mask.bool()
+                if m.any():
+                    mismatch = max(mismatch, float((logp.detach() - rollout_lp)[m].abs().max()))
+            loss, st = grpo_token_loss(
+                logp, old, ref_lp.get(k), adv, mask,
+                clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                kl_coef=cfg.kl_coef if ref is not None else 0.0, total_tokens=total_tokens,
+            )  # fmt: skip
+            policy.backward(loss, last=k == len(micro) - 1)
+            sums["loss"] += float(loss.detach())
+            for name in ("pg", "kl", "clipped", "tokens"):
+                sums[name] += float(st[name])
+            sums["entropy"] += float((ent * mask).sum())
+        norms.append(policy.step())
+    n = max(1.0, sums["tokens"])
+    return {
+        "loss": sums["loss"] / cfg.updates_per_step,
+        "kl": sums["kl"] / n,
+        "clip_fraction": sums["clipped"] / n,
+        "entropy": sums["entropy"] / n if sums["tokens"] else None,
+        "grad_norm": sum(norms) / len(norms),
+        "trained_tokens": int(total_tokens),
+        "logprob_mismatch": mismatch,
+    }
+
+
+def _save(policy: _Policy, tok: Any, folder: Path) -> None:
+    """A ``save_pretrained`` folder (weights gathered under ZeRO-3), with the tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    engine = policy.engine
+    if engine is not None and engine.zero_optimization_stage() == 3:
+        state = engine._zero3_consolidated_16bit_state_dict()
+        if int(os.environ.get("RANK", "0")) == 0:
+            policy.module.save_pretrained(folder, state_dict=state)
+    elif int(os.environ.get("RANK", "0")) == 0:
+        policy.module.save_pretrained(folder)
+    if int(os.environ.get("RANK", "0")) == 0:
+        tok.save_pretrained(folder)
+
+
+def plot_rl(history: Sequence[dict[str, Any]], path: Path) -> None:
+    """Reward (and each component) and KL against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history:
+        return
+    steps = [h["step"] for h in history]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    a.plot(steps, [h["reward"] for h in history], label="reward (total)", lw=2)
+    for key in sorted(k for k in history[0] if k.startswith("reward/")):
+        a.plot(steps, [h.get(key, 0.0) for h in history], label=key[7:], lw=1, alpha=0.8)
+    a.set_xlabel("step")
+    a.set_ylabel("mean reward")
+    a.legend(fontsize=7)
+    a.set_title("reward")
+    b.plot(steps, [h["kl"] for h in history], color="tab:red")
+    b.set_xlabel("step")
+    b.set_ylabel("KL (k3) to the init model")
+    b.set_title("KL")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def prepare_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"--out: {out} is not empty; choose a new folder or pass --overwrite")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+__all__ = [
+    "GRPOConfig",
+    "RLQuestion",
+    "RLSpec",
+    "degenerate",
+    "group_advantages",
+    "grpo_token_loss",
+    "read_rl_questions",
+    "resolve_config",
+    "token_advantages",
+    "token_logprobs",
+    "train_grpo",
+]
