@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kgsynth.cli_eval import eval_cmd
 from kgsynth.cli_train import train_app
 from kgsynth.errors import InputFileError, KGSynthError
 
@@ -30,6 +31,7 @@ synth_app = typer.Typer(
 )
 app.add_typer(synth_app, name="synthesize")
 app.add_typer(train_app, name="train")
+app.command("eval")(eval_cmd)
 
 out = Console()
 err = Console(stderr=True)

@@ -10,8 +10,9 @@ by the file name (each may be gzipped, ``.gz``):
   ``hops`` (the number of ``_to_``); for ``<dir>/qa_<split>.txt`` it is found by itself as
   ``qa_<split>_qtype.txt`` in the same folder or the one above (MetaQA's ``vanilla/`` layout).
 * ``.jsonl`` — one object per line: ``question``, ``answer_names`` (list), ``topic_names``
-  (list or one string; when absent, the ``[...]`` spans of the question), optional ``qtype``
-  and ``hops``.
+  (list or one string; when absent, the ``[...]`` spans of the question), optional ``qtype``,
+  ``hops``, ``structure`` (a walk structure such as ``chain-2`` or ``2I``) and ``question_id``;
+  other fields are ignored.
 * ``.parquet`` — the same columns (kgsynth's ``questions.parquet`` is one).
 
 Usage::
@@ -48,6 +49,8 @@ class QARecord:
 
     ``question`` is the text with the ``[ ]`` around topic entities removed; ``raw_question``
     the text as in the file. ``line`` is the 1-based line (row for Parquet) it came from.
+    ``structure`` and ``question_id`` come from JSONL/Parquet records that carry them
+    (kgsynth's ``questions.parquet`` does); MetaQA text files have neither.
     """
 
     question: str
@@ -57,6 +60,8 @@ class QARecord:
     qtype: str | None
     hops: int | None
     line: int
+    structure: str | None = None
+    question_id: str | None = None
 
 
 def strip_brackets(text: str) -> tuple[str, list[str]]:
@@ -258,9 +263,16 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise InputFileError(
             path, f"missing column(s) {', '.join(missing)}; found {', '.join(sorted(names))}"
         )
-    columns = [
-        c for c in ("question", "topic_names", "answer_names", "qtype", "hops") if c in names
-    ]
+    wanted = (
+        "question",
+        "topic_names",
+        "answer_names",
+        "qtype",
+        "hops",
+        "structure",
+        "question_id",
+    )
+    columns = [c for c in wanted if c in names]
     row = 0
     for batch in pf.iter_batches(batch_size=8192, columns=columns):
         for item in batch.to_pylist():
@@ -305,4 +317,26 @@ def _record_from_mapping(path: Path, line: int, row: Any) -> QARecord:
         hops = hops_of_qtype(qtype) if qtype else None
     elif isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
         raise InputFileError(path, f"field hops must be a non-negative integer, got {hops!r}", line)
-    return QARecord(question, raw, topics, answers, qtype, hops, line)
+    structure = row.get("structure")
+    if structure is not None and (not isinstance(structure, str) or not structure.strip()):
+        raise InputFileError(
+            path, f"field structure must be a non-empty string, got {structure!r}", line
+        )
+    qid = row.get("question_id")
+    if qid is not None:
+        if isinstance(qid, bool) or not isinstance(qid, str | int) or not str(qid).strip():
+            raise InputFileError(
+                path, f"field question_id must be a non-empty string or integer, got {qid!r}", line
+            )
+        qid = str(qid).strip()
+    return QARecord(
+        question,
+        raw,
+        topics,
+        answers,
+        qtype.strip() if qtype else None,
+        hops,
+        line,
+        structure.strip() if structure else None,
+        qid,
+    )

@@ -232,3 +232,38 @@ def test_bad_bytes_name_the_line(tmp_path):
     gz.write_bytes(b"not gzip at all")
     with pytest.raises(InputFileError, match="cannot read"):
         read_questions(gz)
+
+
+def test_structure_and_question_id_are_read_when_present(tmp_path):
+    rows = [
+        {"question": "q1", "topic_names": ["A"], "answer_names": ["x"], "question_id": 17},
+        {"question": "q2", "topic_names": ["A"], "answer_names": ["x"], "structure": "2I"},
+    ]
+    src = write(tmp_path / "q.jsonl", [json.dumps(r) for r in rows])
+    recs = read_questions(src)
+    assert [(r.question_id, r.structure) for r in recs] == [("17", None), (None, "2I")]
+    table = pa.table(
+        {
+            "question_id": ["w1-q"],
+            "question": ["Who directed [Juarez]?"],
+            "answer_names": [["William Dieterle"]],
+            "structure": ["chain-1"],
+        }
+    )
+    pq.write_table(table, tmp_path / "q.parquet")
+    (rec,) = read_questions(tmp_path / "q.parquet")
+    assert (rec.question_id, rec.structure, rec.topic_names) == ("w1-q", "chain-1", ["Juarez"])
+    # MetaQA text files carry neither
+    (txt,) = read_questions(write(tmp_path / "qa.txt", LINES[:1]))
+    assert (txt.question_id, txt.structure) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({"structure": 2}, "field structure"), ({"question_id": ""}, "field question_id")],
+)
+def test_bad_structure_or_question_id_names_the_field(tmp_path, extra, field):
+    row = {"question": "q", "answer_names": ["a"], **extra}
+    src = write(tmp_path / "q.jsonl", [json.dumps(row)])
+    with pytest.raises(InputFileError, match=rf"q\.jsonl:1: {field}"):
+        read_questions(src)

@@ -1,0 +1,513 @@
+"""``kgsynth eval``: evaluate a checkpoint (or an API model) as a KG agent on benchmark
+questions, or compare earlier evaluations (see :mod:`kgsynth.eval`).
+
+Parses options, loads the questions, the KG and the model, calls the core, writes
+``predictions.parquet``, ``metrics.json``, ``eval.png`` and ``manifest.json``; no logic lives
+here::
+
+    kgsynth eval --questions data/metaqa/dev_sample/metaqa_dev_sample.jsonl --kg runs/kg \\
+        --model runs/x/stage1 --out runs/x/eval/stage1 --runs 3 --temperature 1.0
+    kgsynth eval --compare runs/x/eval/stage1 runs/x/eval/stage2 runs/x/eval/rl --out runs/x/summary
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+
+
+def eval_cmd(
+    dirs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="With --compare: evaluation folders (DIR/metrics.json or DIR/eval/metrics.json).",
+            show_default=False,
+        ),
+    ] = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Compare earlier evaluations (the DIR arguments): print one table, write "
+            "compare.md and compare.png to --out.",
+        ),
+    ] = False,
+    questions: Annotated[
+        Path | None,
+        typer.Option(
+            help="Question file: MetaQA txt (question<TAB>a1|a2, topic in [...]), JSONL or "
+            "Parquet with question, topic_names, answer_names (optional qtype, hops, structure)."
+        ),
+    ] = None,
+    qtype_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="MetaQA question-type file (default: qa_<split>_qtype.txt found beside the file)."
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Output folder: predictions.parquet, metrics.json, eval.png, manifest.json "
+            "(with --compare: compare.md, compare.png).",
+        ),
+    ] = None,
+    kg: Annotated[
+        str | None,
+        typer.Option(
+            help="A store directory, a triple file or an http(s)://…/sparql endpoint URL. "
+            "Default: the shipped MetaQA movie KB."
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="KG profile: generic, freebase or wikidata (auto-detected)."),
+    ] = None,
+    llm: Annotated[
+        str, typer.Option("--llm", help="Policy backend: hf (a local checkpoint) or openai.")
+    ] = "hf",
+    model: Annotated[
+        str | None,
+        typer.Option(help="Checkpoint folder (hf, e.g. runs/x/stage1) or model name (openai)."),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else OpenAI)."),
+    ] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight (openai).")] = 16,
+    timeout: Annotated[float, typer.Option(help="Seconds per request (openai).")] = 120.0,
+    max_retries: Annotated[
+        int, typer.Option(help="Retries per request on 429/5xx/timeouts (openai).")
+    ] = 5,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Sequences per generate() call (hf). \\[default: 8]")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="hf device (cpu, cuda). \\[default: cuda if available]")
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Request cache (SQLite); off by default, so every run samples afresh "
+            "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too)."
+        ),
+    ] = None,
+    runs: Annotated[
+        int | None, typer.Option(help="Runs per question (run r uses seed + r). \\[default: 1]")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature. \\[default: 0 (greedy)]")
+    ] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling. \\[default: 1]")] = None,
+    max_turns: Annotated[
+        int | None, typer.Option(help="Turn limit, then one forced answer. \\[default: 10]")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per turn. \\[default: 512]")
+    ] = None,
+    tools: Annotated[
+        str | None,
+        typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
+    ] = None,
+    top_k_relations: Annotated[
+        int | None, typer.Option(help="Relations shown by get_relations. \\[default: 10]")
+    ] = None,
+    max_triples: Annotated[
+        int | None, typer.Option(help="Triples shown per relation. \\[default: 5]")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed of run 0. \\[default: 0]")] = None,
+    limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
+    baseline: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also evaluate a baseline, scored the same way (repeatable): untrained (the "
+            "model the checkpoint was trained from, as the agent) or no-tools (this model "
+            "answering without tools)."
+        ),
+    ] = None,
+    baseline_model: Annotated[
+        str | None,
+        typer.Option(
+            help="The untrained baseline's checkpoint folder (hf) or model name (openai); "
+            "default: followed from the checkpoint's manifest.json start_from."
+        ),
+    ] = None,
+    label: Annotated[
+        str | None,
+        typer.Option(help="Name in tables and plots. \\[default: the training stage or folder]"),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with these options (flags override it).")
+    ] = None,
+) -> None:
+    """Evaluate a checkpoint or API model as a KG agent on benchmark questions (EM, F1,
+    Hits@1; N runs as mean, majority, first run, KG-R1 union and pass@k; by hops/type/
+    structure; optional baselines), or compare earlier evaluations with --compare."""
+    from kgsynth.cli import fail
+
+    try:
+        if compare:
+            _compare(dirs or [], out_dir)
+            return
+        if dirs:
+            raise ConfigError(
+                f"unexpected argument(s) {' '.join(map(str, dirs))}; folders are only "
+                "given with --compare"
+            )
+        _evaluate(
+            questions=questions,
+            qtype_file=qtype_file,
+            out_dir=out_dir,
+            kg=kg,
+            profile=profile,
+            llm=llm,
+            model=model,
+            llm_options=dict(
+                base_url=base_url,
+                api_key=api_key,
+                concurrency=concurrency,
+                timeout=timeout,
+                max_retries=max_retries,
+                batch_size=batch_size,
+                device=device,
+            ),
+            cache=cache,
+            overrides=dict(
+                runs=runs,
+                temperature=temperature,
+                top_p=top_p,
+                max_turns=max_turns,
+                max_tokens=max_tokens,
+                toolset=tools,
+                top_k_relations=top_k_relations,
+                max_triples=max_triples,
+                seed=seed,
+            ),
+            limit=limit,
+            baselines=baseline or [],
+            baseline_model=baseline_model,
+            label=label,
+            config=config,
+        )
+    except KGSynthError as exc:
+        fail(exc)
+
+
+def _llm_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    keep = ("batch_size", "device") if backend == "hf" else tuple(options)
+    return {k: v for k, v in options.items() if k in keep and v is not None}
+
+
+def _evaluate(
+    *,
+    questions: Path | None,
+    qtype_file: Path | None,
+    out_dir: Path | None,
+    kg: str | None,
+    profile: str | None,
+    llm: str,
+    model: str | None,
+    llm_options: dict[str, Any],
+    cache: Path | None,
+    overrides: dict[str, Any],
+    limit: int | None,
+    baselines: list[str],
+    baseline_model: str | None,
+    label: str | None,
+    config: Path | None,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kgsynth.cli import _open, err, out
+    from kgsynth.config import build_config
+    from kgsynth.eval import (
+        BASELINES,
+        PREDICTION_SCHEMA,
+        EvalConfig,
+        check_records,
+        checkpoint_label,
+        eval_png,
+        evaluate,
+        untrained_model,
+    )
+    from kgsynth.llm import make_llm
+    from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.qafiles import read_questions
+
+    started = time.perf_counter()
+    if questions is None:
+        raise ConfigError("--questions is required (a MetaQA txt, JSONL or Parquet file)")
+    if out_dir is None:
+        raise ConfigError("--out is required (the folder for predictions and metrics)")
+    if not model:
+        raise ConfigError(
+            "--model is required: a checkpoint folder (--llm hf) or a model name (--llm openai)"
+        )
+    if llm not in ("hf", "openai"):
+        raise ConfigError(
+            f"--llm must be hf or openai (got {llm!r}); the template backend cannot act as an agent"
+        )
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise ConfigError(
+            f"--baseline: unknown {', '.join(unknown)}; choose from {', '.join(BASELINES)}"
+        )
+    if baseline_model and "untrained" not in baselines:
+        raise ConfigError("--baseline-model goes with --baseline untrained")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be >= 1 (got {limit})")
+    cfg = build_config(EvalConfig, config, overrides, section="eval")
+    if cfg.runs > 1 and cfg.temperature == 0:
+        err.print(
+            f"[yellow]warning:[/yellow] --runs {cfg.runs} at --temperature 0: greedy runs of a "
+            "local model are identical; sample with --temperature > 0",
+            highlight=False,
+        )
+    records = read_questions(questions, qtype_file=qtype_file, limit=limit)
+    check_records(records, questions)
+    if llm == "hf" and not (Path(model) / "config.json").is_file():
+        raise ConfigError(
+            f"--model: {model} is not a transformers checkpoint folder (no config.json)"
+        )
+    untrained: str | None = None
+    if "untrained" in baselines:
+        if baseline_model:
+            untrained = baseline_model
+        elif llm == "openai":
+            raise ConfigError(
+                "--baseline untrained with --llm openai needs --baseline-model NAME "
+                "(the base model's name on the same server)"
+            )
+        else:
+            untrained = str(untrained_model(model))
+    options = _llm_options(llm, llm_options)
+    graph = _open(kg, profile).graph()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    label = label or checkpoint_label(model)
+
+    # what to run: (system name, model, tools?)
+    plan: list[tuple[str, str, bool]] = [("model", model, True)]
+    if untrained:
+        plan.append(("untrained", untrained, True))
+    if "no-tools" in baselines:
+        plan.append(("no-tools", model, False))
+    clients: dict[str, Any] = {}
+    all_rows: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        for system, name, with_tools in plan:
+            if name not in clients:
+                clients[name] = make_llm(llm, cache=cache, model=name, **options)
+            client = clients[name]
+            task = bar.add_task(
+                label if system == "model" else system, total=len(records) * cfg.runs, info=""
+            )
+
+            def progress(
+                done: int, total: int, info: str, task: Any = task, client: Any = client
+            ) -> None:
+                st = client.stats
+                bar.update(
+                    task,
+                    completed=done,
+                    info=f"{info}; requests {st.requests}, errors {st.errors}",
+                )
+
+            rows, metrics = evaluate(
+                records,
+                client,
+                graph if with_tools else None,
+                cfg,
+                system=system,
+                tools=with_tools,
+                progress=progress,
+            )
+            all_rows.extend(rows)
+            results[system] = metrics
+    for client in clients.values():
+        client.close()
+
+    main = results.pop("model")
+    metrics = {
+        "label": label,
+        "questions_file": str(questions),
+        "config": dataclasses.asdict(cfg),
+        "kg": graph.kg.describe(),
+        **main,
+        "baselines": results,
+    }
+    if cfg.runs > 1 and cfg.temperature == 0:
+        metrics["note"] = "several runs at temperature 0: greedy runs of a local model agree"
+    paths = {
+        "predictions": out_dir / "predictions.parquet",
+        "metrics": out_dir / "metrics.json",
+        "png": out_dir / "eval.png",
+    }
+    tmp = paths["predictions"].with_name(".predictions.parquet.tmp")
+    pq.write_table(pa.Table.from_pylist(all_rows, schema=PREDICTION_SCHEMA), tmp)
+    tmp.replace(paths["predictions"])
+    tmp = paths["metrics"].with_name(".metrics.json.tmp")
+    tmp.write_text(json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n")
+    tmp.replace(paths["metrics"])
+    eval_png(metrics, paths["png"])
+    write_manifest(
+        out_dir / "manifest.json",
+        stage="eval",
+        label=label,
+        config=dataclasses.asdict(cfg),
+        input={
+            "questions": str(questions),
+            "sha256": sha256_file(questions),
+            "rows": len(records),
+            "limit": limit,
+        },
+        model={"backend": llm, "model": model},
+        baselines={s: {"model": m, "tools": t} for s, m, t in plan if s != "model"},
+        kg=graph.kg.describe(),
+        llm={name: c.describe() for name, c in clients.items()},
+        output={
+            **{k: str(v) for k, v in paths.items()},
+            "prediction_rows": len(all_rows),
+        },
+        elapsed_s=round(time.perf_counter() - started, 3),
+    )
+    _print_results(out, metrics)
+    out.print(f"→ {out_dir} (predictions.parquet, metrics.json, eval.png, manifest.json)")
+
+
+def _print_results(out: Any, metrics: dict[str, Any]) -> None:
+    from rich.table import Column, Table
+
+    from kgsynth.eval import SHOWN_METRICS
+
+    runs = metrics["counts"]["runs"]
+    systems = {metrics["label"]: metrics, **metrics["baselines"]}
+    columns: list[Any] = [Column("system", no_wrap=True), "EM", "F1", "Hits@1"]
+    if runs > 1:
+        columns += ["majority EM", "first-run EM", "KG-R1 union EM", f"pass@{runs}"]
+    table = Table(
+        *columns,
+        title=f"{metrics['label']}: {metrics['counts']['questions']} questions × {runs} run(s)"
+        + (" (EM/F1/Hits@1: mean over runs)" if runs > 1 else ""),
+    )
+    process = Table(
+        "system", "turns/q", "tool err/q", "format err/q", "tokens/q", "q/s", title="process"
+    )
+    for name, m in systems.items():
+        cells = [name, *(f"{m['overall'][k]:.3f}" for k in SHOWN_METRICS)]
+        if runs > 1:
+            cells += [
+                f"{m['majority']['em']:.3f}",
+                f"{m['first_run']['em']:.3f}",
+                f"{m['union']['em']:.3f}",
+                f"{m['pass_at_k'].get(str(runs), 0.0):.3f}",
+            ]
+        table.add_row(*cells)
+        p = m["process"]
+        process.add_row(
+            name,
+            f"{p['turns_per_question']:.2f}",
+            f"{p['tool_errors_per_question']:.2f}",
+            f"{p['format_errors_per_question']:.2f}",
+            f"{p['generated_tokens_per_question']:.0f}",
+            f"{m['speed']['questions_per_s'] or 0:.2f}",
+        )
+    out.print(table)
+    out.print(process)
+    for col, groups in metrics["breakdowns"].items():
+        if col != "hops" and len(groups) > 12:
+            continue  # long type lists are in metrics.json and eval.png
+        by = Table(col, "questions", "EM", "F1", "Hits@1", title=f"{metrics['label']} by {col}")
+        for key, v in groups.items():
+            by.add_row(key, str(v["questions"]), *(f"{v[k]:.3f}" for k in SHOWN_METRICS))
+        out.print(by)
+
+
+def _compare(dirs: list[Path], out_dir: Path | None) -> None:
+    from rich.table import Column, Table
+
+    from kgsynth.cli import out
+    from kgsynth.eval import (
+        SHOWN_METRICS,
+        UNION_LABEL,
+        compare_markdown,
+        compare_png,
+        compare_runs,
+        hop_columns,
+    )
+
+    if not dirs:
+        raise ConfigError("--compare needs evaluation folders: kgsynth eval --compare DIR DIR …")
+    for d in dirs:
+        if not d.exists():
+            raise InputFileError(d, "no such folder")
+    rows = compare_runs(dirs)
+    hops = hop_columns(rows)
+    with_union = any(r["union_em"] is not None for r in rows)
+    table = Table(
+        Column("run", no_wrap=True),
+        "questions",
+        "runs",
+        "EM",
+        "F1",
+        "Hits@1",
+        *(["union EM"] if with_union else []),
+        title="evaluations compared (means over runs)",
+        caption=f"union EM: {UNION_LABEL}" if with_union else None,
+    )
+    by_hop = Table(
+        Column("run", no_wrap=True),
+        *[f"{h}-hop" for h in hops],
+        title="by hops: EM/F1/Hits@1",
+    )
+    for r in rows:
+        cells = [r["label"], str(r["questions"]), str(r["runs"])]
+        cells += [f"{r[k]:.3f}" for k in SHOWN_METRICS]
+        if with_union:
+            cells.append("–" if r["union_em"] is None else f"{r['union_em']:.3f}")
+        table.add_row(*cells)
+        by_hop.add_row(
+            r["label"],
+            *(
+                "/".join(f"{r['by_hops'][h][k]:.2f}" for k in SHOWN_METRICS)
+                if h in r["by_hops"]
+                else "–"
+                for h in hops
+            ),
+        )
+    out.print(table)
+    if hops:
+        out.print(by_hop)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        md = out_dir / "compare.md"
+        sources = "\n".join(f"- {r['label']}: `{r['source']}`" for r in rows)
+        md.write_text(
+            "# Evaluations compared\n\nMeans over runs; cells by hop read EM / F1 / Hits@1.\n\n"
+            + compare_markdown(rows)
+            + f"\n![compare](compare.png)\n\nSources:\n\n{sources}\n"
+        )
+        compare_png(rows, out_dir / "compare.png")
+        (out_dir / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+        out.print(f"→ {md}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}")
+
+
+__all__ = ["eval_cmd"]

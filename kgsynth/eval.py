@@ -1,0 +1,884 @@
+"""``kgsynth eval``: benchmark questions + a policy + a KG -> predictions and metrics.
+
+The policy (a local checkpoint through the ``hf`` backend, or a model behind an
+OpenAI-compatible API) answers every question as a KG agent — the same loop, tools, limits and
+system prompt as trajectory synthesis and RL (:func:`kgsynth.agent.loop.run_episodes`) —
+``runs`` times (run ``r`` samples with seed ``seed + r``). Each prediction is scored with the
+shared answer metrics (:mod:`kgsynth.metrics`: EM, set F1, Hits@1) and the runs are
+aggregated (:func:`summarize`):
+
+- ``overall``: the mean over every (question, run) prediction; ``per_run`` one entry per run,
+  ``std_over_runs`` the spread of the per-run means;
+- ``first_run``: run 0 alone;
+- ``majority``: per question, the most frequent normalized answer set among the runs (runs
+  without an answer do not vote; a tie goes to the set that appears first, in run order);
+- ``union``: per question, the union of all runs' answers — what KG-R1 reports as its
+  "N runs" result; labelled ``KG-R1 N runs (union)``, never as EM of one run;
+- ``pass_at_k``: the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` from ``n`` runs of which
+  ``c`` are EM-correct, averaged over questions, for k = 1, 2, 4, … ≤ n and k = n;
+- ``breakdowns`` by ``hops``, ``qtype`` and ``structure`` (those the questions carry);
+- ``process``: assistant turns, tool errors, format errors, LLM errors and generated tokens
+  (the backend's completion-token counts) per prediction, and answered / forced-answer rates.
+
+Baselines use the same scoring: another model as the agent (``--baseline untrained``, the model a
+checkpoint was trained from, found through the ``start_from`` chain of the training
+manifests), or the evaluated model answering from its own knowledge with no tools
+(``no-tools``: one generation per question and run). :func:`compare_runs` puts several
+``metrics.json`` side by side (``kgsynth eval --compare``).
+
+Usage::
+
+    records = read_questions("data/metaqa/dev_sample/metaqa_dev_sample.jsonl")
+    rows, metrics = evaluate(records, make_llm("hf", model="runs/x/stage1"), kg.graph(), EvalConfig(runs=3, temperature=1.0))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+import time
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from kgsynth.agent.loop import (
+    Episode,
+    EpisodeTask,
+    close_action,
+    episode_summary,
+    run_episodes,
+    user_prompt,
+)
+from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.base import LLM, Completion, GenerationParams, ProgressFn, Request
+from kgsynth.metrics import answer_set, normalize_answer, score
+from kgsynth.qafiles import QARecord
+from kgsynth.schema import MESSAGE, TURN
+
+log = logging.getLogger(__name__)
+
+METRICS = ("em", "f1", "hits_at_1", "precision", "recall")
+SHOWN_METRICS = ("em", "f1", "hits_at_1")
+METRIC_NAMES = {"em": "EM", "f1": "F1", "hits_at_1": "Hits@1"}
+UNION_LABEL = "KG-R1 N runs (union)"
+BREAKDOWNS = ("hops", "qtype", "structure")
+BASELINES = ("untrained", "no-tools")
+MODEL_SYSTEM = "model"
+
+# The no-tools baseline asks for the answer directly, in the same answer format as the agent.
+NO_TOOLS_SYSTEM_PROMPT = (
+    "You answer questions about movies from your own knowledge; no tools are available. "
+    "Think briefly inside <think></think>, then give every answer entity as a JSON list of "
+    'strings inside <answer></answer>, for example <answer>["A", "B"]</answer>.'
+)
+
+# One row of predictions.parquet: one question, one run, one system (the model or a baseline).
+PREDICTION_SCHEMA = pa.schema(
+    [
+        ("system", pa.string()),  # model | untrained | no-tools
+        ("model", pa.string()),  # checkpoint folder or model name
+        ("question_id", pa.string()),
+        ("line", pa.int32()),  # 1-based line (row) in the question file
+        ("run", pa.int32()),
+        ("question", pa.string()),
+        ("topic_names", pa.list_(pa.string())),
+        ("gold", pa.list_(pa.string())),
+        ("predicted", pa.list_(pa.string())),  # empty when no answer parsed
+        ("em", pa.float64()),
+        ("f1", pa.float64()),
+        ("hits_at_1", pa.float64()),
+        ("precision", pa.float64()),
+        ("recall", pa.float64()),
+        ("hops", pa.int32()),
+        ("qtype", pa.string()),
+        ("structure", pa.string()),
+        ("answered", pa.bool_()),
+        ("forced_answer", pa.bool_()),
+        ("num_turns", pa.int32()),
+        ("tool_errors", pa.int32()),
+        ("format_errors", pa.int32()),
+        ("llm_errors", pa.int32()),
+        ("generated_tokens", pa.int64()),
+        ("tool_calls", pa.list_(pa.string())),
+        ("messages", pa.list_(MESSAGE)),
+        ("turns", pa.list_(TURN)),
+    ]
+)
+
+# (done, total, info) as episodes finish.
+EvalProgress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Options of ``kgsynth eval`` (the agent's limits match synthesis and RL by default)."""
+
+    runs: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_turns: int = 10
+    max_tokens: int = 512
+    toolset: str = "graphwalker"
+    top_k_relations: int = 10
+    max_triples: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.runs < 1:
+            raise ConfigError(f"--runs must be >= 1 (got {self.runs})")
+        if not 0.0 <= self.temperature <= 5.0:
+            raise ConfigError(f"--temperature must be in [0, 5] (got {self.temperature})")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
+        if self.max_turns < 1 or self.max_tokens < 1:
+            raise ConfigError(
+                f"--max-turns and --max-tokens must be >= 1 (got {self.max_turns}, {self.max_tokens})"
+            )
+        if self.toolset not in ("graphwalker", "kgr1"):
+            raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
+        if self.top_k_relations < 1 or self.max_triples < 1:
+            raise ConfigError("--top-k-relations and --max-triples must be >= 1")
+
+    def tool_config(self) -> ToolConfig:
+        return ToolConfig(
+            toolset=self.toolset,  # type: ignore[arg-type]
+            top_k_relations=self.top_k_relations,
+            max_triples_per_relation=self.max_triples,
+        )
+
+    def params(self, run: int) -> GenerationParams:
+        """Sampling parameters of run ``run``: its own seed, so N runs are N samples."""
+        return GenerationParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed + run,
+        )
+
+
+def check_records(records: Sequence[QARecord], path: str | Path) -> None:
+    """Fail on the first question that cannot be evaluated (no gold answer, no topic entity, a
+    repeated ``question_id``), naming the file, line/row and field."""
+    if not records:
+        raise InputFileError(path, "holds no questions")
+    first_line: dict[str, int] = {}
+    for rec in records:
+        qid = question_id(rec)
+        if qid in first_line:
+            raise InputFileError(
+                path,
+                f"field question_id {qid!r} repeats line {first_line[qid]}; runs are "
+                "grouped by question_id, so each question needs its own",
+                rec.line,
+            )
+        first_line[qid] = rec.line
+        if not rec.answer_names:
+            raise InputFileError(
+                path, "field answer_names is empty; eval needs gold answers", rec.line
+            )
+        if not rec.topic_names:
+            raise InputFileError(
+                path,
+                "field topic_names is missing or empty and the question has no [topic entity]; "
+                "eval gives the agent its topic entities",
+                rec.line,
+            )
+
+
+def question_id(rec: QARecord) -> str:
+    return rec.question_id or f"line-{rec.line}"
+
+
+class TokenLedger(LLM):
+    """Passes requests to ``inner`` and remembers each completion's generated tokens by prompt,
+    so an episode's tokens can be summed after :func:`run_episodes` (which does not keep them)."""
+
+    def __init__(self, inner: LLM) -> None:
+        super().__init__()
+        self.inner = inner
+        self.backend = inner.backend
+        self.model = inner.model
+        self.stats = inner.stats
+        self._by_prompt: dict[tuple, deque[int]] = defaultdict(deque)
+
+    @property
+    def key_fields(self) -> dict[str, Any]:
+        return self.inner.key_fields
+
+    def generate_batch(
+        self, requests: Sequence[Request], progress: ProgressFn | None = None
+    ) -> list[Completion]:
+        out = self.inner.generate_batch(requests, progress)
+        for req, comp in zip(requests, out, strict=True):
+            if comp.ok:  # a failed request leaves no assistant message to match
+                self._by_prompt[req.messages].append(comp.completion_tokens)
+        return out
+
+    def tokens_of(self, messages: Sequence[dict[str, str]]) -> int:
+        """Generated tokens of the assistant messages of one stored episode."""
+        total = 0
+        sent: list[tuple[str, str]] = []
+        for m in messages:
+            if m["role"] == "assistant":
+                queue = self._by_prompt.get(tuple(sent))
+                if queue:
+                    total += queue.popleft()
+            # the loop sends environment observations to the policy as user turns
+            sent.append(("user" if m["role"] == "tool" else m["role"], m["content"]))
+        return total
+
+    def reset(self) -> None:
+        self._by_prompt.clear()
+
+
+def _row(
+    rec: QARecord, run: int, system: str, model: str, predicted: list[str], **fields: Any
+) -> dict[str, Any]:
+    s = score(predicted, rec.answer_names)
+    return {
+        "system": system,
+        "model": model,
+        "question_id": question_id(rec),
+        "line": rec.line,
+        "run": run,
+        "question": rec.question,
+        "topic_names": list(rec.topic_names),
+        "gold": list(rec.answer_names),
+        "predicted": list(predicted),
+        "em": s.em,
+        "f1": s.f1,
+        "hits_at_1": s.hits_at_1,
+        "precision": s.precision,
+        "recall": s.recall,
+        "hops": rec.hops,
+        "qtype": rec.qtype,
+        "structure": rec.structure,
+        **fields,
+    }
+
+
+def _episode_fields(ep: Episode, tokens: int) -> dict[str, Any]:
+    summary = episode_summary(ep)
+    return {
+        "answered": summary["answered"],
+        "forced_answer": summary["forced_answer"],
+        "num_turns": summary["num_turns"],
+        "tool_errors": summary["tool_errors"],
+        "format_errors": summary["format_errors"],
+        "llm_errors": sum(1 for t in ep.turns if t.llm_error),
+        "generated_tokens": tokens,
+        "tool_calls": summary["tool_calls"],
+        "messages": summary["messages"],
+        "turns": summary["turns"],
+    }
+
+
+def run_agent(
+    records: Sequence[QARecord],
+    llm: LLM,
+    graph: KGGraph,
+    cfg: EvalConfig,
+    *,
+    system: str = MODEL_SYSTEM,
+    progress: EvalProgress | None = None,
+) -> list[dict[str, Any]]:
+    """Prediction rows of the agent: every question ``cfg.runs`` times, through the KG tools."""
+    ledger = TokenLedger(llm)
+    n, total = len(records), len(records) * cfg.runs
+    rows: list[dict[str, Any]] = []
+    tasks = [EpisodeTask(rec.question, list(rec.topic_names)) for rec in records]
+    index = {id(t): i for i, t in enumerate(tasks)}
+
+    def make_env(task: EpisodeTask) -> ToolEnvironment:
+        # a fresh environment per episode: the question ranks the relations shown
+        return ToolEnvironment(graph, records[index[id(task)]].question, cfg.tool_config())
+
+    for run in range(cfg.runs):
+        ledger.reset()
+
+        def on_turn(turn: int, active: int, run: int = run) -> None:
+            if progress:
+                progress(run * n + n - active, total, f"run {run + 1}/{cfg.runs}, turn {turn}")
+
+        episodes = run_episodes(
+            ledger,
+            tasks,
+            make_env,
+            toolset=cfg.toolset,
+            max_turns=cfg.max_turns,
+            params=cfg.params(run),
+            on_turn=on_turn,
+        )
+        for rec, ep in zip(records, episodes, strict=True):
+            fields = _episode_fields(ep, ledger.tokens_of(ep.messages))
+            rows.append(_row(rec, run, system, llm.model, ep.predicted_answers, **fields))
+        if progress:
+            progress((run + 1) * n, total, f"run {run + 1}/{cfg.runs} done")
+    return rows
+
+
+def run_no_tools(
+    records: Sequence[QARecord],
+    llm: LLM,
+    cfg: EvalConfig,
+    *,
+    system: str = "no-tools",
+    progress: EvalProgress | None = None,
+) -> list[dict[str, Any]]:
+    """Prediction rows of the LLM-only baseline: one generation per question and run asking for
+    ``<answer>[...]</answer>`` directly, no tools; scored like the agent."""
+    n, total = len(records), len(records) * cfg.runs
+    rows: list[dict[str, Any]] = []
+    for run in range(cfg.runs):
+        base = cfg.params(run)
+        params = GenerationParams(
+            temperature=base.temperature,
+            top_p=base.top_p,
+            max_tokens=base.max_tokens,
+            stop=("</answer>",),
+            seed=base.seed,
+        )
+        prompts = [
+            [
+                {"role": "system", "content": NO_TOOLS_SYSTEM_PROMPT},
+                {"role": "user", "content": user_prompt(rec.question, rec.topic_names)},
+            ]
+            for rec in records
+        ]
+        requests = [Request.make(p, params, task="no_tools_answer") for p in prompts]
+
+        def on_done(i: int, c: Completion, run: int = run) -> None:
+            if progress:
+                progress(run * n + i + 1, total, f"run {run + 1}/{cfg.runs}")
+
+        completions = llm.generate_batch(requests, on_done)
+        for rec, messages, comp in zip(records, prompts, completions, strict=True):
+            predicted: list[str] = []
+            answered = False
+            format_errors = 0
+            stored = list(messages)
+            if comp.ok:
+                text = close_action(comp.text)
+                stored.append({"role": "assistant", "content": text})
+                turn = parse_turn(text)
+                answered = turn.answer is not None
+                predicted = turn.answer or []
+                format_errors = int(turn.format_error is not None or not answered)
+            rows.append(
+                _row(
+                    rec,
+                    run,
+                    system,
+                    llm.model,
+                    predicted,
+                    answered=answered,
+                    forced_answer=False,
+                    num_turns=int(comp.ok),
+                    tool_errors=0,
+                    format_errors=format_errors,
+                    llm_errors=int(not comp.ok),
+                    generated_tokens=comp.completion_tokens,
+                    tool_calls=[],
+                    messages=stored,
+                    turns=[],
+                )
+            )
+        if progress:
+            progress((run + 1) * n, total, f"run {run + 1}/{cfg.runs} done")
+    return rows
+
+
+# --- aggregation (pure functions over prediction rows) -------------------------------------
+
+
+def majority_choice(predictions: Sequence[Sequence[str]]) -> int:
+    """Index of the run whose answer set wins the vote: the most frequent normalized set among
+    the runs that answered; a tie goes to the first such run; 0 when no run answered."""
+    keys = [frozenset(answer_set(p)) for p in predictions]
+    counts = Counter(k for k in keys if k)
+    if not counts:
+        return 0
+    best = max(counts.values())
+    return next(i for i, k in enumerate(keys) if k and counts[k] == best)
+
+
+def union_answers(predictions: Iterable[Sequence[str]]) -> list[str]:
+    """All runs' answers, de-duplicated after normalization, in order of first appearance."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for pred in predictions:
+        for answer in pred:
+            key = normalize_answer(answer)
+            if key and key not in seen:
+                seen.add(key)
+                out.append(answer)
+    return out
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al., 2021)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (got n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_ks(runs: int) -> list[int]:
+    """The k reported for ``runs`` runs: powers of two up to ``runs``, and ``runs`` itself."""
+    ks = {1, runs}
+    k = 2
+    while k < runs:
+        ks.add(k)
+        k *= 2
+    return sorted(ks)
+
+
+def _mean(values: Iterable[float]) -> float:
+    vals = list(values)
+    return round(sum(vals) / len(vals), 6) if vals else 0.0
+
+
+def _metric_means(scores: Sequence[dict[str, float]]) -> dict[str, float]:
+    return {m: _mean(s[m] for s in scores) for m in METRICS}
+
+
+def _scored(predicted: Sequence[str], gold: Sequence[str]) -> dict[str, float]:
+    s = score(predicted, gold)
+    return {m: getattr(s, m) for m in METRICS}
+
+
+def _group_key(value: Any) -> str:
+    return "unknown" if value is None else str(value)
+
+
+def _sorted_groups(keys: Iterable[str]) -> list[str]:
+    def order(k: str) -> tuple[int, float, str]:
+        if k == "unknown":
+            return (2, 0.0, k)
+        try:
+            return (0, float(k), k)
+        except ValueError:
+            return (1, 0.0, k)
+
+    return sorted(set(keys), key=order)
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Metrics of one system's prediction rows (one per question and run; see the module
+    docstring for each aggregate). Rows need ``question_id``, ``run``, ``predicted``, ``gold``,
+    ``em``/``f1``/``hits_at_1``/``precision``/``recall``; the breakdown and process columns are
+    used where present."""
+    if not rows:
+        raise ValueError("no prediction rows to summarize")
+    by_question: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_question.setdefault(row["question_id"], []).append(row)
+    for group in by_question.values():
+        group.sort(key=lambda r: r["run"])
+    runs = sorted({r["run"] for r in rows})
+    n_runs = len(runs)
+
+    per_run = []
+    for run in runs:
+        these = [r for r in rows if r["run"] == run]
+        per_run.append({"run": run, "questions": len(these), **_metric_means(these)})
+
+    majority, union, first = [], [], []
+    pass_k: dict[str, list[float]] = {str(k): [] for k in pass_ks(n_runs)}
+    union_sizes = []
+    for group in by_question.values():
+        gold = group[0]["gold"]
+        preds = [list(r["predicted"]) for r in group]
+        first.append({m: group[0][m] for m in METRICS})
+        majority.append(_scored(preds[majority_choice(preds)], gold))
+        merged = union_answers(preds)
+        union_sizes.append(len(answer_set(merged)))
+        union.append(_scored(merged, gold))
+        n, c = len(group), sum(1 for r in group if r["em"] == 1.0)
+        for k in pass_k:
+            if int(k) <= n:
+                pass_k[k].append(pass_at_k(n, c, int(k)))
+
+    std = {
+        m: round(statistics.stdev(p[m] for p in per_run), 6) if n_runs > 1 else 0.0
+        for m in SHOWN_METRICS
+    }
+    breakdowns: dict[str, dict[str, dict[str, Any]]] = {}
+    for col in BREAKDOWNS:
+        if not any(r.get(col) is not None for r in rows):
+            continue
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            groups[_group_key(r.get(col))].append(r)
+        breakdowns[col] = {
+            k: {
+                "questions": len({r["question_id"] for r in groups[k]}),
+                **{m: _mean(r[m] for r in groups[k]) for m in SHOWN_METRICS},
+            }
+            for k in _sorted_groups(groups)
+        }
+
+    def per_prediction(col: str) -> float:
+        return _mean(float(r.get(col) or 0) for r in rows)
+
+    return {
+        "counts": {"questions": len(by_question), "runs": n_runs, "predictions": len(rows)},
+        "overall": _metric_means(rows),
+        "std_over_runs": std,
+        "per_run": per_run,
+        "first_run": _metric_means(first),
+        "majority": _metric_means(majority),
+        "union": {
+            "label": UNION_LABEL,
+            **_metric_means(union),
+            "mean_answers": _mean(union_sizes),
+        },
+        "pass_at_k": {k: _mean(v) for k, v in pass_k.items()},
+        "breakdowns": breakdowns,
+        "process": {
+            "turns_per_question": per_prediction("num_turns"),
+            "tool_errors_per_question": per_prediction("tool_errors"),
+            "format_errors_per_question": per_prediction("format_errors"),
+            "llm_errors_per_question": per_prediction("llm_errors"),
+            "generated_tokens_per_question": per_prediction("generated_tokens"),
+            "answered": per_prediction("answered"),
+            "forced_answer": per_prediction("forced_answer"),
+        },
+    }
+
+
+def evaluate(
+    records: Sequence[QARecord],
+    llm: LLM,
+    graph: KGGraph | None,
+    cfg: EvalConfig,
+    *,
+    system: str = MODEL_SYSTEM,
+    tools: bool = True,
+    progress: EvalProgress | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Answer ``records`` with ``llm`` (as a KG agent over ``graph``, or without tools when
+    ``tools`` is False), score, aggregate; returns (prediction rows, metrics)."""
+    if tools and graph is None:
+        raise ValueError("the agent needs a graph")
+    started = time.perf_counter()
+    if tools:
+        rows = run_agent(records, llm, graph, cfg, system=system, progress=progress)  # type: ignore[arg-type]
+    else:
+        rows = run_no_tools(records, llm, cfg, system=system, progress=progress)
+    elapsed = time.perf_counter() - started
+    metrics = summarize(rows)
+    tokens = sum(r["generated_tokens"] for r in rows)
+    metrics["speed"] = {
+        "elapsed_s": round(elapsed, 3),
+        # (question, run) predictions per second of wall time, tools and KG included
+        "questions_per_s": round(len(rows) / elapsed, 3) if elapsed > 0 else None,
+        "generated_tokens_per_s": round(tokens / elapsed, 1) if elapsed > 0 else None,
+    }
+    metrics["system"] = system
+    metrics["model"] = llm.model
+    metrics["backend"] = llm.backend
+    metrics["tools"] = cfg.toolset if tools else None
+    return rows, metrics
+
+
+# --- checkpoints and their starting models ------------------------------------------------
+
+
+def _manifest(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def checkpoint_label(model: str) -> str:
+    """A short name for a model: the training stage of a kgsynth checkpoint (``stage1``,
+    ``stage2``, ``rl``), else the folder or model name."""
+    path = Path(model)
+    manifest = _manifest(path) if path.is_dir() else None
+    stage = str((manifest or {}).get("stage", ""))
+    if stage.startswith("train "):
+        return stage.removeprefix("train ").strip()
+    return path.name or model
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def _weights_sha256(folder: Path) -> str | None:
+    from kgsynth.manifest import sha256_file
+
+    weights = folder / "model.safetensors"
+    return sha256_file(weights) if weights.is_file() else None
+
+
+def untrained_model(checkpoint: str | Path) -> Path:
+    """The model a kgsynth checkpoint was first trained from: ``manifest.json``'s
+    ``start_from.path``, followed back until a folder that was not trained by kgsynth (a tiny
+    run's ``init-tiny``, or the base model). A relative path is tried from here, then inside
+    and beside the folder that names it (a moved run folder); where the manifest recorded the
+    starting weights' SHA-256, the folder must hold those weights."""
+    ckpt = Path(checkpoint)
+    current, seen = ckpt, {ckpt.resolve()}
+    while True:
+        manifest = _manifest(current)
+        start_from = (manifest or {}).get("start_from") or {}
+        start = start_from.get("path")
+        if not start:
+            break
+        named = Path(start)
+        candidates = list(
+            dict.fromkeys(
+                c
+                for c in (named, current / named.name, current.parent / named.name)
+                if _is_checkpoint(c)
+            )
+        )
+        if not candidates:
+            raise ConfigError(
+                f"--baseline untrained: {current / 'manifest.json'} says the model started from "
+                f"{start}, which is not a checkpoint folder here; pass --baseline-model PATH"
+            )
+        sha = start_from.get("weights_sha256")
+        if sha:
+            matching = [c for c in candidates if _weights_sha256(c) == sha]
+            if not matching:
+                raise ConfigError(
+                    f"--baseline untrained: {candidates[0]} does not hold the weights "
+                    f"{current / 'manifest.json'} records as the start (sha256 {sha[:12]}…); "
+                    "pass --baseline-model PATH"
+                )
+            candidates = matching
+        found = candidates[0]
+        if found.resolve() in seen:
+            raise ConfigError(
+                f"--baseline untrained: the start_from chain of {ckpt} loops at {found}; "
+                "pass --baseline-model PATH"
+            )
+        seen.add(found.resolve())
+        current = found
+    if current == ckpt:
+        raise ConfigError(
+            f"--baseline untrained: {ckpt} has no manifest.json with start_from (not a run of "
+            "`kgsynth train`); pass --baseline-model PATH"
+        )
+    return current
+
+
+# --- comparison of several evaluations -----------------------------------------------------
+
+
+def find_metrics(path: str | Path) -> Path:
+    """``DIR/metrics.json``, ``DIR/eval/metrics.json``, or the file itself."""
+    path = Path(path)
+    for candidate in (path, path / "metrics.json", path / "eval" / "metrics.json"):
+        if candidate.is_file():
+            return candidate
+    raise InputFileError(
+        path, "no metrics.json here nor in eval/ (run `kgsynth eval --out DIR` first)"
+    )
+
+
+def load_metrics(path: str | Path) -> dict[str, Any]:
+    found = find_metrics(path)
+    try:
+        data = json.loads(found.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputFileError(found, f"not a readable metrics.json: {exc}") from None
+    if not isinstance(data, dict) or "overall" not in data:
+        raise InputFileError(found, "not a metrics.json of `kgsynth eval` (no overall metrics)")
+    return data
+
+
+def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
+    hops = m.get("breakdowns", {}).get("hops", {})
+    return {
+        "label": label,
+        "source": source,
+        "questions": m["counts"]["questions"],
+        "runs": m["counts"]["runs"],
+        **{k: m["overall"][k] for k in SHOWN_METRICS},
+        "union_em": m["union"]["em"] if m["counts"]["runs"] > 1 else None,
+        "by_hops": {h: {k: v[k] for k in SHOWN_METRICS} for h, v in hops.items()},
+        "questions_per_s": (m.get("speed") or {}).get("questions_per_s"),
+    }
+
+
+def compare_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """One table row per evaluation (and per baseline it ran): label, overall EM/F1/Hits@1,
+    the N-run union EM where there were several runs, and EM/F1/Hits@1 by hops."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        m = load_metrics(path)
+        label = m.get("label") or Path(path).name
+        if any(r["label"] == label for r in rows):
+            label = f"{label} ({path})"
+        rows.append(_table_row(label, m, str(find_metrics(path))))
+        for name, base in (m.get("baselines") or {}).items():
+            rows.append(_table_row(f"{label} · {name}", base, str(find_metrics(path))))
+    return rows
+
+
+def hop_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return _sorted_groups(h for r in rows for h in r["by_hops"])
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The comparison as a markdown table (cells by hop read EM / F1 / Hits@1)."""
+    hops = hop_columns(rows)
+    with_union = any(r["union_em"] is not None for r in rows)
+    head = ["run", "questions", "runs", "EM", "F1", "Hits@1"]
+    head += [f"{UNION_LABEL} EM"] if with_union else []
+    head += [f"{h}-hop EM / F1 / Hits@1" for h in hops]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["label"], str(r["questions"]), str(r["runs"])]
+        cells += [_fmt(r[k]) for k in SHOWN_METRICS]
+        cells += [_fmt(r["union_em"])] if with_union else []
+        for h in hops:
+            v = r["by_hops"].get(h)
+            cells.append(" / ".join(_fmt(v[k]) for k in SHOWN_METRICS) if v else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# --- figures -------------------------------------------------------------------------------
+
+_COLORS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
+
+
+def _grouped_bars(ax: Any, groups: list[str], series: dict[str, list[float]]) -> None:
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(groups))]
+        bars = ax.bar(xs, values, width, label=name, color=_COLORS[i % len(_COLORS)])
+        ax.bar_label(bars, fmt="%.2f", fontsize=6)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+
+
+def eval_png(metrics: dict[str, Any], path: str | Path) -> None:
+    """Overall metrics per system (model, N-run aggregates, baselines), EM and F1 by hops per
+    system, and F1 by question type (or structure) for the model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems: dict[str, dict[str, Any]] = {metrics.get("label") or MODEL_SYSTEM: metrics}
+    systems.update(metrics.get("baselines") or {})
+    runs = metrics["counts"]["runs"]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    ax = axes[0][0]
+    series = {name: [m["overall"][k] for k in SHOWN_METRICS] for name, m in systems.items()}
+    if runs > 1:
+        series["majority"] = [metrics["majority"][k] for k in SHOWN_METRICS]
+        series[UNION_LABEL] = [metrics["union"][k] for k in SHOWN_METRICS]
+    _grouped_bars(ax, [METRIC_NAMES[k] for k in SHOWN_METRICS], series)
+    ax.set_title(
+        f"{metrics['counts']['questions']} questions × {runs} run(s)"
+        + (" (bars: mean over runs)" if runs > 1 else "")
+    )
+    for ax, metric in ((axes[0][1], "em"), (axes[1][0], "f1")):
+        hop_groups = _sorted_groups(
+            h for m in systems.values() for h in m.get("breakdowns", {}).get("hops", {})
+        )
+        if not hop_groups:
+            ax.text(0.5, 0.5, "the questions carry no hop counts", ha="center", va="center")
+            ax.set_axis_off()
+            continue
+        series = {
+            name: [
+                m.get("breakdowns", {}).get("hops", {}).get(h, {}).get(metric, 0.0)
+                for h in hop_groups
+            ]
+            for name, m in systems.items()
+        }
+        _grouped_bars(ax, [f"{h}-hop" for h in hop_groups], series)
+        ax.set_title(f"{METRIC_NAMES[metric]} by hops")
+    ax = axes[1][1]
+    kinds = metrics.get("breakdowns", {})
+    col = "qtype" if "qtype" in kinds else "structure" if "structure" in kinds else None
+    if col is None:
+        ax.text(0.5, 0.5, "the questions carry no type or structure", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        top = sorted(kinds[col].items(), key=lambda kv: -kv[1]["questions"])[:20][::-1]
+        bars = ax.barh([k for k, _ in top], [v["f1"] for _, v in top], color=_COLORS[0])
+        ax.bar_label(bars, fmt="%.2f", fontsize=6)
+        ax.set_xlim(0, 1.05)
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_title(f"F1 by {col} ({metrics.get('label') or MODEL_SYSTEM}; top 20 by count)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def compare_png(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """Overall EM/F1/Hits@1 per evaluation, and F1 by hops per evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r["label"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    _grouped_bars(axes[0], labels, {METRIC_NAMES[k]: [r[k] for r in rows] for k in SHOWN_METRICS})
+    axes[0].set_title("overall (mean over runs)")
+    axes[0].tick_params(axis="x", labelsize=7, rotation=20)
+    hops = hop_columns(rows)
+    if hops:
+        _grouped_bars(
+            axes[1],
+            [f"{h}-hop" for h in hops],
+            {r["label"]: [r["by_hops"].get(h, {}).get("f1", 0.0) for h in hops] for r in rows},
+        )
+        axes[1].set_title("F1 by hops")
+    else:
+        axes[1].set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+__all__ = [
+    "BASELINES",
+    "PREDICTION_SCHEMA",
+    "UNION_LABEL",
+    "EvalConfig",
+    "check_records",
+    "checkpoint_label",
+    "compare_markdown",
+    "compare_png",
+    "compare_runs",
+    "eval_png",
+    "evaluate",
+    "find_metrics",
+    "load_metrics",
+    "majority_choice",
+    "pass_at_k",
+    "pass_ks",
+    "run_agent",
+    "run_no_tools",
+    "summarize",
+    "union_answers",
+    "untrained_model",
+]

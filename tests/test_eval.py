@@ -1,0 +1,488 @@
+"""kgsynth eval: aggregation on hand-made predictions (majority, first run, union, pass@k,
+breakdowns), the shipped MetaQA dev sample, the agent and no-tools runs with a scripted policy,
+the untrained-model chain, the compare table, and the CLI end to end with a tiny hf model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from kgsynth.cli import app
+from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.eval import (
+    UNION_LABEL,
+    EvalConfig,
+    check_records,
+    compare_markdown,
+    compare_runs,
+    evaluate,
+    majority_choice,
+    pass_at_k,
+    pass_ks,
+    summarize,
+    union_answers,
+    untrained_model,
+)
+from kgsynth.llm.base import LLM, Completion
+from kgsynth.metrics import score
+from kgsynth.qafiles import QARecord, hops_of_qtype, read_questions
+from tests.kgfixtures import movie_kg, movie_ntriples
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV_SAMPLE = ROOT / "data" / "metaqa" / "dev_sample" / "metaqa_dev_sample.jsonl"
+METAQA = ROOT.parent / "shared" / "data" / "metaqa"
+
+
+# --- aggregation on hand-made predictions --------------------------------------------------
+
+
+def test_pass_at_k_hand_values():
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)  # 1 - C(3,3)/C(5,3)
+    assert pass_at_k(4, 0, 4) == 0.0
+    assert pass_at_k(4, 3, 2) == 1.0  # fewer wrong runs than k: always a hit
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+    assert pass_ks(1) == [1]
+    assert pass_ks(5) == [1, 2, 4, 5]
+    assert pass_ks(8) == [1, 2, 4, 8]
+
+
+def test_majority_vote_and_union():
+    # sets are compared normalized and unordered; "B" and "the b" are one vote
+    assert majority_choice([["A"], ["B"], ["the b"], []]) == 1
+    assert majority_choice([["A", "B"], ["C"], ["b", "a"]]) == 0
+    assert majority_choice([["A"], ["B"]]) == 0  # tie: the first run
+    assert majority_choice([[], ["X"], ["Y"]]) == 1  # runs without an answer do not vote
+    assert majority_choice([[], []]) == 0
+    assert union_answers([["A", "B"], ["the A", "C"], []]) == ["A", "B", "C"]
+
+
+def _row(qid: str, run: int, predicted: list[str], gold: list[str], **extra) -> dict:
+    s = score(predicted, gold)
+    return {
+        "question_id": qid,
+        "run": run,
+        "predicted": predicted,
+        "gold": gold,
+        "em": s.em,
+        "f1": s.f1,
+        "hits_at_1": s.hits_at_1,
+        "precision": s.precision,
+        "recall": s.recall,
+        **extra,
+    }
+
+
+def hand_rows() -> list[dict]:
+    q1 = {"hops": 1, "structure": "chain-1", "num_turns": 2, "generated_tokens": 10}
+    q2 = {"hops": 2, "structure": None, "num_turns": 4, "generated_tokens": 30, "tool_errors": 1}
+    return [
+        _row("q1", 0, ["A"], ["A", "B"], **q1),  # EM 0, F1 2/3, Hits@1 1
+        _row("q1", 1, ["B", "A"], ["A", "B"], **q1),  # EM 1
+        _row("q1", 2, ["C"], ["A", "B"], **q1),  # all 0
+        _row("q2", 0, [], ["X"], **q2),
+        _row("q2", 1, ["Y"], ["X"], **q2),
+        _row("q2", 2, ["X"], ["X"], **q2),  # EM 1
+    ]
+
+
+def test_summarize_hand_made_predictions():
+    m = summarize(hand_rows())
+    assert m["counts"] == {"questions": 2, "runs": 3, "predictions": 6}
+    assert m["overall"]["em"] == pytest.approx(2 / 6)
+    assert m["overall"]["f1"] == pytest.approx((2 / 3 + 1 + 1) / 6)
+    assert m["overall"]["hits_at_1"] == pytest.approx(3 / 6)
+    assert [r["em"] for r in m["per_run"]] == [0.0, 0.5, 0.5]
+    assert m["per_run"][0]["f1"] == pytest.approx(1 / 3)
+    assert m["first_run"] == {k: m["per_run"][0][k] for k in m["first_run"]}
+    assert m["std_over_runs"]["em"] == pytest.approx(0.288675, abs=1e-6)
+    # majority: q1 is a three-way tie -> run 0 ["A"]; q2: the empty run 0 does not vote,
+    # {Y} and {X} tie -> run 1 ["Y"]
+    assert m["majority"]["em"] == 0.0
+    assert m["majority"]["f1"] == pytest.approx((2 / 3 + 0) / 2)
+    assert m["majority"]["hits_at_1"] == pytest.approx(0.5)
+    # union: q1 [A, B, C] -> P 2/3, R 1, F1 0.8; q2 [Y, X] -> F1 2/3, Hits@1 0 (Y first)
+    assert m["union"]["label"] == UNION_LABEL
+    assert m["union"]["em"] == 0.0
+    assert m["union"]["f1"] == pytest.approx((0.8 + 2 / 3) / 2, abs=1e-6)
+    assert m["union"]["hits_at_1"] == pytest.approx(0.5)
+    assert m["union"]["mean_answers"] == pytest.approx(2.5)
+    # each question: n = 3 runs, c = 1 EM-correct
+    assert m["pass_at_k"] == {
+        "1": pytest.approx(1 / 3, abs=1e-6),
+        "2": pytest.approx(2 / 3, abs=1e-6),
+        "3": 1.0,
+    }
+    by_hops = m["breakdowns"]["hops"]
+    assert list(by_hops) == ["1", "2"]
+    assert by_hops["1"]["questions"] == 1
+    assert by_hops["1"]["f1"] == pytest.approx((2 / 3 + 1) / 3, abs=1e-6)
+    assert by_hops["2"]["em"] == pytest.approx(1 / 3, abs=1e-6)
+    assert list(m["breakdowns"]["structure"]) == ["chain-1", "unknown"]
+    assert "qtype" not in m["breakdowns"]  # no question carries one
+    p = m["process"]
+    assert (p["turns_per_question"], p["generated_tokens_per_question"]) == (3.0, 20.0)
+    assert p["tool_errors_per_question"] == pytest.approx(0.5)
+
+
+def test_single_run_aggregates_agree():
+    rows = [r for r in hand_rows() if r["run"] == 1]
+    m = summarize(rows)
+    assert m["counts"]["runs"] == 1 and m["pass_at_k"] == {"1": 0.5}
+    for agg in ("first_run", "majority"):
+        assert m[agg] == m["overall"]
+    assert {k: m["union"][k] for k in m["overall"]} == m["overall"]
+
+
+# --- the shipped dev sample --------------------------------------------------------------
+
+
+def test_dev_sample_parses_with_hops_and_types():
+    recs = read_questions(DEV_SAMPLE)
+    assert len(recs) == 150
+    assert Counter(r.hops for r in recs) == {1: 50, 2: 50, 3: 50}
+    # interleaved, so that --limit K takes every hop count
+    assert [r.hops for r in recs[:6]] == [1, 2, 3, 1, 2, 3]
+    check_records(recs, DEV_SAMPLE)
+    for r in recs:
+        assert r.hops == hops_of_qtype(r.qtype)
+        assert r.topic_names and all(f"[{t}]" in r.raw_question for t in r.topic_names)
+        assert "[" not in r.question and r.answer_names
+        assert r.question_id.startswith(f"metaqa-dev-{r.hops}hop-L")
+    assert len({r.question_id for r in recs}) == 150
+
+
+@pytest.mark.skipif(not METAQA.is_dir(), reason=f"MetaQA data not found at {METAQA}")
+def test_dev_sample_is_drawn_from_consistent_dev_questions_and_regenerates(tmp_path):
+    rows = [json.loads(line) for line in DEV_SAMPLE.read_text().splitlines()]
+    for hops in (1, 2, 3):
+        lines = (METAQA / f"{hops}-hop" / "vanilla" / "qa_dev.txt").read_text().splitlines()
+        consistent = set((METAQA / "derived" / f"consistent_dev_{hops}hop.idx").read_text().split())
+        for row in (r for r in rows if r["hops"] == hops):
+            question, answers = lines[row["source_line"] - 1].split("\t")
+            assert (row["question"], row["answer_names"]) == (question, answers.split("|"))
+            assert str(row["source_line"] - 1) in consistent
+    out = tmp_path / "sample.jsonl"
+    subprocess.run(
+        [sys.executable, str(DEV_SAMPLE.parents[1] / "make_dev_sample.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    assert out.read_bytes() == DEV_SAMPLE.read_bytes()
+
+
+# --- agent and no-tools runs with a scripted policy ---------------------------------------
+
+
+class ScriptedPolicy(LLM):
+    """Replies by (question, run seed, turn); no-tools requests get ``no_tools`` replies."""
+
+    backend = "scripted"
+    model = "script"
+
+    def __init__(self, scripts: dict, no_tools: dict | None = None) -> None:
+        super().__init__()
+        self.scripts = scripts
+        self.no_tools = no_tools or {}
+
+    def generate_batch(self, requests, progress=None):
+        out = []
+        for i, r in enumerate(requests):
+            msgs = r.message_dicts()
+            question = msgs[1]["content"].split("\n")[0].removeprefix("Question: ")
+            if r.task == "no_tools_answer":
+                text = self.no_tools[(question, r.params.seed)]
+            else:
+                turns = self.scripts[(question, r.params.seed)]
+                text = turns[min(sum(m["role"] == "assistant" for m in msgs), len(turns) - 1)]
+            c = Completion(text, completion_tokens=len(text.split()))
+            self.stats.add(c)
+            out.append(c)
+            if progress:
+                progress(i, c)
+        return out
+
+
+def _record(question: str, topic: str, answers: list[str], line: int, hops: int) -> QARecord:
+    return QARecord(question, question, [topic], answers, None, hops, line)
+
+
+KISMET = _record("who directed Kismet", "Kismet", ["William Dieterle"], 1, 1)
+JUAREZ = _record("what genre is Juarez", "Juarez", ["Drama"], 2, 1)
+
+
+def test_agent_runs_scored_with_tools_errors_and_tokens():
+    q = '<think>look it up</think><kg-query>get_triples("Kismet", ["directed_by"])</kg-query>'
+    scripts = {
+        ("who directed Kismet", 7): [
+            q,
+            '<think>found</think><answer>["William Dieterle"]</answer>',
+        ],
+        ("who directed Kismet", 8): [
+            '<think>x</think><kg-query>get_relations("Nobody Here")</kg-query>',
+            '<think>guess</think><answer>["Ronald Colman"]</answer>',
+        ],
+        ("what genre is Juarez", 7): ["no protocol at all"],
+        ("what genre is Juarez", 8): ['<think>g</think><answer>["drama"]</answer>'],
+    }
+    cfg = EvalConfig(runs=2, temperature=1.0, max_turns=3, seed=7)
+    rows, m = evaluate([KISMET, JUAREZ], ScriptedPolicy(scripts), movie_kg().graph(), cfg)
+    by = {(r["question_id"], r["run"]): r for r in rows}
+    assert len(rows) == 4
+    k0, k1 = by[("line-1", 0)], by[("line-1", 1)]
+    assert (k0["em"], k0["num_turns"], k0["tool_errors"], k0["answered"]) == (1.0, 2, 0, True)
+    assert k0["tool_calls"] == ['get_triples("Kismet", ["directed_by"])']
+    assert [msg["role"] for msg in k0["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    # tokens: the backend's completion counts, summed over the episode's turns
+    assert k0["generated_tokens"] == len(q.split()) + 2
+    assert (k1["em"], k1["tool_errors"], k1["predicted"]) == (0.0, 1, ["Ronald Colman"])
+    j0 = by[("line-2", 0)]
+    assert (j0["answered"], j0["forced_answer"], j0["num_turns"]) == (False, True, 4)
+    assert j0["format_errors"] == 4 and j0["predicted"] == []
+    assert by[("line-2", 1)]["em"] == 1.0  # normalized: "drama" == "Drama"
+    assert m["overall"]["em"] == 0.5 and m["first_run"]["em"] == 0.5
+    assert m["majority"]["em"] == 1.0  # Kismet: tie -> run 0; Juarez: only run 1 answered
+    assert m["union"]["em"] == 0.5 and m["union"]["f1"] == pytest.approx((2 / 3 + 1) / 2)
+    assert m["pass_at_k"] == {"1": 0.5, "2": 1.0}
+    assert m["process"]["tool_errors_per_question"] == 0.25
+    assert m["speed"]["questions_per_s"] > 0 and m["system"] == "model"
+
+
+def test_no_tools_baseline_answers_directly():
+    no_tools = {
+        ("who directed Kismet", 0): '<think>I recall</think><answer>["William Dieterle"]',
+        ("what genre is Juarez", 0): "Drama, I think",
+    }
+    rows, m = evaluate(
+        [KISMET, JUAREZ],
+        ScriptedPolicy({}, no_tools),
+        None,
+        EvalConfig(),
+        system="no-tools",
+        tools=False,
+    )
+    kismet, juarez = rows
+    # the API's stop sequence removed </answer>; it is restored before parsing
+    assert kismet["messages"][-1]["content"].endswith("</answer>")
+    assert (kismet["em"], kismet["num_turns"], kismet["tool_calls"]) == (1.0, 1, [])
+    assert (juarez["answered"], juarez["format_errors"], juarez["em"]) == (False, 1, 0.0)
+    assert m["overall"]["em"] == 0.5 and m["tools"] is None and m["system"] == "no-tools"
+
+
+def test_config_and_record_checks_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="--runs"):
+        EvalConfig(runs=0)
+    with pytest.raises(ConfigError, match="--tools"):
+        EvalConfig(toolset="sql")
+    bad = QARecord("q", "q", ["T"], [], None, None, 5)
+    with pytest.raises(InputFileError, match=r"q\.jsonl:5: field answer_names is empty"):
+        check_records([KISMET, bad], tmp_path / "q.jsonl")
+    no_topic = QARecord("q", "q", [], ["A"], None, None, 2)
+    with pytest.raises(InputFileError, match=r"q\.jsonl:2: field topic_names"):
+        check_records([no_topic], tmp_path / "q.jsonl")
+    twice = [QARecord("q", "q", ["T"], ["A"], None, None, n, None, "id-1") for n in (1, 4)]
+    with pytest.raises(
+        InputFileError, match=r"q\.jsonl:4: field question_id 'id-1' repeats line 1"
+    ):
+        check_records(twice, tmp_path / "q.jsonl")
+
+
+def _checkpoint(path: Path, start_from: str | None = None) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    if start_from is not None:
+        manifest = {"stage": "train x", "start_from": {"path": start_from}}
+        (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def test_untrained_model_follows_the_start_from_chain(tmp_path):
+    base = _checkpoint(tmp_path / "base")
+    stage1 = _checkpoint(tmp_path / "run" / "stage1", str(base))
+    stage2 = _checkpoint(tmp_path / "run" / "stage2", str(stage1))
+    assert untrained_model(stage2) == base
+    # a tiny run's init-tiny, named by a relative path from another working directory
+    tiny = _checkpoint(tmp_path / "moved" / "stage1", "runs/elsewhere/stage1/init-tiny")
+    _checkpoint(tiny / "init-tiny")
+    assert untrained_model(tiny) == tiny / "init-tiny"
+    with pytest.raises(ConfigError, match=r"no manifest\.json with start_from"):
+        untrained_model(base)
+    lost = _checkpoint(tmp_path / "lost", "/nowhere/model")
+    with pytest.raises(ConfigError, match="not a checkpoint folder here"):
+        untrained_model(lost)
+
+
+def test_untrained_model_checks_the_recorded_weights(tmp_path):
+    from kgsynth.manifest import sha256_file
+
+    elsewhere = _checkpoint(tmp_path / "runs" / "stage1" / "init-tiny")
+    (elsewhere / "model.safetensors").write_bytes(b"someone else's newer run")
+    moved = _checkpoint(tmp_path / "moved" / "stage1", str(elsewhere))
+    inside = _checkpoint(moved / "init-tiny")
+    (inside / "model.safetensors").write_bytes(b"the weights stage1 started from")
+    manifest = json.loads((moved / "manifest.json").read_text())
+    manifest["start_from"]["weights_sha256"] = sha256_file(inside / "model.safetensors")
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    # the path as written exists but holds other weights: the copy inside the folder is used
+    assert untrained_model(moved) == inside
+    (inside / "model.safetensors").write_bytes(b"changed")
+    with pytest.raises(ConfigError, match="does not hold the weights"):
+        untrained_model(moved)
+
+
+# --- compare --------------------------------------------------------------------------------
+
+
+def _metrics_dir(path: Path, label: str, rows: list[dict], *, nested: bool = False) -> Path:
+    folder = path / "eval" if nested else path
+    folder.mkdir(parents=True)
+    metrics = {"label": label, **summarize(rows), "baselines": {}}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return path
+
+
+def test_compare_table_reads_folders_and_nested_eval(tmp_path):
+    one = _metrics_dir(tmp_path / "stage1", "stage1", [r for r in hand_rows() if r["run"] == 0])
+    two = _metrics_dir(tmp_path / "stage2", "stage2", hand_rows(), nested=True)
+    rows = compare_runs([one, two])
+    assert [r["label"] for r in rows] == ["stage1", "stage2"]
+    assert rows[0]["union_em"] is None and rows[1]["union_em"] == 0.0
+    assert rows[1]["em"] == pytest.approx(1 / 3, abs=1e-6)
+    assert rows[1]["by_hops"]["2"]["em"] == pytest.approx(1 / 3, abs=1e-6)
+    md = compare_markdown(rows).splitlines()
+    assert md[0].startswith("| run | questions | runs | EM | F1 | Hits@1 |")
+    assert "1-hop EM / F1 / Hits@1" in md[0] and UNION_LABEL in md[0]
+    assert md[2].startswith("| stage1 | 2 | 1 | 0.000 | 0.333 | 0.500 | – |")
+    assert md[3].startswith("| stage2 | 2 | 3 | 0.333 | 0.444 | 0.500 | 0.000 |")
+
+    res = CliRunner().invoke(
+        app, ["eval", "--compare", str(one), str(two), "--out", str(tmp_path / "summary")]
+    )
+    assert res.exit_code == 0, res.output
+    assert "stage2" in res.output
+    assert (tmp_path / "summary" / "compare.md").read_text().count("| stage") == 2
+    assert (tmp_path / "summary" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    res = CliRunner().invoke(app, ["eval", "--compare", str(one), str(tmp_path)])
+    assert res.exit_code == 3 and "no metrics.json" in res.output
+
+
+# --- the command end to end with a tiny model ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_stage1(tmp_path_factory) -> Path:
+    """A 'stage1' folder with a training manifest pointing at its init-tiny (no training)."""
+    from kgsynth.agent.loop import system_prompt
+    from kgsynth.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny-run") / "stage1"
+    texts = [
+        system_prompt(),
+        "who directed Kismet",
+        '<think>x</think><answer>["William Dieterle"]</answer>',
+        '<kg-query>get_relations("Kismet")</kg-query>',
+    ]
+    build_tiny_model(texts, root / "init-tiny", vocab_size=400)
+    for f in (root / "init-tiny").iterdir():
+        shutil.copy(f, root / f.name)
+    manifest = {"stage": "train stage1", "start_from": {"path": str(root / "init-tiny")}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def _questions_file(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+QUESTIONS = [
+    {
+        "question": "who directed [Kismet]",
+        "answer_names": ["William Dieterle"],
+        "qtype": "movie_to_director",
+    },
+    {
+        "question": "which films did the director of [Juarez] make",
+        "answer_names": ["Kismet"],
+        "qtype": "movie_to_director_to_movie",
+    },
+]
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread: on a busy 2-core machine two spinning threads make the tiny
+    model's generation ~30x slower; the result does not depend on it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_cli_evaluates_a_tiny_checkpoint_with_baselines(tmp_path, tiny_stage1, one_torch_thread):
+    kg = tmp_path / "kg.nt"
+    kg.write_text(movie_ntriples())
+    qfile = _questions_file(tmp_path / "q.jsonl", QUESTIONS)
+    out = tmp_path / "eval"
+    args = ["eval", "--questions", str(qfile), "--kg", str(kg), "--model", str(tiny_stage1)]
+    args += ["--out", str(out), "--runs", "2", "--temperature", "1.0", "--max-turns", "1"]
+    args += ["--max-tokens", "6", "--baseline", "untrained", "--baseline", "no-tools"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "stage1" in res.output and "union EM" in res.output and "pass@2" in res.output
+
+    rows = pq.read_table(out / "predictions.parquet").to_pylist()
+    assert len(rows) == 2 * 2 * 3  # questions x runs x (model, untrained, no-tools)
+    assert Counter(r["system"] for r in rows) == {"model": 4, "untrained": 4, "no-tools": 4}
+    model_rows = [r for r in rows if r["system"] == "model"]
+    assert {r["model"] for r in model_rows} == {str(tiny_stage1)}
+    assert all(r["messages"][0]["role"] == "system" for r in rows)
+    assert all(1 <= r["num_turns"] <= 2 and r["generated_tokens"] > 0 for r in model_rows)
+    assert sorted(r["hops"] for r in model_rows) == [1, 1, 2, 2]
+    assert {r["system"]: r["model"] for r in rows}["untrained"] == str(tiny_stage1 / "init-tiny")
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["label"] == "stage1" and metrics["counts"]["predictions"] == 4
+    assert set(metrics["baselines"]) == {"untrained", "no-tools"}
+    assert set(metrics["pass_at_k"]) == {"1", "2"}
+    assert set(metrics["breakdowns"]) == {"hops", "qtype"}
+    assert metrics["process"]["generated_tokens_per_question"] > 0
+    assert metrics["config"]["runs"] == 2 and metrics["union"]["label"] == UNION_LABEL
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "eval" and manifest["input"]["rows"] == 2
+    assert (out / "eval.png").read_bytes()[:4] == b"\x89PNG"
+
+    res = CliRunner().invoke(app, ["eval", "--compare", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "stage1 · untrained" in res.output
+
+
+def test_cli_bad_question_file_is_one_line_naming_file_and_row(tmp_path):
+    rows = [QUESTIONS[0], {"question": "who directed [Juarez]", "qtype": "movie_to_director"}]
+    qfile = _questions_file(tmp_path / "q.jsonl", rows)
+    args = ["eval", "--questions", str(qfile), "--model", str(tmp_path), "--out", str(tmp_path)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 3
+    assert res.output.strip() == f"error: {qfile}:2: field answer_names is missing"
+    res = CliRunner().invoke(app, [*args[:-2], "--out", str(tmp_path / "o"), "--baseline", "x"])
+    assert res.exit_code == 2 and "--baseline: unknown x" in res.output
+    res = CliRunner().invoke(app, ["eval", "--questions", str(qfile), "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--model is required" in res.output
