@@ -43,15 +43,42 @@ lint: install
 format: install
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-# The main job on the embedded default (the MetaQA movie KB shipped in data/), offline.
+# The main job on the embedded default (the MetaQA movie KB shipped in data/), offline:
+# import -> walk -> questions (template) -> oracle trajectories (train split) -> filter ->
+# stage1 (tiny model) -> free rollouts of stage1 + oracle replays on the held-back questions
+# -> filter -> stage2 -> GRPO -> eval of stage1/stage2/rl on the MetaQA dev sample -> summary.
+# SMOKE=1 runs the same chain at a size CI can afford.
+K := $(BIN)/kgsynth
+STAGE1_STEPS := $(if $(SMOKE),--max-steps 20,--epochs 2)
+STAGE2_STEPS := $(if $(SMOKE),--max-steps 10,--epochs 2)
+FREE_LIMIT := $(if $(SMOKE),8,60)
+RL_STEPS := $(if $(SMOKE),3,20)
+EVAL_LIMIT := $(if $(SMOKE),9,60)
+# tiny models generate faster on one thread (the work per token is too small to share)
+GEN_ENV := OMP_NUM_THREADS=1
+EVAL := --questions data/metaqa/dev_sample/metaqa_dev_sample.jsonl --kg $(RUN)/kg \
+	--limit $(EVAL_LIMIT) --max-turns 6 --max-tokens 96
+
 all: install
-	$(BIN)/kgsynth kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --force
-	$(BIN)/kgsynth kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
-	$(BIN)/kgsynth kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
-	$(BIN)/kgsynth walk --kg $(RUN)/kg --n $(WALKS) --seed 0 --config pipelines/metaqa_default.yaml --out $(RUN)/walks/walks.parquet --overwrite
-	$(BIN)/kgsynth synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template
-	$(BIN)/kgsynth synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --out $(RUN)/trajectories/trajectories.parquet
-	$(BIN)/kgsynth filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus
+	@mkdir -p $(RUN) && date +%s > $(RUN)/.started
+	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --force
+	$(K) kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
+	$(K) kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
+	$(K) walk --kg $(RUN)/kg --n $(WALKS) --seed 0 --config pipelines/metaqa_default.yaml --out $(RUN)/walks/walks.parquet --overwrite
+	$(K) synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template
+	$(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet
+	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus
+	$(K) train stage1 --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite $(STAGE1_STEPS)
+	$(GEN_ENV) $(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples 2 --temperature 0.7 --max-turns 6 --max-tokens 96 --no-cache --out $(RUN)/stage2_data/free.parquet
+	$(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet
+	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2
+	$(K) train stage2 --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(STAGE2_STEPS)
+	$(GEN_ENV) $(K) train rl --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS) --max-turns 4 --temperature 0.7 --save-steps 10
+	$(GEN_ENV) $(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --baseline no-tools
+	$(GEN_ENV) $(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2
+	$(GEN_ENV) $(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl
+	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary
+	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py

@@ -672,6 +672,16 @@ def synthesize_trajectories_cmd(
         typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
+    split: Annotated[
+        str,
+        typer.Option(
+            help="all, train or heldout: a stable split by question_id hash, so stage 1 and the "
+            "stage-2 rollouts can use disjoint questions."
+        ),
+    ] = "all",
+    heldout_fraction: Annotated[
+        float, typer.Option(help="Share of questions in the heldout split.")
+    ] = 0.1,
     seed: Annotated[
         int | None, typer.Option(help="Sampling seed (sample i uses seed + i). \\[default: 0]")
     ] = None,
@@ -715,6 +725,15 @@ def synthesize_trajectories_cmd(
         if cfg.mode != "free":
             need |= {"branches", "merge_at"}
         rows = _read_rows(questions, "--questions", need, "kgsynth synthesize questions")
+        if split != "all":
+            from kgsynth.errors import ConfigError
+            from kgsynth.synthesize.trajectories import split_of
+
+            if split not in ("train", "heldout"):
+                raise ConfigError(f"--split must be all, train or heldout (got {split!r})")
+            if not 0 < heldout_fraction < 1:
+                raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {heldout_fraction})")
+            rows = [r for r in rows if split_of(r["question_id"], heldout_fraction) == split]
         if limit is not None:
             rows = rows[:limit]
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -782,8 +801,13 @@ def synthesize_trajectories_cmd(
 
 @app.command("filter")
 def filter_cmd(
-    in_path: Annotated[
-        Path, typer.Option("--in", help="trajectories.parquet from `synthesize trajectories`.")
+    in_paths: Annotated[
+        list[Path],
+        typer.Option(
+            "--in",
+            help="trajectories.parquet from `synthesize trajectories`; repeat to filter several "
+            "files as one pool (e.g. free rollouts and expert trajectories).",
+        ),
     ],
     out_dir: Annotated[
         Path,
@@ -916,28 +940,39 @@ def filter_cmd(
             ),
             section="filter",
         )
-        if not in_path.is_file():
-            raise InputFileError(
-                in_path, "no such file (run `kgsynth synthesize trajectories` first)"
-            )
-        try:
-            names = pq.read_schema(in_path).names
-        except (pa.ArrowException, OSError) as exc:
-            raise InputFileError(in_path, f"not a readable Parquet file: {exc}") from None
-        missing = missing_columns(names)
-        if missing:
-            raise InputFileError(
-                in_path, f"missing column(s) {', '.join(missing)}; found {', '.join(names)}"
-            )
+        for in_path in in_paths:
+            if not in_path.is_file():
+                raise InputFileError(
+                    in_path, "no such file (run `kgsynth synthesize trajectories` first)"
+                )
+            try:
+                names = pq.read_schema(in_path).names
+            except (pa.ArrowException, OSError) as exc:
+                raise InputFileError(in_path, f"not a readable Parquet file: {exc}") from None
+            missing = missing_columns(names)
+            if missing:
+                raise InputFileError(
+                    in_path, f"missing column(s) {', '.join(missing)}; found {', '.join(names)}"
+                )
         with ThreadPoolExecutor(2) as pool:
-            input_sha = pool.submit(sha256_file, in_path)  # hashlib releases the GIL
+            input_shas = [pool.submit(sha256_file, p) for p in in_paths]  # hashlib frees the GIL
             phases: dict[str, float] = {}
             clock = time.perf_counter()
-            with err.status(f"reading {in_path}…"):
-                try:
-                    table = pq.read_table(in_path, columns=TRAJECTORY_SCHEMA.names)
-                except (pa.ArrowException, OSError) as exc:
-                    raise InputFileError(in_path, f"cannot read the rows: {exc}") from None
+            tables = []
+            for in_path in in_paths:
+                with err.status(f"reading {in_path}…"):
+                    try:
+                        tables.append(pq.read_table(in_path, columns=TRAJECTORY_SCHEMA.names))
+                    except (pa.ArrowException, OSError) as exc:
+                        raise InputFileError(in_path, f"cannot read the rows: {exc}") from None
+            input_rows = [t.num_rows for t in tables]
+            try:
+                table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            except pa.ArrowException as exc:
+                raise InputFileError(
+                    in_paths[1], f"does not fit {in_paths[0]}'s schema: {exc}"
+                ) from None
+            del tables
             phases["read"] = time.perf_counter() - clock
             max_similarity = None
             bench_count = 0
@@ -962,7 +997,7 @@ def filter_cmd(
                     progress=lambda step: status.update(
                         f"filtering {n_rows:,} trajectories: {step}…"
                     ),
-                    source=str(in_path),
+                    source=", ".join(str(p) for p in in_paths),
                 )
             del table
             phases["filter"] = stats.pop("elapsed_s")
@@ -987,12 +1022,26 @@ def filter_cmd(
                 png = out_dir / "filter_stats.png"
                 filter_stats_png(stats, png)
                 phases["png"] = time.perf_counter() - clock
-                sha = input_sha.result()
+                shas = [f.result() for f in input_shas]
         manifest = write_manifest(
             out_dir / "manifest.json",
             stage="filter",
             config=dataclasses.asdict(cfg),
-            input={"path": str(in_path), "sha256": sha, "rows": stats["rows_in"]},
+            input={
+                "path": ", ".join(str(p) for p in in_paths),
+                "sha256": shas[0] if len(shas) == 1 else shas,
+                "rows": stats["rows_in"],
+                **(
+                    {
+                        "files": [
+                            {"path": str(p), "sha256": h, "rows": n}
+                            for p, h, n in zip(in_paths, shas, input_rows, strict=True)
+                        ]
+                    }
+                    if len(in_paths) > 1
+                    else {}
+                ),
+            },
             output={
                 "accepted_path": str(paths["accepted"]),
                 "accepted_rows": accepted.num_rows,

@@ -381,6 +381,12 @@ def synthesize_rollouts(
     return accepted, rejected
 
 
+def split_of(question_id: str, heldout_fraction: float) -> str:
+    """``heldout`` for a stable ``heldout_fraction`` of question ids (by hash), else ``train``."""
+    digest = hashlib.sha256(question_id.encode("utf-8")).digest()
+    return "heldout" if int.from_bytes(digest[:8], "big") / 2**64 < heldout_fraction else "train"
+
+
 def trajectory_id(question_id: str, mode: str, sample: int) -> str:
     return "t-" + hashlib.sha1(f"{question_id}|{mode}|{sample}".encode()).hexdigest()[:16]
 
