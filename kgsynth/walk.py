@@ -20,6 +20,14 @@ Determinism and resumption: attempt ``j`` draws from ``Random(f"{seed}/{shard}/{
 structure quotas fill in attempt order, so the same seed and configuration give the same
 file; accepted walks are written in chunks next to the output, and a re-run continues after
 the last complete chunk with the same state.
+
+Speed: the coming attempts (up to 256) are sampled side by side. Each is a generator that
+says which look-ups (fan-outs, targets, names) it needs before it reads them; every round, the
+look-ups of all of them are fetched in a few batched ``VALUES`` queries. An attempt's outcome
+is then taken in attempt order, and only if the structure it assumed is the one it picks when
+its turn comes (accepted walks change the structure weights); otherwise it is sampled again
+alone. The outcome depends only on the KG's answers, never on how they were fetched, so the
+walks are those of one attempt at a time with one query per look-up.
 """
 
 from __future__ import annotations
@@ -35,10 +43,10 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,7 +63,9 @@ STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI)$")
 DEFAULT_STRUCTURES = "chain-1:0.1,chain-2:0.25,chain-3:0.25,2I:0.2,IP:0.1,PI:0.1"
 
 
-PREFETCH_BLOCK = 128  # attempts whose start entities are fetched together
+MAX_BLOCK = 256  # attempts sampled side by side, their look-ups batched
+MIN_BLOCK = 16
+T = TypeVar("T")
 
 
 class WalkError(KGSynthError):
@@ -188,6 +198,28 @@ def _read_list(path: str, what: str) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
+# What a sampling step asks for before it reads the graph: ``(FANOUTS, iri)``,
+# ``(TARGETS, (iri, relation))`` or ``(LABEL, iri)``, the :class:`KGGraph` look-ups of those
+# names. Run alone, a step's requests are ignored and each look-up is a query of its own; run
+# side by side (:meth:`WalkSampler.sample_many`), the requests of every attempt are fetched
+# together in batched queries first.
+FANOUTS, TARGETS, LABEL = "fanouts", "targets", "label"
+Needs = tuple[tuple[str, Any], ...]
+Steps = Generator[Needs, None, T]
+# a walk, why it was rejected, or the error that stopped it (a reason, not a Reject: a
+# stored exception's traceback would keep the frames it crossed alive in reference cycles)
+Outcome = Walk | str | KGSynthError
+
+
+def finish(steps: Steps[T]) -> T:
+    """Run a sampling generator to its result, its look-ups fetched one by one as it reads."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
 class WalkSampler:
     """Samples walks of one structure at a time; all KG access goes through ``graph``."""
 
@@ -204,6 +236,7 @@ class WalkSampler:
             else set()
         )
         self.frequency = self._relation_frequency()
+        self._weights: dict[Relation, float] = {}
 
     def _relation_frequency(self) -> dict[str, int]:
         rows = self.graph.kg.select("SELECT ?p (COUNT(*) AS ?n) WHERE { ?s ?p ?o } GROUP BY ?p")
@@ -215,11 +248,14 @@ class WalkSampler:
         }
 
     def _weight(self, rel: Relation) -> float:
-        freq = 1
-        for p in rel.path:  # a flattened hop weighs like its rarer edge
-            name = self.graph.profile.relation_name(p)
-            freq = max(freq, min(self.frequency.get(name, 1), 10**12))
-        return freq ** (-self.cfg.relation_balance)
+        weight = self._weights.get(rel)
+        if weight is None:
+            freq = 1
+            for p in rel.path:  # a flattened hop weighs like its rarer edge
+                name = self.graph.profile.relation_name(p)
+                freq = max(freq, min(self.frequency.get(name, 1), 10**12))
+            weight = self._weights[rel] = freq ** (-self.cfg.relation_balance)
+        return weight
 
     def _allowed(self, rel: Relation) -> bool:
         if rel.name in self.excluded:
@@ -228,7 +264,10 @@ class WalkSampler:
 
     def _candidates(self, iri: str, *, check_fanout: bool = True) -> list[Relation]:
         fanouts = self.graph.fanouts(iri)
-        rels = [r for r in fanouts if self._allowed(r)]
+        if self.allowed is None and not self.excluded:
+            rels = list(fanouts)
+        else:
+            rels = [r for r in fanouts if self._allowed(r)]
         if not rels:
             raise Reject("dead_end")
         if check_fanout:
@@ -249,58 +288,72 @@ class WalkSampler:
             raise Reject("unnamed_node")
         return name
 
-    def _step(self, rng: random.Random, iri: str, visited: set[str], *, final: bool) -> Hop:
+    def _step(self, rng: random.Random, iri: str, visited: set[str], *, final: bool) -> Steps[Hop]:
+        yield ((FANOUTS, iri),)
         rel = self._pick_relation(rng, self._candidates(iri))
+        yield ((TARGETS, (iri, rel)),)
         targets = [t for t in self.graph.targets(iri, rel) if t.value not in visited]
         if not targets:
             raise Reject("cycle")
         target = rng.choice(targets)
-        if target.kind != "iri" and not final:
-            raise Reject("dead_end")
+        if target.kind != "iri":
+            if not final:
+                raise Reject("dead_end")
+        elif final:
+            yield ((LABEL, target.value),)
+        else:  # the next hop starts from the target: ask for its relations at the same time
+            yield ((LABEL, target.value), (FANOUTS, target.value))
         return Hop(rel, target.value, self._name(target), target.kind == "iri")
 
-    def _seed(self, iri: str) -> tuple[str, str]:
+    def _seed(self, iri: str) -> Steps[tuple[str, str]]:
+        # every structure lists the start entity's relations next
+        yield ((LABEL, iri), (FANOUTS, iri))
         return iri, self._name(Term("iri", iri))
 
     # --- structures ----------------------------------------------------------------------
 
-    def sample(self, structure: str, rng: random.Random, seed: str) -> Walk:
+    def sample(self, structure: str, rng: random.Random, seed: str) -> Steps[Walk]:
         """One walk of ``structure`` starting from the entity ``seed`` (the topic of a chain,
-        the answer of a 2I/IP, the topic of PI's chain)."""
+        the answer of a 2I/IP, the topic of PI's chain), as a generator that says which
+        look-ups it needs before it reads them (run it with :func:`finish`)."""
         if structure.startswith("chain-"):
-            return self._chain(int(structure.split("-")[1]), rng, seed)
+            return (yield from self._chain(int(structure.split("-")[1]), rng, seed))
         if structure == "2I":
-            return self._two_i(rng, seed)
+            return (yield from self._two_i(rng, seed))
         if structure == "IP":
-            walk = self._two_i(rng, seed)
+            walk = yield from self._two_i(rng, seed)
             visited = {t[0] for t in walk.topics} | {walk.branches[0][-1].entity}
-            hop = self._step(rng, walk.branches[0][-1].entity, visited, final=True)
+            hop = yield from self._step(rng, walk.branches[0][-1].entity, visited, final=True)
             walk.branches[0].append(hop)
             walk.structure = "IP"
             return walk
         if structure == "PI":
-            return self._pi(rng, seed)
+            return (yield from self._pi(rng, seed))
         raise ConfigError(f"unknown structure {structure!r}")
 
-    def _chain(self, k: int, rng: random.Random, seed: str) -> Walk:
-        topic = self._seed(seed)
+    def _chain(self, k: int, rng: random.Random, seed: str) -> Steps[Walk]:
+        topic = yield from self._seed(seed)
         visited = {topic[0]}
         hops: list[Hop] = []
         current = topic[0]
         for i in range(k):
-            hop = self._step(rng, current, visited, final=i == k - 1)
+            hop = yield from self._step(rng, current, visited, final=i == k - 1)
             hops.append(hop)
             visited.add(hop.entity)
             current = hop.entity
         return Walk(f"chain-{k}", [topic], [hops], [k])
 
-    def _branch_to(self, rng: random.Random, answer: str, exclude: set[str], not_named: str | None):
+    def _branch_to(
+        self, rng: random.Random, answer: str, exclude: set[str], not_named: str | None
+    ) -> Steps[tuple[tuple[str, str], Hop]]:
         """One hop from a new topic entity into ``answer``: sampled backwards from the answer,
         with the fan-out constraint checked from the topic's side."""
+        yield ((FANOUTS, answer),)
         rels = [r for r in self._candidates(answer, check_fanout=False) if r.name != not_named]
         if not rels:
             raise Reject("no_second_branch")
         back = self._pick_relation(rng, rels)
+        yield ((TARGETS, (answer, back)),)
         topics = [
             t
             for t in self.graph.targets(answer, back)
@@ -310,46 +363,62 @@ class WalkSampler:
             raise Reject("cycle")
         topic = rng.choice(topics)
         forward = Relation(back.name, "in" if back.direction == "out" else "out", back.path)
+        yield ((FANOUTS, topic.value), (LABEL, topic.value), (LABEL, answer))
         fan = self.graph.fanouts(topic.value).get(forward, 0)
         if not self.cfg.min_fanout <= fan <= self.cfg.max_fanout:
             raise Reject("fanout")
         name = self._name(topic)
         return (topic.value, name), Hop(forward, answer, self._name(Term("iri", answer)))
 
-    def _two_i(self, rng: random.Random, seed: str) -> Walk:
-        answer, _ = self._seed(seed)
-        t1, hop1 = self._branch_to(rng, answer, {answer}, None)
-        t2, hop2 = self._branch_to(rng, answer, {answer, t1[0]}, hop1.relation.name)
+    def _two_i(self, rng: random.Random, seed: str) -> Steps[Walk]:
+        answer, _ = yield from self._seed(seed)
+        t1, hop1 = yield from self._branch_to(rng, answer, {answer}, None)
+        t2, hop2 = yield from self._branch_to(rng, answer, {answer, t1[0]}, hop1.relation.name)
         return Walk("2I", [t1, t2], [[hop1], [hop2]], [1, 1])
 
-    def _pi(self, rng: random.Random, seed: str) -> Walk:
-        chain = self._chain(2, rng, seed)
+    def _pi(self, rng: random.Random, seed: str) -> Steps[Walk]:
+        chain = yield from self._chain(2, rng, seed)
         end = chain.branches[0][-1]
         if not end.is_iri:
             raise Reject("dead_end")
         visited = {chain.topics[0][0], chain.branches[0][0].entity, end.entity}
-        t2, hop = self._branch_to(rng, end.entity, visited, end.relation.name)
+        t2, hop = yield from self._branch_to(rng, end.entity, visited, end.relation.name)
         return Walk("PI", [chain.topics[0], t2], [chain.branches[0], [hop]], [2, 1])
 
-    def prefetch(self, seeds: list[str]) -> None:
-        """Fetch, in batched queries, the fan-outs, walkable targets and names of the coming
-        attempts' start entities and of their first-hop neighbours."""
-        cap = self.cfg.max_fanout
-        self.graph.prefetch(seeds, max_targets=cap)
-        if not self.graph.kg.location.startswith(("http://", "https://")):
-            # in process a query costs ~0.05 ms: prefetching the frontier fetches more than
-            # the walks use; over HTTP the round trips it saves dominate
-            self.graph.prefetch_labels(seeds)
-            return
-        frontier: list[str] = []
-        for seed in seeds:
-            for rel, n in self.graph.fanouts(seed).items():
-                if n <= cap and self._allowed(rel):
-                    frontier.extend(
-                        t.value for t in self.graph.targets(seed, rel) if t.kind == "iri"
-                    )
-        self.graph.prefetch(frontier, max_targets=cap)
-        self.graph.prefetch_labels([*seeds, *frontier])
+    def sample_many(
+        self, attempts: list[tuple[int, str, random.Random, str]]
+    ) -> dict[int, Outcome]:
+        """Run many attempts ``(id, structure, rng, seed)`` side by side: each runs until it
+        needs look-ups, the look-ups of all of them are fetched in batched queries, and they go
+        on; a few rounds instead of several queries per attempt. Each outcome is what
+        :meth:`sample` run alone gives (the graph's answers do not depend on how they were
+        fetched)."""
+        outcomes: dict[int, Outcome] = {}
+        running = [(j, self.sample(structure, rng, seed)) for j, structure, rng, seed in attempts]
+        while running:
+            fanouts: list[str] = []
+            targets: list[tuple[str, Relation]] = []
+            labels: list[str] = []
+            wanted = {FANOUTS: fanouts.append, TARGETS: targets.append, LABEL: labels.append}
+            waiting = []
+            for j, steps in running:
+                try:
+                    needs = next(steps)
+                except StopIteration as stop:
+                    outcomes[j] = stop.value
+                    continue
+                except Reject as rej:
+                    outcomes[j] = rej.reason
+                    continue
+                except KGSynthError as exc:  # raised when the attempt is made
+                    outcomes[j] = exc.with_traceback(None)
+                    continue
+                for kind, key in needs:
+                    wanted[kind](key)
+                waiting.append((j, steps))
+            self.graph.prefetch_lookups(fanouts, targets, labels)
+            running = waiting
+        return outcomes
 
     # --- the logical form ----------------------------------------------------------------
 
@@ -387,7 +456,9 @@ class WalkSampler:
         """Execute the walk's SPARQL; ``(value, name)`` per answer, sorted by (name, value)."""
         walk.sparql = self.to_sparql(walk)
         labels: dict[Term, list[Term]] = {}
-        for row in self.graph.kg.select(walk.sparql):
+        # rows are read as they come: an embedded store stops evaluating when one too many
+        # answers has been seen
+        for row in self.graph.kg.select_iter(walk.sparql):
             labels.setdefault(row["answer"], []).extend([row["name"]] if "name" in row else [])
             if len(labels) > self.cfg.max_answers:
                 raise Reject("too_many_answers")
@@ -491,13 +562,36 @@ def sample_walks(
     state.relations_available = len(sampler.frequency)
     quotas = cfg.quotas()
     give_up = cfg.max_attempts_per_walk
-    first_attempt = state.next_attempt
+    # a graph without a cache could not keep what a batch fetched: it runs one attempt at a time
+    side_by_side = graph.cache_size > 0
+    ahead: dict[int, tuple[str, Outcome]] = {}  # attempt -> (structure it assumed, outcome)
 
     def seed_of(attempt: int) -> str:
         # its own random stream, so the start entities of coming attempts are known ahead
-        # and can be prefetched in batches
         return random.Random(f"{cfg.seed}/{cfg.shard}/{attempt}/seed").choice(seeds)
 
+    def rng_of(attempt: int) -> random.Random:
+        return random.Random(f"{cfg.seed}/{cfg.shard}/{attempt}")
+
+    def sample_ahead(first: int, open_structures: list[str], weights: list[int]) -> None:
+        """Sample the coming attempts side by side with the structure weights as they are now.
+        An attempt is taken from here only when it picks the same structure when its turn
+        comes (accepted walks change the weights); it is sampled alone otherwise."""
+        # about as many attempts as the open quotas still need, at the rate seen so far
+        done = state.next_attempt - first_attempt
+        rate = (done + 1) / (sum(state.accepted.values()) - accepted_before + 1)
+        size = min(MAX_BLOCK, max(MIN_BLOCK, math.ceil(sum(weights) * rate * 1.1)))
+        batch = []
+        for k in range(first, first + size):
+            rng = rng_of(k)
+            structure = rng.choices(open_structures, weights=weights, k=1)[0]
+            batch.append((k, structure, rng, seed_of(k)))
+        outcomes = sampler.sample_many(batch)
+        ahead.clear()
+        ahead.update({k: (structure, outcomes[k]) for k, structure, _, _ in batch})
+
+    accepted_before = sum(state.accepted.values())
+    first_attempt = state.next_attempt
     while True:
         open_structures = [
             s for s in quotas if state.accepted[s] < quotas[s] and s not in state.exhausted
@@ -505,31 +599,42 @@ def sample_walks(
         if not open_structures:
             return
         j = state.next_attempt
-        if j % PREFETCH_BLOCK == 0 or j == first_attempt:
-            sampler.prefetch(
-                [seed_of(k) for k in range(j, j + PREFETCH_BLOCK - j % PREFETCH_BLOCK)]
-            )
-        rng = random.Random(f"{cfg.seed}/{cfg.shard}/{j}")
         weights = [quotas[s] - state.accepted[s] for s in open_structures]
+        if side_by_side and j not in ahead:
+            sample_ahead(j, open_structures, weights)
+        rng = rng_of(j)
         structure = rng.choices(open_structures, weights=weights, k=1)[0]
         state.next_attempt += 1
         state.attempts[structure] += 1
+        reason: str | None = None
         try:
-            walk = sampler.sample(structure, rng, seed_of(j))
-            walk.sampled_answer = walk.branches[0][-1].name
-            walk_id = walk_id_of(walk)
-            if (
-                num_shards > 1
-                and stable_hash(json.dumps(sorted(t[0] for t in walk.topics))) % num_shards != shard
-            ):
-                raise Reject("other_shard")
-            if walk_id in state.keys:
-                raise Reject("duplicate")
-            walk.answers = sampler.answer_set(walk)
-            if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
-                raise Reject("inconsistent_answer")
+            assumed, outcome = ahead.pop(j, ("", None))
+            if assumed != structure:
+                outcome = finish(sampler.sample(structure, rng, seed_of(j)))
+            if isinstance(outcome, KGSynthError):
+                raise outcome
+            if isinstance(outcome, str):
+                reason = outcome
+            else:
+                walk = outcome
+                assert isinstance(walk, Walk)
+                walk.sampled_answer = walk.branches[0][-1].name
+                walk_id = walk_id_of(walk)
+                if (
+                    num_shards > 1
+                    and stable_hash(json.dumps(sorted(t[0] for t in walk.topics))) % num_shards
+                    != shard
+                ):
+                    raise Reject("other_shard")
+                if walk_id in state.keys:
+                    raise Reject("duplicate")
+                walk.answers = sampler.answer_set(walk)
+                if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
+                    raise Reject("inconsistent_answer")
         except Reject as rej:
-            state.rejects[rej.reason] += 1
+            reason = rej.reason
+        if reason is not None:
+            state.rejects[reason] += 1
             # a structure whose acceptance rate falls under 1/give_up is given up, so a KG that
             # cannot yield it ends with the counts instead of sampling forever
             if state.attempts[structure] > give_up * (state.accepted[structure] + 1):

@@ -347,6 +347,43 @@ def test_graph_matches_embedded_on_every_entity(graph: KGGraph, embedded_kg: Emb
             assert graph.neighbors(entity, relation) == reference.neighbors(entity, relation)
 
 
+def test_batched_lookups_match_one_by_one(
+    kg: KG, embedded_kg: EmbeddedKG, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``prefetch_lookups`` fetches in batched queries (fan-outs, targets, names) equals
+    the embedded store's one-by-one look-ups, in the same order, and the look-ups then send no
+    query (on Virtuoso the default graph is the union of the named graphs)."""
+    reference = KGGraph(embedded_kg, cache_size=0)
+    entities = sorted(
+        {
+            t.value
+            for triple in ox.parse(FIXTURE_NT.encode(), format=ox.RdfFormat.N_TRIPLES)
+            for t in (triple.subject, triple.object)
+            if isinstance(t, ox.NamedNode) and t.value.startswith(ENTITY)
+        }
+    )
+    fanouts = {e: list(reference.fanouts(e).items()) for e in entities}
+    targets = {(e, rel): reference.targets(e, rel) for e in entities for rel, _ in fanouts[e]}
+    labels = {e: reference.label(e) for e in entities}
+    graph = kg.graph()
+    graph.prefetch_lookups(entities, list(targets), entities)
+    sent: list[str] = []
+    monkeypatch.setattr(kg, "_select", lambda query, timeout: sent.append(query) or [])
+    assert {e: list(graph.fanouts(e).items()) for e in entities} == fanouts
+    assert {pair: graph.targets(*pair) for pair in targets} == targets
+    assert {e: graph.label(e) for e in entities} == labels
+    assert sent == []
+
+
+def test_select_iter_gives_the_rows_of_select(kg: KG) -> None:
+    query = f"SELECT ?film ?d WHERE {{ ?film <{r('directed_by')}> ?d }} ORDER BY ?film"
+    rows = kg.select_iter(query)
+    assert next(rows) == kg.select(query)[0]
+    assert [next(rows), *rows] == kg.select(query)[1:]
+    with pytest.raises(QueryRejectedError):
+        kg.select_iter("DROP ALL")
+
+
 # --- a scripted fake endpoint ---------------------------------------------------------------
 
 SELECT_JSON = {
@@ -366,35 +403,46 @@ QUERY = f"SELECT ?film ?year WHERE {{ ?film <{r('release_year')}> ?year }}"
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: HTTP status, body, and a delay before answering."""
+    """One scripted answer: HTTP status, body, a delay before answering, and whether to hang
+    up right after it (as a server does with an idle keep-alive connection), unannounced."""
 
     status: int = 200
     body: bytes = json.dumps(SELECT_JSON).encode()
     delay: float = 0.0
+    hang_up: bool = False
 
 
 @dataclass
 class FakeEndpoint:
-    """Answers request *i* with ``replies[i]`` (the last reply repeats) and records requests."""
+    """Answers request *i* with ``replies[i]`` (the last reply repeats) and records requests,
+    the client port each came from and the request target. ``keep_alive``: speak HTTP/1.1
+    (connections stay open) instead of HTTP/1.0."""
 
     replies: list[Reply]
+    keep_alive: bool = False
     url: str = ""
     requests: list[dict[str, list[str]]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def next_reply(self, form: dict[str, list[str]]) -> Reply:
+    def next_reply(self, form: dict[str, list[str]], port: int = 0, target: str = "") -> Reply:
         with self.lock:
             self.requests.append(form)
+            self.ports.append(port)
+            self.targets.append(target)
             return self.replies[min(len(self.requests), len(self.replies)) - 1]
 
 
 def _handler(fake: FakeEndpoint) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length).decode()
-            reply = fake.next_reply(urllib.parse.parse_qs(body))
+            reply = fake.next_reply(urllib.parse.parse_qs(body), self.client_address[1], self.path)
             if reply.delay and fake.stop.wait(reply.delay):
                 return
             self.send_response(reply.status)
@@ -402,6 +450,8 @@ def _handler(fake: FakeEndpoint) -> type[http.server.BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(reply.body)))
             self.end_headers()
             self.wfile.write(reply.body)
+            if reply.hang_up:
+                self.close_connection = True
 
         def do_GET(self) -> None:
             query = urllib.parse.urlsplit(self.path).query
@@ -426,8 +476,8 @@ def fake_endpoint() -> Iterator[Callable[..., FakeEndpoint]]:
     """``fake_endpoint(Reply(...), ...)`` starts a scripted endpoint on 127.0.0.1."""
     running: list[tuple[FakeEndpoint, _QuietServer, threading.Thread]] = []
 
-    def start(*replies: Reply) -> FakeEndpoint:
-        fake = FakeEndpoint(list(replies) or [Reply()])
+    def start(*replies: Reply, keep_alive: bool = False) -> FakeEndpoint:
+        fake = FakeEndpoint(list(replies) or [Reply()], keep_alive)
         server = _QuietServer(("127.0.0.1", 0), _handler(fake))
         fake.url = f"http://127.0.0.1:{server.server_address[1]}/sparql"
         thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
@@ -529,6 +579,62 @@ def test_http_400_is_rejected_without_retry(fake_endpoint: Callable[..., FakeEnd
         kg.select(QUERY)
     assert len(fake.requests) == 1
     assert kg.stats["retries"] == 0
+
+
+def test_queries_share_one_keep_alive_connection(
+    fake_endpoint: Callable[..., FakeEndpoint],
+) -> None:
+    fake = fake_endpoint(Reply(), keep_alive=True)
+    kg = endpoint(fake.url)
+    for _ in range(5):
+        assert kg.select(QUERY) == SELECT_ROWS
+    assert len(fake.requests) == 5
+    assert len(set(fake.ports)) == 1
+    kg.close()
+
+
+def test_connection_the_server_closed_is_reopened(
+    fake_endpoint: Callable[..., FakeEndpoint],
+) -> None:
+    fake = fake_endpoint(Reply(hang_up=True), Reply(), keep_alive=True)
+    kg = endpoint(fake.url)
+    assert kg.select(QUERY) == SELECT_ROWS
+    time.sleep(0.05)  # the server has hung up by now
+    assert kg.select(QUERY) == SELECT_ROWS
+    assert len(fake.requests) == 2
+    assert len(set(fake.ports)) == 2
+    assert kg.stats == {"queries": 2, "retries": 0}
+
+
+def test_threads_use_their_own_connections(fake_endpoint: Callable[..., FakeEndpoint]) -> None:
+    fake = fake_endpoint(Reply(delay=0.01), keep_alive=True)
+    kg = endpoint(fake.url)
+    results: list[bool] = []
+
+    def work() -> None:
+        results.extend(kg.select(QUERY) == SELECT_ROWS for _ in range(10))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [True] * 40
+    assert len(set(fake.ports)) == 4
+    kg.close()
+
+
+def test_http_proxy_from_the_environment(
+    fake_endpoint: Callable[..., FakeEndpoint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = fake_endpoint(Reply())
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy.url.rsplit("/", 1)[0])
+    kg = endpoint("http://sparql.example.invalid:8890/sparql")
+    assert kg.select(QUERY) == SELECT_ROWS
+    assert proxy.targets == ["http://sparql.example.invalid:8890/sparql"]
+    assert proxy.requests[0]["query"] == [QUERY]
 
 
 def test_real_server_rejects_bad_syntax(oxigraph_endpoint: str) -> None:

@@ -8,9 +8,10 @@ import pytest
 
 from kgsynth.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
-from kgsynth.walk import WalkConfig, WalkError, run_walks
-from tests.kgfixtures import generated_movie_facts, movie_ntriples
+from kgsynth.walk import WalkConfig, WalkError, WalkState, run_walks, sample_walks
+from tests.kgfixtures import freebase_kg, generated_movie_facts, movie_ntriples
 
 FACTS = generated_movie_facts()
 MIX = "chain-1:1,chain-2:1,chain-3:1,2I:1,IP:1,PI:1"
@@ -257,3 +258,111 @@ def test_freebase_walks_cross_cvt_nodes_as_one_hop(tmp_path):
         for r in kg.select(row["sparql"]):
             names.add(r["name"].value if "name" in r else r["answer"].value)
         assert names == set(row["answer_names"])
+
+
+class CountingKG(EmbeddedKG):
+    """Counts the queries it answers; ``cache_size=0`` makes its graphs keep nothing, so the
+    walker runs one attempt at a time with one query per look-up."""
+
+    def __init__(self, *args, cache_size: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.queries = 0
+        self.cache_size = cache_size
+
+    def _select(self, query, timeout):
+        self.queries += 1
+        return super()._select(query, timeout)
+
+    def _select_iter(self, query, timeout):
+        self.queries += 1
+        return super()._select_iter(query, timeout)
+
+    def graph(self, **kwargs):
+        if self.cache_size is not None:
+            kwargs["cache_size"] = self.cache_size
+        return KGGraph(self, **kwargs)
+
+
+def counting(source: EmbeddedKG, cache_size: int | None = None) -> CountingKG:
+    return CountingKG(source.store, source.profile, cache_size=cache_size)
+
+
+ALL = "chain-1:1,chain-2:1,chain-3:1,chain-4:1,chain-5:1,2I:1,IP:1,PI:1"
+
+
+@pytest.mark.parametrize(
+    ("source", "cfg"),
+    [
+        ("movies", WalkConfig(n=80, seed=3, structures=ALL, max_fanout=6)),
+        ("movies", WalkConfig(n=40, seed=9, structures=MIX, min_fanout=2, max_answers=3)),
+        ("movies", WalkConfig(n=30, seed=1, shard="1/2")),
+        ("freebase", WalkConfig(n=5, seed=1, structures="chain-1:1,chain-2:1")),
+    ],
+)
+def test_side_by_side_sampling_gives_the_walks_of_one_at_a_time(kg, source, cfg):
+    """Attempts sampled side by side with batched look-ups give the rows, attempts and
+    rejections of attempts sampled one at a time with one query per look-up."""
+    base = kg if source == "movies" else freebase_kg()
+    runs = []
+    for cache_size in (None, 0):
+        one = counting(base, cache_size)
+        state = WalkState()
+        rows = list(sample_walks(one, cfg, state=state))
+        runs.append((rows, state.next_attempt, dict(state.rejects), one.queries))
+    (batched, *batched_state, batched_queries), (single, *single_state, single_queries) = runs
+    assert len(batched) >= min(cfg.n, 30)  # one config gives up on chain-3 after 37
+    assert batched == single
+    assert batched_state == single_state
+    if source == "movies":  # flattened hops (freebase) are looked up one by one
+        assert batched_queries * 4 < single_queries
+
+
+SELF_LOOPS = """
+<http://x/a> <http://x/r> <http://x/a> .
+<http://x/a> <http://x/r> <http://x/b> .
+<http://x/b> <http://x/r> <http://x/a> .
+<http://x/a> <http://x/s> "7"^^<http://www.w3.org/2001/XMLSchema#integer> .
+<http://x/a> <http://www.w3.org/2002/07/owl#sameAs> <http://x/c> .
+<http://x/a> <http://www.w3.org/2000/01/rdf-schema#label> "A" .
+<http://x/b> <http://www.w3.org/2000/01/rdf-schema#label> "Bé"@fr .
+<http://x/b> <http://www.w3.org/2000/01/rdf-schema#label> "B"@en .
+<http://x/c> <http://x/r> <http://x/c> .
+"""
+
+
+@pytest.mark.parametrize("source", ["self-loops", "movies"])
+def test_batched_lookups_equal_one_by_one(kg, source):
+    """``prefetch_lookups`` fills the caches with what the one-by-one look-ups return (self
+    loops excluded, hidden relations left out, names by language), in the same order, and the
+    look-ups then send no query."""
+    base = (
+        EmbeddedKG.from_ntriples(SELF_LOOPS, get_profile("generic")) if source != "movies" else kg
+    )
+    entities = sorted(
+        {
+            t.value
+            for r in base.select("SELECT ?e WHERE { { ?e ?p ?o } UNION { ?o ?p ?e } }")
+            for t in r.values()
+            if t.kind == "iri"
+        }
+    )
+    reference = KGGraph(base, cache_size=0)
+    fanouts = {e: list(reference.fanouts(e).items()) for e in entities}
+    targets = {(e, rel): reference.targets(e, rel) for e in entities for rel, _ in fanouts[e]}
+    labels = {e: reference.label(e) for e in entities}
+    one = counting(base)
+    graph = one.graph()
+    graph.prefetch_lookups(entities, list(targets), entities)
+    sent = one.queries
+    assert {e: list(graph.fanouts(e).items()) for e in entities} == fanouts
+    assert {pair: graph.targets(*pair) for pair in targets} == targets
+    assert {e: graph.label(e) for e in entities} == labels
+    assert one.queries == sent
+    if source == "self-loops":
+        a, b = "http://x/a", "http://x/b"
+        assert [(r.name, r.direction, n) for r, n in fanouts[a]] == [
+            ("r", "in", 1),
+            ("r", "out", 1),
+            ("s", "out", 1),
+        ]
+        assert labels == {a: "A", b: "B", "http://x/c": None}

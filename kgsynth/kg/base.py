@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -62,6 +63,14 @@ class KG(abc.ABC):
         ensure_read_only(query)
         return self._select(query, timeout)
 
+    def select_iter(self, query: str, *, timeout: float | None = None) -> Iterator[Row]:
+        """Run a SELECT query and yield its rows; a backend that evaluates lazily (embedded)
+        stops working when the caller stops reading, others fetch the whole result first."""
+        from kgsynth.kg.sparql import ensure_read_only
+
+        ensure_read_only(query)
+        return self._select_iter(query, timeout)
+
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
         """Run an ASK query."""
         from kgsynth.kg.sparql import ensure_read_only
@@ -74,6 +83,9 @@ class KG(abc.ABC):
 
     @abc.abstractmethod
     def _ask(self, query: str, timeout: float | None) -> bool: ...
+
+    def _select_iter(self, query: str, timeout: float | None) -> Iterator[Row]:
+        return iter(self._select(query, timeout))
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ A store directory made by ``kgsynth kg import`` holds ``oxigraph/`` (the store),
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,18 @@ from kgsynth.kg.profiles import KGProfile, get_profile
 META_FILE = "kg.json"
 STORE_SUBDIR = "oxigraph"
 NAMES_FILE = "names.sqlite"
+TERM_CACHE_SIZE = 100_000  # converted terms kept per store (cleared when full)
 
 
 def to_term(node: Any) -> Term:
     """A pyoxigraph term as a backend-neutral :class:`Term`."""
-    if isinstance(node, ox.NamedNode):
+    kind = type(node)
+    if kind is ox.NamedNode:
         return Term("iri", node.value)
-    if isinstance(node, ox.BlankNode):
-        return Term("bnode", node.value)
-    if isinstance(node, ox.Literal):
+    if kind is ox.Literal:
         return Term("literal", node.value, node.datatype.value, node.language)
+    if kind is ox.BlankNode:
+        return Term("bnode", node.value)
     raise KGError(f"unsupported RDF term in a result: {node!r}")
 
 
@@ -54,6 +57,9 @@ class EmbeddedKG(KG):
         self.location = location
         self.meta = meta or {}
         self.name_index = name_index
+        # pyoxigraph term -> Term: reading a term's parts costs ~5x a dict look-up, and look-ups
+        # return the same relations, entities and counts over and over
+        self._terms: dict[Any, Term] = {}
 
     @classmethod
     def open(cls, path: str | Path, profile: KGProfile | None = None) -> EmbeddedKG:
@@ -88,19 +94,36 @@ class EmbeddedKG(KG):
             raise KGError(f"store error: {exc}") from None
 
     def _select(self, query: str, timeout: float | None) -> list[Row]:
+        return list(self._rows(self._solutions(query)))
+
+    def _select_iter(self, query: str, timeout: float | None) -> Iterator[Row]:
+        return self._rows(self._solutions(query))
+
+    def _solutions(self, query: str) -> ox.QuerySolutions:
         result = self._run(query)
         if not isinstance(result, ox.QuerySolutions):
             raise QueryRejectedError("expected a SELECT query")
+        return result
+
+    def _rows(self, result: ox.QuerySolutions) -> Iterator[Row]:
+        """Rows as the engine produces them (it evaluates lazily: a caller that stops reading
+        stops the evaluation). Solutions are read by position: by name costs ~10x more."""
         names = [v.value for v in result.variables]
-        rows: list[Row] = []
-        for solution in result:
-            row: Row = {}
-            for name in names:
-                node = solution[name]
-                if node is not None:
-                    row[name] = to_term(node)
-            rows.append(row)
-        return rows
+        terms = self._terms
+        try:
+            for solution in result:
+                row: Row = {}
+                for name, node in zip(names, solution, strict=True):
+                    if node is not None:
+                        term = terms.get(node)
+                        if term is None:
+                            if len(terms) >= TERM_CACHE_SIZE:
+                                terms.clear()
+                            term = terms[node] = to_term(node)
+                        row[name] = term
+                yield row
+        except OSError as exc:
+            raise KGError(f"store error: {exc}") from None
 
     def _ask(self, query: str, timeout: float | None) -> bool:
         result = self._run(query)
