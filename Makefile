@@ -8,6 +8,11 @@ STAMP := $(VENV)/.installed
 RUN ?= runs/default
 SMOKE ?=
 WALKS := $(if $(SMOKE),100,1000)
+# Torch on one thread: the tiny models of tests and `make all` are too small to share a step
+# between threads, and on a 2-core machine with other load two threads ran up to 10x slower
+# (bench_sft.py; stage 1 of a test: 1.3k tokens/s on two threads, 16.8k on one). A value set
+# in the environment wins.
+export OMP_NUM_THREADS ?= 1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install virtuoso test test-all lint format all bench clean
@@ -54,8 +59,6 @@ STAGE2_STEPS := $(if $(SMOKE),--max-steps 10,--epochs 2)
 FREE_LIMIT := $(if $(SMOKE),8,60)
 RL_STEPS := $(if $(SMOKE),3,20)
 EVAL_LIMIT := $(if $(SMOKE),9,60)
-# tiny models generate faster on one thread (the work per token is too small to share)
-GEN_ENV := OMP_NUM_THREADS=1
 EVAL := --questions data/metaqa/dev_sample/metaqa_dev_sample.jsonl --kg $(RUN)/kg \
 	--limit $(EVAL_LIMIT) --max-turns 6 --max-tokens 96
 
@@ -69,14 +72,14 @@ all: install
 	$(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet
 	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus
 	$(K) train stage1 --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite $(STAGE1_STEPS)
-	$(GEN_ENV) $(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples 2 --temperature 0.7 --max-turns 6 --max-tokens 96 --no-cache --out $(RUN)/stage2_data/free.parquet
+	$(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples 2 --temperature 0.7 --max-turns 6 --max-tokens 96 --no-cache --out $(RUN)/stage2_data/free.parquet
 	$(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet
 	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2
 	$(K) train stage2 --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(STAGE2_STEPS)
-	$(GEN_ENV) $(K) train rl --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS) --max-turns 4 --temperature 0.7 --save-steps 10
-	$(GEN_ENV) $(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --baseline no-tools
-	$(GEN_ENV) $(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2
-	$(GEN_ENV) $(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl
+	$(K) train rl --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS) --max-turns 4 --temperature 0.7 --save-steps 10
+	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --baseline no-tools
+	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2
+	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl
 	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 

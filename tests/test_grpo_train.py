@@ -23,6 +23,17 @@ QUESTIONS = [("who directed {m}?", "directed_by", m) for m in ("Kismet", "Juarez
 WRONG = {"directed_by": "Bette Davis", "release_year": "1999"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and far faster on a loaded 2-core machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def task(tmp_path_factory) -> Path:
     """A fixture KG, one-hop questions with gold answers, and an SFT corpus in which half the
@@ -75,8 +86,8 @@ def sft(task: Path) -> Path:
         app,
         [
             "train", "stage1", "--corpus", str(task / "corpus.parquet"), "--model", "tiny",
-            "--out", str(out), "--max-steps", "60", "--batch-size", "8", "--lr", "3e-3",
-            "--max-length", "512", "--tiny-vocab-size", "400",
+            "--out", str(out), "--max-steps", "150", "--batch-size", "4", "--lr", "3e-3",
+            "--max-length", "512", "--tiny-vocab-size", "400", "--no-packing",
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -97,16 +108,18 @@ def _rl(task: Path, out: Path, *extra: str):
 def test_mean_reward_rises_on_a_learnable_task(task: Path, sft: Path):
     out = task / "rl"
     res = _rl(
-        task, out, "--init", str(sft), "--max-steps", "24", "--group-size", "8",
+        task, out, "--init", str(sft), "--max-steps", "20", "--group-size", "8",
         "--questions-per-step", "6", "--lr", "3e-4", "--micro-batch-size", "48",
-        "--temperature", "0.7", "--save-steps", "12",
+        "--temperature", "0.7", "--save-steps", "10",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(1, 25))
-    first = sum(r["reward"] for r in rows[:6]) / 6
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    # SFT on half-right trajectories leaves the policy right about half the time; GRPO on the
+    # live KG's rewards moves it towards the right answers
+    first = sum(r["reward"] for r in rows[:3]) / 3
     last = sum(r["reward"] for r in rows[-6:]) / 6
-    assert last > first + 0.08, (first, last)
+    assert last > first + 0.1 and last > 0.8, (first, last)
     # every logged quantity is there and sane
     for r in rows:
         assert 0.0 <= r["reward"] <= 1.0 and r["reward/em"] == pytest.approx(r["reward"])
@@ -117,9 +130,9 @@ def test_mean_reward_rises_on_a_learnable_task(task: Path, sft: Path):
     assert any(r["kl"] > 0 for r in rows)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "rl.png", "manifest.json"):
         assert (out / name).is_file(), name
-    assert (out / "checkpoints" / "step-12" / "model.safetensors").is_file()
+    assert (out / "checkpoints" / "step-10" / "model.safetensors").is_file()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["stage"] == "train rl" and manifest["steps"] == 24
+    assert manifest["stage"] == "train rl" and manifest["steps"] == 20
     assert manifest["config"]["reward"] == "em" and manifest["start_from"]["path"] == str(sft)
 
 
