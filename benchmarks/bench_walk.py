@@ -136,6 +136,8 @@ QUERY_KINDS = (
     ("batched fan-outs", re.compile(r"^SELECT \?k \?d \?r \(COUNT")),
     ("batched targets", re.compile(r"^SELECT DISTINCT \?k \?x WHERE")),
     ("batched names", re.compile(r"^SELECT \?x \?l WHERE \{ VALUES")),
+    ("targets: one relation", re.compile(r"^SELECT DISTINCT \?o \?l WHERE")),
+    ("neighbour list", re.compile(r"^SELECT DISTINCT \?x WHERE")),
 )
 
 
