@@ -7,15 +7,36 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kgsynth.cli_eval import eval_cmd
+from kgsynth.cli_options import (
+    ApiKeyOption,
+    BaseUrlOption,
+    CacheOption,
+    ConcurrencyOption,
+    ConfigOption,
+    DeviceOption,
+    KGOption,
+    LLMOption,
+    MaxRetriesOption,
+    MaxTurnsOption,
+    ModelOption,
+    NoCacheOption,
+    ProfileOption,
+    TimeoutOption,
+    ToolsOption,
+    TurnTokensOption,
+)
 from kgsynth.cli_train import train_app
 from kgsynth.errors import InputFileError, KGSynthError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 app = typer.Typer(
     name="kgsynth",
@@ -36,23 +57,24 @@ app.command("eval")(eval_cmd)
 out = Console()
 err = Console(stderr=True)
 
-KGOption = Annotated[
-    str | None,
-    typer.Option(
-        "--kg",
-        help="A store directory, a triple file (imported to a cache on first use) or an "
-        "http(s)://…/sparql endpoint URL. Default: the shipped MetaQA movie KB.",
-    ),
-]
-ProfileOption = Annotated[
-    str | None,
-    typer.Option(help="KG profile: generic, freebase or wikidata (auto-detected when omitted)."),
-]
-
 
 def fail(exc: KGSynthError) -> NoReturn:
     err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
+
+
+def progress_bar(
+    title: str = "{task.description}", *, console: Console = err, count: bool = True
+) -> Progress:
+    """The commands' progress bar: bold title, bar, done/total (unless ``count`` is off, for
+    work of unknown size), the task's ``info`` field and the elapsed time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns: list[Any] = [TextColumn(f"[bold]{title}"), BarColumn()]
+    if count:
+        columns.append(MofNCompleteColumn())
+    columns += [TextColumn("{task.fields[info]}"), TimeElapsedColumn()]
+    return Progress(*columns, console=console)
 
 
 @app.callback()
@@ -292,16 +314,12 @@ def walk_cmd(
             help="Give a structure up when its attempts exceed this many per accepted walk (+1). \\[default: 500]"
         ),
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with these options (flags override it).")
-    ] = None,
+    config: ConfigOption = None,
     overwrite: Annotated[
         bool, typer.Option(help="Discard chunks of an interrupted run instead of resuming.")
     ] = False,
 ) -> None:
     """Sample constrained random walks with exact answer sets (GraphWalker CRW)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.plots import walk_stats_png
@@ -329,14 +347,7 @@ def walk_cmd(
             section="walk",
         )
         graph = _open(kg, profile)
-        with Progress(
-            TextColumn("[bold]walks"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=err,
-        ) as bar:
+        with progress_bar("walks") as bar:
             task = bar.add_task("walk", total=cfg.n, info="")
 
             def progress(state, accepted: int) -> None:
@@ -389,28 +400,6 @@ def walk_cmd(
             "this KG rarely satisfies them under the current constraints",
             highlight=False,
         )
-
-
-LLMOption = Annotated[str, typer.Option("--llm", help="LLM backend: openai, hf or template.")]
-ModelOption = Annotated[
-    str | None,
-    typer.Option(help="Model name (openai) or checkpoint folder (hf); not used by template."),
-]
-BaseUrlOption = Annotated[
-    str | None,
-    typer.Option(help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else OpenAI)."),
-]
-ApiKeyOption = Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")]
-
-
-ConcurrencyOption = Annotated[int, typer.Option(help="Requests in flight (openai).")]
-TimeoutOption = Annotated[float, typer.Option(help="Seconds per request (openai).")]
-MaxRetriesOption = Annotated[int, typer.Option(help="Retries per request on 429/5xx/timeouts.")]
-CacheOption = Annotated[
-    Path | None,
-    typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
-]
-NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")]
 
 
 def _read_rows(path: Path, flag: str, need: set[str], produced_by: str) -> list[dict]:
@@ -511,15 +500,11 @@ def synthesize_questions_cmd(
     seed: Annotated[
         int | None, typer.Option(help="Sampling seed sent with requests. \\[default: 0]")
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with these options (flags override it).")
-    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Write one question per walk (intermediates masked), then parse, leakage, quality and
     contamination filters."""
     import time
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
@@ -567,14 +552,7 @@ def synthesize_questions_cmd(
             ):
                 guard = ContaminationGuard(texts)
             guard_fn = guard.max_similarity
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=err,
-        ) as bar:
+        with progress_bar() as bar:
             tasks: dict[str, int] = {}
             counts = {"errors": 0}
             t0 = time.perf_counter()
@@ -661,16 +639,9 @@ def synthesize_trajectories_cmd(
     temperature: Annotated[
         float | None, typer.Option(help="Policy temperature. \\[default: 0.7]")
     ] = None,
-    max_turns: Annotated[
-        int | None, typer.Option(help="Turn limit, then one forced answer. \\[default: 10]")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per turn. \\[default: 512]")
-    ] = None,
-    tools: Annotated[
-        str | None,
-        typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
-    ] = None,
+    max_turns: MaxTurnsOption = None,
+    max_tokens: TurnTokensOption = None,
+    tools: ToolsOption = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
     split: Annotated[
         str,
@@ -685,20 +656,13 @@ def synthesize_trajectories_cmd(
     seed: Annotated[
         int | None, typer.Option(help="Sampling seed (sample i uses seed + i). \\[default: 0]")
     ] = None,
-    device: Annotated[
-        str | None,
-        typer.Option(help="hf backend device (cpu, cuda). \\[default: cuda if available]"),
-    ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with these options (flags override it).")
-    ] = None,
+    device: DeviceOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
     free rollouts, through the real KG tools."""
     import dataclasses
     import time
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
@@ -743,13 +707,7 @@ def synthesize_trajectories_cmd(
             device=device,
         )  # fmt: skip
         graph = _open(kg, profile).graph()
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=err,
-        ) as bar:
+        with progress_bar(count=False) as bar:
             task = bar.add_task(cfg.mode, total=None, info="")
 
             def progress(stage: str, a: int, b: int) -> None:
@@ -896,9 +854,7 @@ def filter_cmd(
             help="Group cap = floor(factor x smallest group), factor >= 1. \\[default: 2]"
         ),
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with these options (flags override it).")
-    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Keep trajectories that answer right from observed evidence in a clean format; write
     the rejects with their reason (outcome, grounding, format, reference leak, length,

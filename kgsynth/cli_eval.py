@@ -20,6 +20,20 @@ from typing import Annotated, Any
 
 import typer
 
+from kgsynth.cli_options import (
+    ApiKeyOption,
+    BaseUrlOption,
+    ConcurrencyOption,
+    ConfigOption,
+    DeviceOption,
+    KGOption,
+    MaxRetriesOption,
+    MaxTurnsOption,
+    ProfileOption,
+    TimeoutOption,
+    ToolsOption,
+    TurnTokensOption,
+)
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
 
 
@@ -60,17 +74,8 @@ def eval_cmd(
             "(with --compare: compare.md, compare.png).",
         ),
     ] = None,
-    kg: Annotated[
-        str | None,
-        typer.Option(
-            help="A store directory, a triple file or an http(s)://…/sparql endpoint URL. "
-            "Default: the shipped MetaQA movie KB."
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="KG profile: generic, freebase or wikidata (auto-detected)."),
-    ] = None,
+    kg: KGOption = None,
+    profile: ProfileOption = None,
     llm: Annotated[
         str, typer.Option("--llm", help="Policy backend: hf (a local checkpoint) or openai.")
     ] = "hf",
@@ -78,22 +83,15 @@ def eval_cmd(
         str | None,
         typer.Option(help="Checkpoint folder (hf, e.g. runs/x/stage1) or model name (openai)."),
     ] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else OpenAI)."),
-    ] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")] = None,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight (openai).")] = 16,
-    timeout: Annotated[float, typer.Option(help="Seconds per request (openai).")] = 120.0,
-    max_retries: Annotated[
-        int, typer.Option(help="Retries per request on 429/5xx/timeouts (openai).")
-    ] = 5,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    concurrency: ConcurrencyOption = 16,
+    timeout: TimeoutOption = 120.0,
+    max_retries: MaxRetriesOption = 5,
     batch_size: Annotated[
         int | None, typer.Option(help="Sequences per generate() call (hf). \\[default: 8]")
     ] = None,
-    device: Annotated[
-        str | None, typer.Option(help="hf device (cpu, cuda). \\[default: cuda if available]")
-    ] = None,
+    device: DeviceOption = None,
     cache: Annotated[
         Path | None,
         typer.Option(
@@ -108,16 +106,9 @@ def eval_cmd(
         float | None, typer.Option(help="Sampling temperature. \\[default: 0 (greedy)]")
     ] = None,
     top_p: Annotated[float | None, typer.Option(help="Nucleus sampling. \\[default: 1]")] = None,
-    max_turns: Annotated[
-        int | None, typer.Option(help="Turn limit, then one forced answer. \\[default: 10]")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per turn. \\[default: 512]")
-    ] = None,
-    tools: Annotated[
-        str | None,
-        typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
-    ] = None,
+    max_turns: MaxTurnsOption = None,
+    max_tokens: TurnTokensOption = None,
+    tools: ToolsOption = None,
     top_k_relations: Annotated[
         int | None, typer.Option(help="Relations shown by get_relations. \\[default: 10]")
     ] = None,
@@ -145,9 +136,7 @@ def eval_cmd(
         str | None,
         typer.Option(help="Name in tables and plots. \\[default: the training stage or folder]"),
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with these options (flags override it).")
-    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Evaluate a checkpoint or API model as a KG agent on benchmark questions (EM, F1,
     Hits@1; N runs as mean, majority, first run, KG-R1 union and pass@k; by hops/type/
@@ -227,9 +216,8 @@ def _evaluate(
 ) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kgsynth.cli import _open, err, out
+    from kgsynth.cli import _open, err, out, progress_bar
     from kgsynth.config import build_config
     from kgsynth.eval import (
         BASELINES,
@@ -305,14 +293,7 @@ def _evaluate(
     clients: dict[str, Any] = {}
     all_rows: list[dict[str, Any]] = []
     results: dict[str, dict[str, Any]] = {}
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=err,
-    ) as bar:
+    with progress_bar() as bar:
         for system, name, with_tools in plan:
             if name not in clients:
                 clients[name] = make_llm(llm, cache=cache, model=name, **options)

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kgsynth.cli_options import KGOption, ProfileOption
 from kgsynth.errors import KGSynthError
 
 train_app = typer.Typer(
@@ -304,20 +305,13 @@ def _train(stage: str, options: dict[str, Any]) -> None:
 
 
 def _train_here(spec: Any, err: Any) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers.utils import logging as hf_logging
 
+    from kgsynth.cli import progress_bar
     from kgsynth.train.sft import train_sft
 
     hf_logging.disable_progress_bar()  # the bar below is the progress
-    with Progress(
-        TextColumn(f"[bold]{spec.stage}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=err,
-    ) as bar:
+    with progress_bar(spec.stage, console=err) as bar:
         task = bar.add_task("train", total=None, info="")
 
         def progress(step: int, max_steps: int, logs: dict) -> None:
@@ -407,16 +401,8 @@ def rl_cmd(
     init: Annotated[
         str, typer.Option(help="The SFT output folder to start from (stage2, or stage1).")
     ],
-    kg: Annotated[
-        str | None,
-        typer.Option(
-            help="Store dir, triple file or SPARQL endpoint URL \\[default: shipped MetaQA]."
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="KG profile: generic, freebase, wikidata \\[default: detect]."),
-    ] = None,
+    kg: KGOption = None,
+    profile: ProfileOption = None,
     recipe: Annotated[
         str | None,
         typer.Option(
@@ -493,8 +479,8 @@ def rl_cmd(
     """GRPO against the live KG: multi-turn rollouts with the KG tools, the seeds' rewards."""
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from kgsynth.cli import progress_bar
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.train.grpo import (
@@ -540,14 +526,7 @@ def rl_cmd(
             from kgsynth.kg.open import DEFAULT_KG
 
             spec = dataclasses.replace(spec, kg=str(DEFAULT_KG))
-        with Progress(
-            TextColumn("[bold]rl"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=err,
-        ) as bar:
+        with progress_bar("rl", console=err) as bar:
             task = bar.add_task("rl", total=cfg.max_steps, info="")
 
             def progress(step: int, total: int, row: dict) -> None:

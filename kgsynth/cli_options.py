@@ -1,0 +1,69 @@
+"""Typer option declarations that several ``kgsynth`` commands share, so that a flag that
+means the same thing everywhere is declared (and documented) once.
+
+Only options whose type, default and help fit every command that uses them live here; a
+command whose flag differs (the eval policy's ``--llm hf|openai``, the SFT ``--config``
+sections) keeps its own declaration. Imports stay cheap: this module is read on every
+``kgsynth`` start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+# the knowledge graph
+KGOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kg",
+        help="A store directory, a triple file (imported to a cache on first use) or an "
+        "http(s)://…/sparql endpoint URL. Default: the shipped MetaQA movie KB.",
+    ),
+]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(help="KG profile: generic, freebase or wikidata (auto-detected when omitted)."),
+]
+
+# the LLM client
+LLMOption = Annotated[str, typer.Option("--llm", help="LLM backend: openai, hf or template.")]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(help="Model name (openai) or checkpoint folder (hf); not used by template."),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else OpenAI)."),
+]
+ApiKeyOption = Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")]
+ConcurrencyOption = Annotated[int, typer.Option(help="Requests in flight (openai).")]
+TimeoutOption = Annotated[float, typer.Option(help="Seconds per request (openai).")]
+MaxRetriesOption = Annotated[
+    int, typer.Option(help="Retries per request on 429/5xx/timeouts (openai).")
+]
+CacheOption = Annotated[
+    Path | None,
+    typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
+]
+NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")]
+DeviceOption = Annotated[
+    str | None,
+    typer.Option(help="hf backend device (cpu, cuda). \\[default: cuda if available]"),
+]
+
+# the agent loop (synthesize trajectories, eval): None leaves the stage config's value
+MaxTurnsOption = Annotated[
+    int | None, typer.Option(help="Turn limit, then one forced answer. \\[default: 10]")
+]
+TurnTokensOption = Annotated[int | None, typer.Option(help="Tokens per turn. \\[default: 512]")]
+ToolsOption = Annotated[
+    str | None,
+    typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
+]
+
+# the stage config file (walk, synthesize, filter, eval; the train commands declare their own)
+ConfigOption = Annotated[
+    Path | None, typer.Option(help="YAML file with these options (flags override it).")
+]
