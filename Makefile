@@ -57,7 +57,7 @@ K := $(BIN)/kgsynth
 STAGE1_STEPS := $(if $(SMOKE),--max-steps 20,--epochs 2)
 STAGE2_STEPS := $(if $(SMOKE),--max-steps 10,--epochs 2)
 FREE_LIMIT := $(if $(SMOKE),8,60)
-RL_STEPS := $(if $(SMOKE),3,20)
+RL_STEPS := $(if $(SMOKE),3,30)
 EVAL_LIMIT := $(if $(SMOKE),9,60)
 EVAL := --questions data/metaqa/dev_sample/metaqa_dev_sample.jsonl --kg $(RUN)/kg \
 	--limit $(EVAL_LIMIT) --max-turns 6 --max-tokens 96
@@ -76,7 +76,7 @@ all: install
 	$(K) synthesize trajectories --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet
 	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2
 	$(K) train stage2 --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(STAGE2_STEPS)
-	$(K) train rl --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS) --max-turns 4 --temperature 0.7 --save-steps 10
+	$(K) train rl --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS) --max-turns 4 --temperature 0.7 --save-steps 10 --reward kg-r1
 	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --baseline no-tools
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2
 	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl

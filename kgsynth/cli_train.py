@@ -470,7 +470,9 @@ def rl_cmd(
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     deepspeed: DeepSpeedOption = None,
     precision: PrecisionOption = None,
-    config: ConfigOption = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with these options (an rl: section or flat).")
+    ] = None,
     overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --out.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the resolved configuration; train nothing.")
