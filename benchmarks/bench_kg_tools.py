@@ -13,7 +13,8 @@ question (BM25 ranks relations against it), the script times
   (the same calls again on that graph, caches hit), once per tool on its own fresh graph;
 - the raw engine rate of the one-hop ``SELECT ?r ?o WHERE { <e> ?r ?o }`` for the same
   entities: ``pyoxigraph.Store.query``, ``EmbeddedKG.select``, the endpoint's ``KG.select``
-  (SPARQLWrapper, one connection per query) and a plain keep-alive ``http.client`` POST;
+  (a keep-alive connection per thread since 2026-11-23; SPARQLWrapper with one connection per
+  query before) and a plain keep-alive ``http.client`` POST;
 
 on the embedded store and on ``oxigraph serve-read-only`` loaded with the same triples, in the
 same run, each measurement taken for both backends back to back so that machine noise hits
