@@ -33,7 +33,9 @@ in the manifest:
   max length 4096; no packing (length-bucketed batches), so a batch counts trajectories as the
   seed's does. Warmup 3% and micro-batch 4 are ours (the seed does not state them).
 - ``tiny`` (a 2-core CPU in about a minute for a few hundred trajectories): lr 1e-3, batch 8
-  packed rows of 1024 tokens, 3 epochs, warmup 3%.
+  trajectories of up to 1024 tokens in length-grouped batches, 3 epochs, warmup 3%. Not
+  packed: on this model and a CPU, attention over full packed rows cost more than the padding
+  it saves (``benchmarks/bench_sft.py``: packed 0.68x the tokens/s of unpacked, 2026-11-23).
 
 Precision: bf16 (autocast, fp32 master weights) on a CUDA GPU with bf16, fp32 on CPU.
 """
@@ -77,7 +79,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         micro_batch_size=8,
         epochs=3.0,
         max_length=1024,
-        packing=True,
+        packing=False,
         warmup_ratio=0.03,
         logging_steps=5,
         save_steps=50,
