@@ -152,6 +152,22 @@ def _script_sampler(policy: TokenPolicy, turns: list[str]):
     return real
 
 
+def _scripted_rollout(tiny_policy, turns: list[str], cfg: RolloutConfig, question="q?"):
+    """One rollout of a policy whose turns are ``turns``, on the fixture KG."""
+    model, tok = tiny_policy
+    graph = movie_kg().graph()
+    policy = TokenPolicy(model, tok)
+    _script_sampler(policy, turns)
+    (r,) = run_rollouts(
+        policy,
+        [EpisodeTask(question, ["Kismet"])],
+        lambda t: ToolEnvironment(graph, t.question, ToolConfig()),
+        cfg,
+    )
+    check_alignment(r)
+    return policy, r
+
+
 def test_rollout_ids_masks_logprobs_agree_with_a_forward_pass(tiny_policy):
     model, tok = tiny_policy
     kg = movie_kg()
@@ -176,22 +192,13 @@ def test_rollout_ids_masks_logprobs_agree_with_a_forward_pass(tiny_policy):
 
 
 def test_observation_tokens_are_appended_unmasked_and_never_re_encoded(tiny_policy):
-    model, tok = tiny_policy
-    graph = movie_kg().graph()
-    policy = TokenPolicy(model, tok)
+    tok = tiny_policy[1]
     turns = [
         '<think>look</think><kg-query>get_triples("Kismet", ["directed_by"])</kg-query>',
         '<think>done</think><answer>["William Dieterle"]</answer>',
     ]
-    _script_sampler(policy, turns)
     cfg = RolloutConfig(max_turns=3, max_turn_tokens=64, max_obs_tokens=64)
-    (r,) = run_rollouts(
-        policy,
-        [EpisodeTask("who directed Kismet?", ["Kismet"])],
-        lambda t: ToolEnvironment(graph, t.question, ToolConfig()),
-        cfg,
-    )
-    check_alignment(r)
+    policy, r = _scripted_rollout(tiny_policy, turns, cfg, "who directed Kismet?")
     ep = r.episode
     assert ep.predicted_answers == ["William Dieterle"] and ep.answered
     # sampled turn tokens are exactly the scripted ones, in order, and masked in
@@ -211,19 +218,10 @@ def test_observation_tokens_are_appended_unmasked_and_never_re_encoded(tiny_poli
 
 
 def test_observation_cap_and_forced_final_answer(tiny_policy):
-    model, tok = tiny_policy
-    graph = movie_kg().graph()
-    policy = TokenPolicy(model, tok)
+    tok = tiny_policy[1]
     turns = ['<think>a</think><kg-query>get_relations("Kismet")</kg-query>'] * 5
-    _script_sampler(policy, turns)
     cfg = RolloutConfig(max_turns=2, max_turn_tokens=64, max_obs_tokens=8)
-    (r,) = run_rollouts(
-        policy,
-        [EpisodeTask("who directed Kismet?", ["Kismet"])],
-        lambda t: ToolEnvironment(graph, t.question, ToolConfig()),
-        cfg,
-    )
-    check_alignment(r)
+    _, r = _scripted_rollout(tiny_policy, turns, cfg, "who directed Kismet?")
     assert r.truncated_observations == 2
     assert r.episode.forced_answer
     text = tok.decode(r.ids)
@@ -234,16 +232,7 @@ def test_observation_cap_and_forced_final_answer(tiny_policy):
 
 
 def test_rollout_timeout_ends_the_episode(tiny_policy):
-    model, tok = tiny_policy
-    graph = movie_kg().graph()
-    policy = TokenPolicy(model, tok)
-    _script_sampler(policy, ['<think>a</think><kg-query>get_relations("Kismet")</kg-query>'])
+    turns = ['<think>a</think><kg-query>get_relations("Kismet")</kg-query>']
     cfg = RolloutConfig(max_turns=5, max_turn_tokens=32, timeout_s=1e-9)
-    (r,) = run_rollouts(
-        policy,
-        [EpisodeTask("q?", ["Kismet"])],
-        lambda t: ToolEnvironment(graph, t.question, ToolConfig()),
-        cfg,
-    )
-    check_alignment(r)
+    _, r = _scripted_rollout(tiny_policy, turns, cfg)
     assert r.timed_out and len(r.episode.turns) == 1
