@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli_options import KGOption, ProfileOption
+from kgsynth.cli_options import KGOption, MaxTurnsOption, ProfileOption, ToolsOption
 from kgsynth.errors import KGSynthError
 
 train_app = typer.Typer(
@@ -389,7 +389,6 @@ def _write_manifest(
 
 @train_app.command("rl")
 def rl_cmd(
-    ctx: typer.Context,
     questions: Annotated[
         Path,
         typer.Option(
@@ -411,12 +410,13 @@ def rl_cmd(
         ),
     ] = None,
     reward: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Reward: a preset (graphwalker = em, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
-            "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance."
+            "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance. "
+            "\\[default: em]"
         ),
-    ] = "em",
+    ] = None,
     fbeta_switch_step: Annotated[
         int | None, typer.Option(help="fbeta curriculum: beta 0.5 until this step, then 1.")
     ] = None,
@@ -430,44 +430,63 @@ def rl_cmd(
     questions_per_step: Annotated[
         int | None, typer.Option(help="Questions per step. \\[default: recipe's]")
     ] = None,
-    max_steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
+    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps. \\[default: 50]")] = None,
     lr: LrOption = None,
     kl: Annotated[
-        float, typer.Option("--kl", help="KL coefficient to the frozen init model (k3); 0 = off.")
-    ] = 0.001,
-    clip_low: Annotated[float, typer.Option(help="Ratio clip below: 1 - clip_low.")] = 0.2,
-    clip_high: Annotated[
-        float, typer.Option(help="Ratio clip above: 1 + clip_high (DAPO).")
-    ] = 0.28,
-    scale_rewards: Annotated[
-        bool,
+        float | None,
         typer.Option(
-            "--scale-rewards/--no-scale-rewards", help="Divide advantages by the group std."
+            "--kl", help="KL coefficient to the frozen init model (k3); 0 = off. \\[default: 0.001]"
         ),
-    ] = True,
+    ] = None,
+    clip_low: Annotated[
+        float | None, typer.Option(help="Ratio clip below: 1 - clip_low. \\[default: 0.2]")
+    ] = None,
+    clip_high: Annotated[
+        float | None, typer.Option(help="Ratio clip above: 1 + clip_high (DAPO). \\[default: 0.28]")
+    ] = None,
+    scale_rewards: Annotated[
+        bool | None,
+        typer.Option(
+            "--scale-rewards/--no-scale-rewards",
+            help="Divide advantages by the group std. \\[default: scale-rewards]",
+        ),
+    ] = None,
     turn_advantage: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--turn-advantage/--no-turn-advantage",
-            help="Add KG-R1's turn-wise group-normalized advantage of the turn rewards.",
+            help="Add KG-R1's turn-wise group-normalized advantage of the turn rewards. "
+            "\\[default: no-turn-advantage]",
         ),
-    ] = False,
+    ] = None,
     updates_per_step: Annotated[
-        int, typer.Option(help="Updates on each step's rollouts; 1 = on-policy single update.")
-    ] = 1,
-    micro_batch_size: Annotated[int, typer.Option(help="Rollouts per forward pass.")] = 8,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature of rollouts.")] = 1.0,
-    max_turns: Annotated[int, typer.Option(help="Tool turns before a forced final answer.")] = 10,
+        int | None,
+        typer.Option(
+            help="Updates on each step's rollouts; 1 = on-policy single update. \\[default: 1]"
+        ),
+    ] = None,
+    micro_batch_size: Annotated[
+        int | None, typer.Option(help="Rollouts per forward pass. \\[default: 8]")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature of rollouts. \\[default: 1.0]")
+    ] = None,
+    max_turns: MaxTurnsOption = None,
     max_turn_tokens: Annotated[
         int | None, typer.Option(help="Generated tokens per turn. \\[default: recipe's]")
     ] = None,
-    max_obs_tokens: Annotated[int, typer.Option(help="Observation tokens kept per call.")] = 512,
+    max_obs_tokens: Annotated[
+        int | None, typer.Option(help="Observation tokens kept per call. \\[default: 512]")
+    ] = None,
     rollout_timeout: Annotated[
-        float, typer.Option(help="Seconds per rollout before it is ended where it is.")
-    ] = 300.0,
-    tools: Annotated[str, typer.Option(help="Tool set: graphwalker or kgr1.")] = "graphwalker",
-    save_steps: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 25,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+        float | None,
+        typer.Option(help="Seconds per rollout before it is ended where it is. \\[default: 300]"),
+    ] = None,
+    tools: ToolsOption = None,
+    save_steps: Annotated[
+        int | None, typer.Option(help="Checkpoint every N steps. \\[default: 25]")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed. \\[default: 0]")] = None,
     deepspeed: DeepSpeedOption = None,
     precision: PrecisionOption = None,
     config: Annotated[
@@ -506,15 +525,8 @@ def rl_cmd(
         micro_batch_size=micro_batch_size, temperature=temperature, max_turns=max_turns,
         max_turn_tokens=max_turn_tokens, max_obs_tokens=max_obs_tokens,
         rollout_timeout_s=rollout_timeout, toolset=tools, save_steps=save_steps, seed=seed,
-        deepspeed=deepspeed, precision=precision or "auto",
+        deepspeed=deepspeed, precision=precision,
     )  # fmt: skip
-    if config is not None:  # the file's values win over defaults, flags given win over the file
-        from click.core import ParameterSource
-
-        given = {"kl": "kl_coef", "rollout_timeout": "rollout_timeout_s", "tools": "toolset"}
-        for name in list(ctx.params):
-            if ctx.get_parameter_source(name) == ParameterSource.DEFAULT:
-                overrides.pop(given.get(name, name), None)
     try:
         cfg = resolve_config(build_config(GRPOConfig, config, overrides, section="rl"))
         if dry_run:
