@@ -175,12 +175,12 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
 def reward_spec(cfg: GRPOConfig) -> Any:
     from kgsynth.agent.rewards import RewardSpec
 
-    kwargs = {}
-    if cfg.fbeta_switch_step is not None:
-        kwargs["fbeta_switch_step"] = cfg.fbeta_switch_step
-    if cfg.fbeta_switch_reward is not None:
-        kwargs["fbeta_switch_reward"] = cfg.fbeta_switch_reward
-    return RewardSpec.parse(cfg.reward, **kwargs)
+    # None keeps the preset's (or the default) curriculum switch
+    return RewardSpec.parse(
+        cfg.reward,
+        fbeta_switch_step=cfg.fbeta_switch_step,
+        fbeta_switch_reward=cfg.fbeta_switch_reward,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,18 +323,6 @@ class RLSpec:
     config: GRPOConfig
 
 
-def _precision(cfg: GRPOConfig) -> tuple[str, Any]:
-    import torch
-
-    cuda = torch.cuda.is_available()
-    bf16_ok = cuda and torch.cuda.is_bf16_supported()
-    if cfg.precision == "bf16" and not bf16_ok:
-        raise ConfigError("precision bf16 needs a CUDA GPU with bf16; use fp32 (or auto) on CPU")
-    device = "cuda" if cuda else "cpu"
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_ok)
-    return device, (torch.bfloat16 if use_bf16 else torch.float32)
-
-
 def _ds_config(path: str, cfg: GRPOConfig, bf16: bool) -> dict[str, Any]:
     """A ZeRO config with the fields left ``auto`` for Trainer filled from ours."""
     from kgsynth.train.sft import load_deepspeed_config
@@ -365,7 +353,7 @@ def _ds_config(path: str, cfg: GRPOConfig, bf16: bool) -> dict[str, Any]:
 class _Policy:
     """The policy under training behind one interface: plain torch or a DeepSpeed engine."""
 
-    def __init__(self, model: Any, cfg: GRPOConfig, device: str, bf16: bool, total_steps: int):
+    def __init__(self, model: Any, cfg: GRPOConfig, device: str, bf16: bool):
         import torch
 
         self.cfg = cfg
@@ -457,6 +445,7 @@ def _train(
     from kgsynth.agent.rollout import RolloutConfig, TokenPolicy, check_alignment, run_rollouts
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.kg.open import open_kg
+    from kgsynth.train.sft import resolve_precision
 
     started = time.perf_counter()
     cfg = spec.config
@@ -464,7 +453,9 @@ def _train(
     out.mkdir(parents=True, exist_ok=True)
     qs = list(questions) if questions is not None else read_rl_questions(spec.questions)
     rspec = reward_spec(cfg)
-    device, dtype = _precision(cfg)
+    use_cpu, bf16 = resolve_precision(cfg.precision)
+    device = "cpu" if use_cpu else "cuda"
+    dtype = torch.bfloat16 if bf16 else torch.float32
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
 
@@ -472,13 +463,12 @@ def _train(
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(cfg.init, dtype=torch.float32).to(device)
-    model.config.use_cache = True
     ref = None
     if cfg.kl_coef > 0:
         ref = AutoModelForCausalLM.from_pretrained(cfg.init, dtype=dtype).to(device).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
-    policy = _Policy(model, cfg, device, dtype == torch.bfloat16, cfg.max_steps)
+    policy = _Policy(model, cfg, device, bf16)
     sampler = TokenPolicy(policy.module, tok)
     kg = open_kg(spec.kg, profile=spec.profile)
     graph = kg.graph()
@@ -661,7 +651,7 @@ def _update(
         list(keep[i : i + cfg.micro_batch_size]) for i in range(0, len(keep), cfg.micro_batch_size)
     ]
 
-    def tensors(idx: list[int]) -> tuple[Any, ...]:
+    def tensors(idx: list[int]) -> tuple[Any, ...]:  # ids, attention, mask, advantages, logprobs
         width = max(len(rollouts[i]) for i in idx)
         ids = _pad_batch([rollouts[i].ids for i in idx], 0, torch.long, width)
         att = _pad_batch([[1] * len(rollouts[i]) for i in idx], 0, torch.long, width)
@@ -670,12 +660,12 @@ def _update(
         old = _pad_batch([rollouts[i].logprobs for i in idx], 0.0, torch.float32, width)
         return ids.to(device), att.to(device), mask.to(device), adv.to(device), old.to(device)
 
+    batches = [tensors(idx) for idx in micro]
     fwd = policy.forward_module()
     ref_lp: dict[int, Any] = {}
     old_lp: dict[int, Any] = {}
     with torch.no_grad(), autocast:
-        for k, idx in enumerate(micro):
-            ids, att, *_ = tensors(idx)
+        for k, (ids, att, *_) in enumerate(batches):
             if ref is not None:
                 ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature)[0].float()
             if cfg.updates_per_step > 1:
@@ -683,23 +673,22 @@ def _update(
     sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0}
     mismatch = 0.0
     norms = []
-    for _ in range(cfg.updates_per_step):
-        for k, idx in enumerate(micro):
-            ids, att, mask, adv, rollout_lp = tensors(idx)
+    for update in range(cfg.updates_per_step):
+        for k, (ids, att, mask, adv, rollout_lp) in enumerate(batches):
             with autocast:
                 logp, ent = token_logprobs(fwd, ids, att, cfg.temperature)
             logp = logp.float()
             old = old_lp[k] if k in old_lp else logp.detach()
-            with torch.no_grad():
-                m = mask.bool()
-                if m.any():
-                    mismatch = max(mismatch, float((logp.detach() - rollout_lp)[m].abs().max()))
+            m = mask.bool()
+            if update == 0 and m.any():  # the policy that sampled the rollouts, not yet updated
+                gap = (logp.detach() - rollout_lp)[m].abs().max()
+                mismatch = max(mismatch, float(gap))
             loss, st = grpo_token_loss(
                 logp, old, ref_lp.get(k), adv, mask,
                 clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                kl_coef=cfg.kl_coef if ref is not None else 0.0, total_tokens=total_tokens,
+                kl_coef=cfg.kl_coef, total_tokens=total_tokens,
             )  # fmt: skip
-            policy.backward(loss, last=k == len(micro) - 1)
+            policy.backward(loss, last=k == len(batches) - 1)
             sums["loss"] += float(loss.detach())
             for name in ("pg", "kl", "clipped", "tokens"):
                 sums[name] += float(st[name])

@@ -539,15 +539,16 @@ def loss_curve_png(metrics: Sequence[dict[str, Any]], path: str | Path, title: s
     plt.close(fig)
 
 
-def _precision(cfg: SFTConfig) -> tuple[bool, bool]:
-    """(use_cpu, bf16) for this machine and ``cfg.precision``."""
+def resolve_precision(precision: str) -> tuple[bool, bool]:
+    """(use_cpu, bf16) for this machine and a ``precision`` option (auto, bf16, fp32); shared
+    by SFT and GRPO."""
     import torch
 
     cuda = torch.cuda.is_available()
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
-    if cfg.precision == "bf16" and not bf16_ok:
+    if precision == "bf16" and not bf16_ok:
         raise ConfigError("precision bf16 needs a CUDA GPU with bf16; use fp32 (or auto) on CPU")
-    return (not cuda), (cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_ok))
+    return (not cuda), (precision == "bf16" or (precision == "auto" and bf16_ok))
 
 
 def train_sft(
@@ -602,7 +603,7 @@ def _train(
             f"batch_size ({cfg.batch_size}) must be a multiple of micro_batch_size × processes "
             f"({cfg.micro_batch_size} × {world})"
         )
-    use_cpu, bf16 = _precision(cfg)
+    use_cpu, bf16 = resolve_precision(cfg.precision)
     ds_config = load_deepspeed_config(cfg.deepspeed) if cfg.deepspeed else None
     if ds_config is not None and use_cpu:
         # DeepSpeed's CPU backend otherwise probes its ops with test compiles and JIT-builds
