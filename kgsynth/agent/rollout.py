@@ -19,9 +19,10 @@ text :mod:`kgsynth.agent.render` renders for SFT.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.loop import (
@@ -107,7 +108,6 @@ class TokenPolicy:
         unk = tokenizer.unk_token_id
         self.stop_ids = {i for i in single if isinstance(i, int) and i != unk and i >= 0}
         self.stop_strings = [] if len(self.stop_ids) == len(STOP_SEQUENCES) else STOP_SEQUENCES
-        self._tails: dict[bool, str] = {}
 
     def chat(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         return self.tok.apply_chat_template(
@@ -123,26 +123,34 @@ class TokenPolicy:
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         return self.encode(self.chat(messages, generation_prompt=True))
 
-    def turn_suffix(self, user_text: str, ended_with_eos: bool) -> str:
-        """Text that closes an assistant turn and opens the next one after a ``user`` turn.
-
-        Found from the chat template: a conversation rendered with and without the extra user
-        turn; what follows the assistant content is the end-of-turn text. When the policy
-        already sampled the end-of-turn token, that token's text is left out."""
-        base_msgs = [
-            {"role": "user", "content": "q"},
-            {"role": "assistant", "content": _SENTINEL},
-        ]
-        base = self.chat(base_msgs, generation_prompt=False)
-        full = self.chat([*base_msgs, {"role": "user", "content": user_text}], True)
-        if not full.startswith(base):
+    @functools.cached_property
+    def _segments(self) -> tuple[str, str, str, str]:
+        """The template's fixed text around turns, found once by rendering sentinels:
+        (end of an assistant turn, start of a user turn, end of a user turn, start of an
+        assistant turn)."""
+        user = "\x1eUSER-TURN\x1e"
+        base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _SENTINEL}]
+        closed = self.chat(base, generation_prompt=False)
+        with_user = self.chat([*base, {"role": "user", "content": user}], True)
+        first = self.chat(base[:1], generation_prompt=False)
+        opening = self.chat(base[:1], generation_prompt=True)[len(first) :]
+        if not with_user.startswith(closed) or with_user[len(closed) :].count(user) != 1:
             raise ValueError("the chat template does not render conversations turn by turn")
-        tail = base[base.rindex(_SENTINEL) + len(_SENTINEL) :]
-        if ended_with_eos:
-            eos = self.tok.eos_token or ""
-            if tail.startswith(eos):
-                tail = tail[len(eos) :]
-        return tail + full[len(base) :]
+        user_open, rest = with_user[len(closed) :].split(user)
+        if not rest.endswith(opening):
+            raise ValueError("the chat template does not open an assistant turn after a user turn")
+        tail = closed[closed.rindex(_SENTINEL) + len(_SENTINEL) :]
+        return tail, user_open, rest[: len(rest) - len(opening)], opening
+
+    def turn_suffix(self, user_texts: Sequence[str], ended_with_eos: bool) -> str:
+        """Text that closes an assistant turn, then the given ``user`` turns, then opens the
+        next assistant turn. When the policy already sampled the end-of-turn token, that
+        token's text is left out."""
+        tail, user_open, user_close, opening = self._segments
+        eos = self.tok.eos_token or ""
+        if ended_with_eos and tail.startswith(eos):
+            tail = tail[len(eos) :]
+        return tail + "".join(user_open + t + user_close for t in user_texts) + opening
 
     def sample(
         self,
@@ -228,7 +236,6 @@ class _State:
     timed_out: bool = False
     truncated: int = 0
     generated: int = 0
-    extra: dict = field(default_factory=dict)
 
     def append(self, ids: Sequence[int], logprobs: Sequence[float] | None, turn: int) -> None:
         self.ids.extend(ids)
@@ -349,17 +356,9 @@ def _apply(
         reply["content"] = content + (
             "</information>" if content.startswith("<information>") else ""
         )
-    if turn + 1 == cfg.max_turns:  # next is the forced final answer: observation, then the ask
-        suffix = policy.turn_suffix(reply["content"], eos_end)
-        ask = policy.chat(
-            [{"role": "user", "content": "x"}, {"role": "user", "content": FINAL_ANSWER_PROMPT}],
-            True,
-        )
-        first = policy.chat([{"role": "user", "content": "x"}], False)
-        opening = policy.chat([{"role": "user", "content": "x"}], True)[len(first) :]
-        suffix = suffix[: len(suffix) - len(opening)] + ask[len(first) :]
-    else:
-        suffix = policy.turn_suffix(reply["content"], eos_end)
+    # before the forced final answer, the environment also asks for it
+    users = [reply["content"]] + ([FINAL_ANSWER_PROMPT] if turn + 1 == cfg.max_turns else [])
+    suffix = policy.turn_suffix(users, eos_end)
     s.append(policy.encode(suffix), None, turn)
 
 
