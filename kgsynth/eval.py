@@ -39,7 +39,7 @@ import logging
 import math
 import statistics
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +59,7 @@ from kgsynth.agent.protocol import parse_turn
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
-from kgsynth.llm.base import LLM, Completion, GenerationParams, ProgressFn, Request
+from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.metrics import answer_set, normalize_answer, score
 from kgsynth.qafiles import QARecord
 from kgsynth.schema import MESSAGE, TURN
@@ -198,48 +198,6 @@ def question_id(rec: QARecord) -> str:
     return rec.question_id or f"line-{rec.line}"
 
 
-class TokenLedger(LLM):
-    """Passes requests to ``inner`` and remembers each completion's generated tokens by prompt,
-    so an episode's tokens can be summed after :func:`run_episodes` (which does not keep them)."""
-
-    def __init__(self, inner: LLM) -> None:
-        super().__init__()
-        self.inner = inner
-        self.backend = inner.backend
-        self.model = inner.model
-        self.stats = inner.stats
-        self._by_prompt: dict[tuple, deque[int]] = defaultdict(deque)
-
-    @property
-    def key_fields(self) -> dict[str, Any]:
-        return self.inner.key_fields
-
-    def generate_batch(
-        self, requests: Sequence[Request], progress: ProgressFn | None = None
-    ) -> list[Completion]:
-        out = self.inner.generate_batch(requests, progress)
-        for req, comp in zip(requests, out, strict=True):
-            if comp.ok:  # a failed request leaves no assistant message to match
-                self._by_prompt[req.messages].append(comp.completion_tokens)
-        return out
-
-    def tokens_of(self, messages: Sequence[dict[str, str]]) -> int:
-        """Generated tokens of the assistant messages of one stored episode."""
-        total = 0
-        sent: list[tuple[str, str]] = []
-        for m in messages:
-            if m["role"] == "assistant":
-                queue = self._by_prompt.get(tuple(sent))
-                if queue:
-                    total += queue.popleft()
-            # the loop sends environment observations to the policy as user turns
-            sent.append(("user" if m["role"] == "tool" else m["role"], m["content"]))
-        return total
-
-    def reset(self) -> None:
-        self._by_prompt.clear()
-
-
 def _row(
     rec: QARecord, run: int, system: str, model: str, predicted: list[str], **fields: Any
 ) -> dict[str, Any]:
@@ -292,7 +250,6 @@ def run_agent(
     progress: EvalProgress | None = None,
 ) -> list[dict[str, Any]]:
     """Prediction rows of the agent: every question ``cfg.runs`` times, through the KG tools."""
-    ledger = TokenLedger(llm)
     n, total = len(records), len(records) * cfg.runs
     rows: list[dict[str, Any]] = []
     tasks = [EpisodeTask(rec.question, list(rec.topic_names)) for rec in records]
@@ -303,14 +260,13 @@ def run_agent(
         return ToolEnvironment(graph, records[index[id(task)]].question, cfg.tool_config())
 
     for run in range(cfg.runs):
-        ledger.reset()
 
         def on_turn(turn: int, active: int, run: int = run) -> None:
             if progress:
                 progress(run * n + n - active, total, f"run {run + 1}/{cfg.runs}, turn {turn}")
 
         episodes = run_episodes(
-            ledger,
+            llm,
             tasks,
             make_env,
             toolset=cfg.toolset,
@@ -319,7 +275,7 @@ def run_agent(
             on_turn=on_turn,
         )
         for rec, ep in zip(records, episodes, strict=True):
-            fields = _episode_fields(ep, ledger.tokens_of(ep.messages))
+            fields = _episode_fields(ep, ep.generated_tokens)
             rows.append(_row(rec, run, system, llm.model, ep.predicted_answers, **fields))
         if progress:
             progress((run + 1) * n, total, f"run {run + 1}/{cfg.runs} done")

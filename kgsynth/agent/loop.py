@@ -102,6 +102,7 @@ class TurnRecord:
     llm_error: str | None = None  # the backend gave no text
     observation: str | None = None
     entities: tuple[str, ...] = ()
+    completion_tokens: int = 0  # as the backend counted them
 
 
 @dataclass
@@ -128,6 +129,10 @@ class Episode:
     @property
     def format_errors(self) -> int:
         return sum(1 for t in self.turns if t.format_error)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(t.completion_tokens for t in self.turns)
 
     @property
     def tool_calls(self) -> list[str]:
@@ -205,12 +210,25 @@ def run_episodes(
             )
         completions = llm.generate_batch(requests)
         for i, comp in zip(active, completions, strict=True):
-            step(episodes[i], envs[i], comp.text if comp.ok else "", comp.error, final=final)
+            step(
+                episodes[i],
+                envs[i],
+                comp.text if comp.ok else "",
+                comp.error,
+                final=final,
+                completion_tokens=comp.completion_tokens if comp.ok else 0,
+            )
     return episodes
 
 
 def step(
-    ep: Episode, env: ToolEnvironment, text: str, llm_error: str | None, *, final: bool
+    ep: Episode,
+    env: ToolEnvironment,
+    text: str,
+    llm_error: str | None,
+    *,
+    final: bool,
+    completion_tokens: int = 0,
 ) -> None:
     """Apply one generated turn to an episode."""
     if llm_error:
@@ -220,7 +238,14 @@ def step(
     text = close_action(text)
     ep.messages.append({"role": "assistant", "content": text})
     turn = parse_turn(text)
-    record = TurnRecord(text, turn.think, turn.action, turn.query, format_error=turn.format_error)
+    record = TurnRecord(
+        text,
+        turn.think,
+        turn.action,
+        turn.query,
+        format_error=turn.format_error,
+        completion_tokens=completion_tokens,
+    )
     ep.turns.append(record)
     if turn.answer is not None:
         ep.predicted_answers = turn.answer

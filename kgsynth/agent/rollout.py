@@ -339,7 +339,7 @@ def _apply(
     s.append(toks, lps, turn)
     text = policy.tok.decode(toks, skip_special_tokens=True)
     n_messages = len(ep.messages)
-    step(ep, s.env, text, None, final=final)
+    step(ep, s.env, text, None, final=final, completion_tokens=len(toks))
     if time.monotonic() - s.started > cfg.timeout_s and not ep.done:
         s.timed_out = True
         ep.done = True
