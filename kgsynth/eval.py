@@ -9,6 +9,11 @@ aggregated (:func:`summarize`):
 
 - ``overall``: the mean over every (question, run) prediction; ``per_run`` one entry per run,
   ``std_over_runs`` the spread of the per-run means;
+- ``ci95``: a 95 % confidence interval ``[lo, hi]`` of each overall EM/F1/Hits@1 (and the
+  same inside each ``breakdowns["hops"]`` group), with the question as the unit: the Wilson
+  score interval when every question scores 0 or 1 (one run of a binary metric, or runs that
+  agree), else a percentile bootstrap resampling questions (each with all its runs; 2,000
+  resamples, seed 0) — see :func:`kgsynth.metrics.mean_interval`; ``ci95_method`` says so;
 - ``first_run``: run 0 alone;
 - ``majority``: per question, the most frequent normalized answer set among the runs (runs
   without an answer do not vote; a tie goes to the set that appears first, in run order);
@@ -60,7 +65,7 @@ from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
-from kgsynth.metrics import answer_set, normalize_answer, score
+from kgsynth.metrics import answer_set, mean_interval, normalize_answer, score
 from kgsynth.qafiles import QARecord
 from kgsynth.schema import MESSAGE, TURN
 
@@ -73,6 +78,14 @@ UNION_LABEL = "KG-R1 N runs (union)"
 BREAKDOWNS = ("hops", "qtype", "structure")
 BASELINES = ("untrained", "no-tools")
 MODEL_SYSTEM = "model"
+CI_LEVEL = 0.95
+CI_RESAMPLES = 2000
+CI_SEED = 0
+CI_METHOD = (
+    "Wilson score interval over questions where every question scores 0 or 1, else "
+    f"percentile bootstrap over questions with all their runs ({CI_RESAMPLES} resamples, "
+    f"seed {CI_SEED})"
+)
 
 # The no-tools baseline asks for the answer directly, in the same answer format as the agent.
 NO_TOOLS_SYSTEM_PROMPT = (
@@ -429,6 +442,19 @@ def _sorted_groups(keys: Iterable[str]) -> list[str]:
     return sorted(set(keys), key=order)
 
 
+def _ci95(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """``{metric: [lo, hi]}`` for the shown metrics of ``rows``, questions as the unit."""
+    by_question: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_question[r["question_id"]].append(r)
+    out: dict[str, list[float]] = {}
+    for m in SHOWN_METRICS:
+        groups = [[float(r[m]) for r in group] for group in by_question.values()]
+        lo, hi = mean_interval(groups, resamples=CI_RESAMPLES, seed=CI_SEED, level=CI_LEVEL)
+        out[m] = [round(lo, 6), round(hi, 6)]
+    return out
+
+
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Metrics of one system's prediction rows (one per question and run; see the module
     docstring for each aggregate). Rows need ``question_id``, ``run``, ``predicted``, ``gold``,
@@ -480,6 +506,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             k: {
                 "questions": len({r["question_id"] for r in groups[k]}),
                 **{m: _mean(r[m] for r in groups[k]) for m in SHOWN_METRICS},
+                # intervals by hops only: the table that tells stages apart reads them
+                **({"ci95": _ci95(groups[k])} if col == "hops" else {}),
             }
             for k in _sorted_groups(groups)
         }
@@ -490,6 +518,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "counts": {"questions": len(by_question), "runs": n_runs, "predictions": len(rows)},
         "overall": _metric_means(rows),
+        "ci95": _ci95(rows),
+        "ci95_method": CI_METHOD,
         "std_over_runs": std,
         "per_run": per_run,
         "first_run": _metric_means(first),
@@ -659,6 +689,11 @@ def load_metrics(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _shown_ci(ci: dict[str, Any] | None) -> dict[str, list[float]]:
+    """The shown metrics' intervals; empty for a metrics.json written before intervals."""
+    return {k: list(ci[k]) for k in SHOWN_METRICS if k in (ci or {})}
+
+
 def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
     hops = m.get("breakdowns", {}).get("hops", {})
     return {
@@ -667,15 +702,21 @@ def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
         "questions": m["counts"]["questions"],
         "runs": m["counts"]["runs"],
         **{k: m["overall"][k] for k in SHOWN_METRICS},
+        "ci95": _shown_ci(m.get("ci95")),
+        "ci95_method": m.get("ci95_method"),
         "union_em": m["union"]["em"] if m["counts"]["runs"] > 1 else None,
-        "by_hops": {h: {k: v[k] for k in SHOWN_METRICS} for h, v in hops.items()},
+        "by_hops": {
+            h: {**{k: v[k] for k in SHOWN_METRICS}, "ci95": _shown_ci(v.get("ci95"))}
+            for h, v in hops.items()
+        },
         "questions_per_s": (m.get("speed") or {}).get("questions_per_s"),
     }
 
 
 def compare_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
-    """One table row per evaluation (and per baseline it ran): label, overall EM/F1/Hits@1,
-    the N-run union EM where there were several runs, and EM/F1/Hits@1 by hops."""
+    """One table row per evaluation (and per baseline it ran): label, overall EM/F1/Hits@1
+    with their 95 % intervals (``ci95``, empty for an older metrics.json without them), the
+    N-run union EM where there were several runs, and EM/F1/Hits@1 (with ``ci95``) by hops."""
     rows: list[dict[str, Any]] = []
     for path in paths:
         m = load_metrics(path)
@@ -696,22 +737,62 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def ci_cell(value: float | None, ci: Sequence[float] | None = None) -> str:
+    """``0.620 [0.523, 0.708]``; the value alone without an interval; ``–`` without a value."""
+    if value is None:
+        return "–"
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{value:.3f}"
+
+
+def _md_table(head: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
 def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """The comparison as a markdown table (cells by hop read EM / F1 / Hits@1)."""
+    """The comparison in markdown: overall EM / F1 / Hits@1 as ``mean [95 % CI]`` cells (and
+    the N-run union EM), then Hits@1 by hops with its 95 % CI, then EM / F1 / Hits@1 by hops,
+    then how the intervals were computed. Rows from a metrics.json without intervals show the
+    mean alone."""
     hops = hop_columns(rows)
     with_union = any(r["union_em"] is not None for r in rows)
     head = ["run", "questions", "runs", "EM", "F1", "Hits@1"]
     head += [f"{UNION_LABEL} EM"] if with_union else []
-    head += [f"{h}-hop EM / F1 / Hits@1" for h in hops]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for r in rows:
         cells = [r["label"], str(r["questions"]), str(r["runs"])]
-        cells += [_fmt(r[k]) for k in SHOWN_METRICS]
+        cells += [ci_cell(r[k], r.get("ci95", {}).get(k)) for k in SHOWN_METRICS]
         cells += [_fmt(r["union_em"])] if with_union else []
-        for h in hops:
-            v = r["by_hops"].get(h)
-            cells.append(" / ".join(_fmt(v[k]) for k in SHOWN_METRICS) if v else "–")
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
+    lines = _md_table(head, body)
+    if hops:
+        hop_head = ["run", *(f"{h}-hop" for h in hops)]
+        hits = []
+        points = []
+        for r in rows:
+            by = [r["by_hops"].get(h) for h in hops]
+            hits.append(
+                [
+                    r["label"],
+                    *(
+                        ci_cell(v["hits_at_1"], v.get("ci95", {}).get("hits_at_1")) if v else "–"
+                        for v in by
+                    ),
+                ]
+            )
+            points.append(
+                [
+                    r["label"],
+                    *(" / ".join(_fmt(v[k]) for k in SHOWN_METRICS) if v else "–" for v in by),
+                ]
+            )
+        lines += ["", "## Hits@1 by hops with 95 % CI", "", *_md_table(hop_head, hits)]
+        lines += ["", "## EM / F1 / Hits@1 by hops", "", *_md_table(hop_head, points)]
+    methods = list(dict.fromkeys(r["ci95_method"] for r in rows if r.get("ci95_method")))
+    if methods:
+        lines += ["", "`mean [lo, hi]`: the mean and its 95 % CI; " + "; ".join(methods) + "."]
+    if any(not r.get("ci95") for r in rows):
+        lines += ["", "A mean without an interval: its metrics.json predates intervals."]
     return "\n".join(lines) + "\n"
 
 
@@ -720,11 +801,34 @@ def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
 _COLORS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
 
-def _grouped_bars(ax: Any, groups: list[str], series: dict[str, list[float]]) -> None:
+def _grouped_bars(
+    ax: Any,
+    groups: list[str],
+    series: dict[str, list[float]],
+    intervals: dict[str, list[Sequence[float] | None]] | None = None,
+) -> None:
+    """Bars per group and series; ``intervals[name][i]`` (``[lo, hi]`` or None) draws an
+    error bar on that bar."""
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
         xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(groups))]
-        bars = ax.bar(xs, values, width, label=name, color=_COLORS[i % len(_COLORS)])
+        cis = (intervals or {}).get(name)
+        yerr = None
+        if cis and any(cis):
+            yerr = [
+                # max(0, …): a percentile interval need not contain a rounded mean exactly
+                [max(0.0, v - ci[0]) if ci else 0.0 for v, ci in zip(values, cis, strict=True)],
+                [max(0.0, ci[1] - v) if ci else 0.0 for v, ci in zip(values, cis, strict=True)],
+            ]
+        bars = ax.bar(
+            xs,
+            values,
+            width,
+            yerr=yerr,
+            capsize=2 if yerr else 0,
+            label=name,
+            color=_COLORS[i % len(_COLORS)],
+        )
         ax.bar_label(bars, fmt="%.2f", fontsize=6)
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylim(0, 1.05)
@@ -789,7 +893,8 @@ def eval_png(metrics: dict[str, Any], path: str | Path) -> None:
 
 
 def compare_png(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Overall EM/F1/Hits@1 per evaluation, and F1 by hops per evaluation."""
+    """Overall EM/F1/Hits@1 per evaluation, and Hits@1 by hops per evaluation; error bars
+    are the 95 % intervals (none for an older metrics.json without them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -797,17 +902,24 @@ def compare_png(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
 
     labels = [r["label"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    _grouped_bars(axes[0], labels, {METRIC_NAMES[k]: [r[k] for r in rows] for k in SHOWN_METRICS})
-    axes[0].set_title("overall (mean over runs)")
+    _grouped_bars(
+        axes[0],
+        labels,
+        {METRIC_NAMES[k]: [r[k] for r in rows] for k in SHOWN_METRICS},
+        {METRIC_NAMES[k]: [r.get("ci95", {}).get(k) for r in rows] for k in SHOWN_METRICS},
+    )
+    axes[0].set_title("overall (mean over runs; bars: 95 % CI)")
     axes[0].tick_params(axis="x", labelsize=7, rotation=20)
     hops = hop_columns(rows)
     if hops:
+        by = {r["label"]: [r["by_hops"].get(h, {}) for h in hops] for r in rows}
         _grouped_bars(
             axes[1],
             [f"{h}-hop" for h in hops],
-            {r["label"]: [r["by_hops"].get(h, {}).get("f1", 0.0) for h in hops] for r in rows},
+            {name: [v.get("hits_at_1", 0.0) for v in vs] for name, vs in by.items()},
+            {name: [v.get("ci95", {}).get("hits_at_1") for v in vs] for name, vs in by.items()},
         )
-        axes[1].set_title("F1 by hops")
+        axes[1].set_title("Hits@1 by hops (bars: 95 % CI)")
     else:
         axes[1].set_axis_off()
     fig.tight_layout()
@@ -822,6 +934,7 @@ __all__ = [
     "EvalConfig",
     "check_records",
     "checkpoint_label",
+    "ci_cell",
     "compare_markdown",
     "compare_png",
     "compare_runs",

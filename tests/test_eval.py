@@ -128,7 +128,19 @@ def test_summarize_hand_made_predictions():
     assert by_hops["1"]["questions"] == 1
     assert by_hops["1"]["f1"] == pytest.approx((2 / 3 + 1) / 3, abs=1e-6)
     assert by_hops["2"]["em"] == pytest.approx(1 / 3, abs=1e-6)
+    # 95 % CI, the question as the unit: both questions' mean EM over runs is 1/3 (no spread
+    # to resample); F1 5/9 and 1/3, Hits@1 2/3 and 1/3: a two-question bootstrap spans both
+    assert m["ci95"] == {
+        "em": [0.333333, 0.333333],
+        "f1": [0.333333, 0.555556],
+        "hits_at_1": [0.333333, 0.666667],
+    }
+    assert "bootstrap" in m["ci95_method"] and "Wilson" in m["ci95_method"]
+    # one question per hop group: its interval is its mean
+    assert by_hops["1"]["ci95"]["f1"] == [0.555556, 0.555556]
+    assert by_hops["2"]["ci95"]["hits_at_1"] == [0.333333, 0.333333]
     assert list(m["breakdowns"]["structure"]) == ["chain-1", "unknown"]
+    assert "ci95" not in m["breakdowns"]["structure"]["chain-1"]  # intervals by hops only
     assert "qtype" not in m["breakdowns"]  # no question carries one
     p = m["process"]
     assert (p["turns_per_question"], p["generated_tokens_per_question"]) == (3.0, 20.0)
@@ -142,6 +154,11 @@ def test_single_run_aggregates_agree():
     for agg in ("first_run", "majority"):
         assert m[agg] == m["overall"]
     assert {k: m["union"][k] for k in m["overall"]} == m["overall"]
+    # one run of 0/1 scores (q1 right, q2 wrong): Wilson score intervals, 1 of 2 and by hops
+    # 1 of 1 and 0 of 1
+    assert m["ci95"] == {k: [0.094531, 0.905469] for k in ("em", "f1", "hits_at_1")}
+    assert m["breakdowns"]["hops"]["1"]["ci95"]["em"] == [0.206549, 1.0]
+    assert m["breakdowns"]["hops"]["2"]["ci95"]["em"] == [0.0, 0.793451]
 
 
 # --- the shipped dev sample --------------------------------------------------------------
@@ -357,26 +374,69 @@ def _metrics_dir(path: Path, label: str, rows: list[dict], *, nested: bool = Fal
     return path
 
 
+def _without_intervals(path: Path) -> Path:
+    """A metrics.json as written before eval reported confidence intervals."""
+    metrics = json.loads((path / "metrics.json").read_text())
+    del metrics["ci95"], metrics["ci95_method"]
+    for group in metrics["breakdowns"]["hops"].values():
+        del group["ci95"]
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    return path
+
+
+COMPARE_MD = f"""\
+| run | questions | runs | EM | F1 | Hits@1 | {UNION_LABEL} EM |
+|---|---|---|---|---|---|---|
+| stage1 | 2 | 1 | 0.000 [0.000, 0.658] | 0.333 [0.000, 0.667] | 0.500 [0.095, 0.905] | – |
+| stage2 | 2 | 3 | 0.333 [0.333, 0.333] | 0.444 [0.333, 0.556] | 0.500 [0.333, 0.667] | 0.000 |
+| old | 2 | 3 | 0.333 | 0.444 | 0.500 | 0.000 |
+
+## Hits@1 by hops with 95 % CI
+
+| run | 1-hop | 2-hop |
+|---|---|---|
+| stage1 | 1.000 [0.207, 1.000] | 0.000 [0.000, 0.793] |
+| stage2 | 0.667 [0.667, 0.667] | 0.333 [0.333, 0.333] |
+| old | 0.667 | 0.333 |
+
+## EM / F1 / Hits@1 by hops
+
+| run | 1-hop | 2-hop |
+|---|---|---|
+| stage1 | 0.000 / 0.667 / 1.000 | 0.000 / 0.000 / 0.000 |
+| stage2 | 0.333 / 0.556 / 0.667 | 0.333 / 0.333 / 0.333 |
+| old | 0.333 / 0.556 / 0.667 | 0.333 / 0.333 / 0.333 |
+
+`mean [lo, hi]`: the mean and its 95 % CI; Wilson score interval over questions where every \
+question scores 0 or 1, else percentile bootstrap over questions with all their runs (2000 \
+resamples, seed 0).
+
+A mean without an interval: its metrics.json predates intervals.
+"""
+
+
 def test_compare_table_reads_folders_and_nested_eval(tmp_path):
     one = _metrics_dir(tmp_path / "stage1", "stage1", [r for r in hand_rows() if r["run"] == 0])
     two = _metrics_dir(tmp_path / "stage2", "stage2", hand_rows(), nested=True)
-    rows = compare_runs([one, two])
-    assert [r["label"] for r in rows] == ["stage1", "stage2"]
+    old = _without_intervals(_metrics_dir(tmp_path / "old", "old", hand_rows()))
+    rows = compare_runs([one, two, old])
+    assert [r["label"] for r in rows] == ["stage1", "stage2", "old"]
     assert rows[0]["union_em"] is None and rows[1]["union_em"] == 0.0
     assert rows[1]["em"] == pytest.approx(1 / 3, abs=1e-6)
     assert rows[1]["by_hops"]["2"]["em"] == pytest.approx(1 / 3, abs=1e-6)
-    md = compare_markdown(rows).splitlines()
-    assert md[0].startswith("| run | questions | runs | EM | F1 | Hits@1 |")
-    assert "1-hop EM / F1 / Hits@1" in md[0] and UNION_LABEL in md[0]
-    assert md[2].startswith("| stage1 | 2 | 1 | 0.000 | 0.333 | 0.500 | – |")
-    assert md[3].startswith("| stage2 | 2 | 3 | 0.333 | 0.444 | 0.500 | 0.000 |")
+    assert rows[0]["ci95"]["hits_at_1"] == [0.094531, 0.905469]  # Wilson, 1 of 2
+    assert rows[2]["ci95"] == {} and rows[2]["by_hops"]["1"]["ci95"] == {}
+    assert compare_markdown(rows) == COMPARE_MD
+    # all rows with intervals: no note about older files
+    assert "predates" not in compare_markdown(rows[:2])
 
     res = CliRunner().invoke(
-        app, ["eval", "--compare", str(one), str(two), "--out", str(tmp_path / "summary")]
+        app,
+        ["eval", "--compare", str(one), str(two), str(old), "--out", str(tmp_path / "summary")],
     )
     assert res.exit_code == 0, res.output
     assert "stage2" in res.output
-    assert (tmp_path / "summary" / "compare.md").read_text().count("| stage") == 2
+    assert COMPARE_MD in (tmp_path / "summary" / "compare.md").read_text()
     assert (tmp_path / "summary" / "compare.png").read_bytes()[:4] == b"\x89PNG"
     res = CliRunner().invoke(app, ["eval", "--compare", str(one), str(tmp_path)])
     assert res.exit_code == 3 and "no metrics.json" in res.output

@@ -1,16 +1,20 @@
-"""Answer metrics on hand-made predictions, and the documented normalization."""
+"""Answer metrics on hand-made predictions, the documented normalization, and the confidence
+intervals of mean scores (Wilson, clustered percentile bootstrap)."""
 
 import pytest
 
 from kgsynth.agent.protocol import parse_answer
 from kgsynth.metrics import (
+    bootstrap_interval,
     exact_match,
     f1,
     f_beta,
     hits_at_1,
+    mean_interval,
     normalize_answer,
     relaxed_match,
     score,
+    wilson_interval,
 )
 
 
@@ -64,3 +68,74 @@ def test_relaxed_match_is_not_em():
     s = score(["The Matrix Reloaded"], ["The Matrix"])
     assert s.relaxed_match == 1.0 and s.em == 0.0 and s.f1 == 0.0
     assert relaxed_match(["X"], ["Y"]) == 0.0
+
+
+# --- confidence intervals -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "interval"),
+    [
+        # the roots p of (k/n - p)^2 = z^2 p (1 - p) / n, z = 1.959964, solved independently
+        (0, 10, (0.0, 0.277533)),
+        (5, 10, (0.236593, 0.763407)),
+        (10, 10, (0.722467, 1.0)),
+        (1, 2, (0.094531, 0.905469)),
+        (62, 100, (0.522098, 0.709024)),
+    ],
+)
+def test_wilson_interval_known_values(successes, n, interval):
+    lo, hi = wilson_interval(successes, n)
+    assert (lo, hi) == pytest.approx(interval, abs=1e-6)
+    # the interval is symmetric under swapping successes and failures
+    assert wilson_interval(n - successes, n) == pytest.approx((1 - hi, 1 - lo), abs=1e-12)
+
+
+def test_wilson_interval_level_and_bad_input():
+    narrow, wide = wilson_interval(5, 10, 0.80), wilson_interval(5, 10, 0.99)
+    assert wide[0] < 0.236593 < narrow[0] and narrow[1] < 0.763407 < wide[1]
+    for bad in ((0, 0), (11, 10), (-1, 10)):
+        with pytest.raises(ValueError, match="successes"):
+            wilson_interval(*bad)
+    with pytest.raises(ValueError, match="level"):
+        wilson_interval(5, 10, 1.0)
+
+
+def test_bootstrap_interval_two_questions_by_hand():
+    # resampling two questions scoring 0 and 1: the mean is 0, 0.5 or 1 with probability
+    # 1/4, 1/2, 1/4, so the 2.5 % and 97.5 % points are 0 and 1
+    assert bootstrap_interval([[0.0], [1.0]]) == (0.0, 1.0)
+    assert bootstrap_interval([[0.25], [0.25], [0.25]]) == (0.25, 0.25)
+    # the question is the unit: four agreeing runs per question add no information ...
+    assert bootstrap_interval([[0.0] * 4, [1.0] * 4]) == (0.0, 1.0)
+    # ... while eight independent questions give a narrower interval
+    lo, hi = bootstrap_interval([[0.0]] * 4 + [[1.0]] * 4)
+    assert 0.0 < lo < 0.5 < hi < 1.0
+
+
+def test_bootstrap_interval_is_seeded_and_contains_the_mean():
+    groups = [[i % 7 / 6, (i * 3) % 5 / 4] for i in range(40)]
+    mean = sum(sum(g) / 2 for g in groups) / 40
+    lo, hi = bootstrap_interval(groups)
+    assert bootstrap_interval(groups) == (lo, hi)  # the same seed, the same interval
+    assert bootstrap_interval(groups, seed=1) != (lo, hi)
+    assert lo < mean < hi and hi - lo < 0.3
+    # fewer resamples of the same seed: another interval around the same mean
+    lo100, hi100 = bootstrap_interval(groups, resamples=100)
+    assert lo100 < mean < hi100
+    with pytest.raises(ValueError, match="at least one"):
+        bootstrap_interval([])
+    with pytest.raises(ValueError, match="at least one"):
+        bootstrap_interval([[1.0], []])
+    with pytest.raises(ValueError, match="resamples"):
+        bootstrap_interval(groups, resamples=0)
+
+
+def test_mean_interval_uses_wilson_for_binary_questions():
+    assert mean_interval([[1.0]] * 5 + [[0.0]] * 5) == wilson_interval(5, 10)
+    # runs that agree keep a question binary; the question is still the unit
+    assert mean_interval([[1.0, 1.0]] * 5 + [[0.0, 0.0]] * 5) == wilson_interval(5, 10)
+    # runs that disagree (or F1 between 0 and 1): bootstrap
+    split = [[1.0, 0.0]] + [[1.0]] * 4 + [[0.0]] * 5
+    assert mean_interval(split) == bootstrap_interval(split)
+    assert mean_interval([[0.5], [1.0]]) == bootstrap_interval([[0.5], [1.0]]) == (0.5, 1.0)
