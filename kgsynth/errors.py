@@ -43,3 +43,12 @@ class KGTimeoutError(KGError):
 
 class QueryRejectedError(KGError):
     """A query that is not read-only (an UPDATE) or does not parse."""
+
+
+class QueryRefusedError(QueryRejectedError):
+    """The read-only guard refused a query: not a single SELECT/ASK/CONSTRUCT/DESCRIBE query,
+    an update, SERVICE, or text that does not parse (:mod:`kgsynth.kg.guard`)."""
+
+
+class RowLimitError(KGError):
+    """A query returned more rows than its row cap (``max_rows``)."""

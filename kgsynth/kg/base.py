@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from kgsynth.errors import ConfigError, RowLimitError
 from kgsynth.kg.profiles import KGProfile
 
 if TYPE_CHECKING:
@@ -46,37 +47,66 @@ class Term:
 Row = dict[str, Term]
 
 
+DEFAULT_MAX_ROWS = 100_000  # the row cap of every query unless a caller or the config says
+DEFAULT_TIMEOUT_S = 30.0
+
+
 class KG(abc.ABC):
     """A knowledge graph reachable through read-only SPARQL.
 
-    Backends implement :meth:`_select` and :meth:`_ask`; the public methods run the read-only
-    guard first, so nothing a caller passes can become an UPDATE.
+    Backends implement :meth:`_select_iter` (or :meth:`_select`) and :meth:`_ask`; the public
+    methods run the read-only guard first and send the text it checked, so nothing a caller
+    passes can become an UPDATE or reach another endpoint. Every query is bounded: by a
+    timeout (``timeout`` per call, else the backend's ``timeout``) and by a row cap
+    (``max_rows`` per call, else :attr:`max_rows`); a result past the cap raises
+    :class:`~kgsynth.errors.RowLimitError` as soon as its first extra row arrives.
     """
 
     profile: KGProfile
     location: str
+    max_rows: int = DEFAULT_MAX_ROWS
+    timeout: float = DEFAULT_TIMEOUT_S
 
-    def select(self, query: str, *, timeout: float | None = None) -> list[Row]:
+    def select(
+        self, query: str, *, timeout: float | None = None, max_rows: int | None = None
+    ) -> list[Row]:
         """Run a SELECT query; unbound variables are absent from a row."""
-        from kgsynth.kg.sparql import ensure_read_only
+        return list(self.select_iter(query, timeout=timeout, max_rows=max_rows))
 
-        ensure_read_only(query)
-        return self._select(query, timeout)
-
-    def select_iter(self, query: str, *, timeout: float | None = None) -> Iterator[Row]:
+    def select_iter(
+        self, query: str, *, timeout: float | None = None, max_rows: int | None = None
+    ) -> Iterator[Row]:
         """Run a SELECT query and yield its rows; a backend that evaluates lazily (embedded)
         stops working when the caller stops reading, others fetch the whole result first."""
         from kgsynth.kg.sparql import ensure_read_only
 
-        ensure_read_only(query)
-        return self._select_iter(query, timeout)
+        text = ensure_read_only(query)
+        return self._capped(self._select_iter(text, timeout), self._row_cap(max_rows))
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
         """Run an ASK query."""
         from kgsynth.kg.sparql import ensure_read_only
 
-        ensure_read_only(query)
-        return self._ask(query, timeout)
+        return self._ask(ensure_read_only(query), timeout)
+
+    def _row_cap(self, max_rows: int | None) -> int:
+        cap = self.max_rows if max_rows is None else max_rows
+        if cap < 1:
+            raise ConfigError(f"max_rows: {cap} is not a row cap (use 1 or more)")
+        return cap
+
+    @staticmethod
+    def _capped(rows: Iterator[Row], cap: int) -> Iterator[Row]:
+        for n, row in enumerate(rows):
+            if n == cap:
+                close = getattr(rows, "close", None)
+                if close is not None:  # stop the engine's evaluation now
+                    close()
+                raise RowLimitError(
+                    f"the query returned more than {cap:,} rows (the row cap, max_rows); "
+                    "add a LIMIT or raise the cap"
+                )
+            yield row
 
     @abc.abstractmethod
     def _select(self, query: str, timeout: float | None) -> list[Row]: ...
@@ -85,6 +115,7 @@ class KG(abc.ABC):
     def _ask(self, query: str, timeout: float | None) -> bool: ...
 
     def _select_iter(self, query: str, timeout: float | None) -> Iterator[Row]:
+        """The rows of an already-checked query (what :meth:`select` reads)."""
         return iter(self._select(query, timeout))
 
     @abc.abstractmethod

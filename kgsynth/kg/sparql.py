@@ -3,15 +3,14 @@
 Every literal or IRI built from text that kgsynth did not write itself (entity names from a
 model or a file, relation names, IRIs read back from a KG) goes through :func:`literal` or
 :func:`iri`. Nothing else concatenates raw text into a query. :func:`ensure_read_only` is the
-guard every backend runs before it sends a query: only SELECT/ASK/CONSTRUCT/DESCRIBE pass.
+guard every query passes before a backend runs it (:mod:`kgsynth.kg.guard`): one
+SELECT/ASK/CONSTRUCT/DESCRIBE query without SERVICE, sent in the canonical form it was checked in.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-
-from kgsynth.errors import QueryRejectedError
 
 # ECHAR escapes of the SPARQL 1.1 grammar (production [160]).
 _ECHAR = {
@@ -67,38 +66,14 @@ def normalize_name(text: str) -> str:
 
 # --- read-only guard -------------------------------------------------------------------------
 
-_TOKEN_RE = re.compile(
-    r"(?P<comment>\#[^\n]*)"
-    r'|(?P<string>"""(?:[^"\\]|\\.|"(?!""))*"""'
-    r"|'''(?:[^'\\]|\\.|'(?!''))*'''"
-    r'|"(?:[^"\\\n]|\\.)*"'
-    r"|'(?:[^'\\\n]|\\.)*')"
-    r'|(?P<iri><[^<>"{}|^`\\\s]*>)'
-    r"|(?P<var>[?$][\w]+)"
-    r"|(?P<pname>[A-Za-z_][\w.-]*:[\w.:%-]*|:[\w.:%-]*)"
-    r"|(?P<word>[A-Za-z_]\w*)"
-    r"|(?P<other>\S)",
-    re.DOTALL,
-)
-_QUERY_FORMS = {"SELECT", "ASK", "CONSTRUCT", "DESCRIBE"}
-_UPDATE_WORDS = {"INSERT", "DELETE", "LOAD", "CLEAR", "DROP", "CREATE", "ADD", "MOVE", "COPY"}
 
+def ensure_read_only(query: str) -> str:
+    """The text to send for ``query``, or :class:`~kgsynth.errors.QueryRefusedError`.
 
-def ensure_read_only(query: str) -> None:
-    """Raise :class:`QueryRejectedError` unless ``query`` is a read-only SPARQL query.
-
-    Comments, strings and IRIs are skipped, so a name such as ``"DROP ALL"`` inside a literal
-    is fine; a bare update keyword anywhere, or a query form other than
-    SELECT/ASK/CONSTRUCT/DESCRIBE, is rejected.
+    Only one SELECT, ASK, CONSTRUCT or DESCRIBE query without SERVICE passes; the returned text
+    is its canonical form (comments dropped, strings re-escaped), the text the guard parsed.
+    See :mod:`kgsynth.kg.guard`.
     """
-    words = [m.group("word").upper() for m in _TOKEN_RE.finditer(query) if m.lastgroup == "word"]
-    bad = sorted(set(words) & _UPDATE_WORDS)
-    if bad:
-        raise QueryRejectedError(f"refused: kgsynth only sends read-only queries (found {bad[0]})")
-    for word in words:
-        if word in ("PREFIX", "BASE"):
-            continue
-        if word in _QUERY_FORMS:
-            return
-        break
-    raise QueryRejectedError("refused: not a SELECT, ASK, CONSTRUCT or DESCRIBE query")
+    from kgsynth.kg.guard import checked_query
+
+    return checked_query(query)
