@@ -87,11 +87,11 @@ def main(
     )
 
 
-def _open(kg: str | None, profile: str | None, timeout: float = 30.0):
+def _open(kg: str | None, profile: str | None, timeout: float = 30.0, **bounds: Any):
     from kgsynth.kg import open_kg
 
     with err.status("opening the KG (a triple file is imported on first use)…"):
-        return open_kg(kg, profile=profile, timeout=timeout)
+        return open_kg(kg, profile=profile, timeout=timeout, **bounds)
 
 
 @kg_app.command("import")
@@ -225,7 +225,15 @@ def kg_query(
     kg: KGOption = None,
     profile: ProfileOption = None,
     fmt: Annotated[str, typer.Option("--format", help="tsv or json.")] = "tsv",
-    timeout: Annotated[float, typer.Option(help="Seconds (endpoints).")] = 30.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds; an embedded store's query runs in a child process killed at the deadline."
+        ),
+    ] = 30.0,
+    max_rows: Annotated[
+        int, typer.Option(help="Row cap: a result with more rows is an error.")
+    ] = 100_000,
 ) -> None:
     """Run a read-only SPARQL query and print the rows."""
     if query == "-":
@@ -233,7 +241,7 @@ def kg_query(
     if fmt not in ("tsv", "json"):
         fail(KGSynthError(f"--format: unknown format {fmt!r}; choose tsv or json"))
     try:
-        graph = _open(kg, profile, timeout)
+        graph = _open(kg, profile, timeout, max_rows=max_rows, isolate=True)
         import re
 
         if re.search(r"(?i)^\s*(PREFIX\s+\S*\s*<[^>]*>\s*|BASE\s*<[^>]*>\s*)*ASK\b", query):

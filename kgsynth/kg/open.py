@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from kgsynth.errors import ConfigError
-from kgsynth.kg.base import KG
+from kgsynth.kg.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, KG
 from kgsynth.kg.embedded import EmbeddedKG, is_store_dir
 from kgsynth.kg.graph import cache_dir
 from kgsynth.kg.importer import file_sha256, import_kg
@@ -56,10 +56,22 @@ def open_kg(
     *,
     profile: str | None = None,
     names_file: str | None = None,
-    timeout: float = 30.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
     retries: int = 3,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    isolate: bool = False,
 ) -> KG:
-    """Open the KG named by ``spec`` (default: the shipped MetaQA KB)."""
+    """Open the KG named by ``spec`` (default: the shipped MetaQA KB).
+
+    Every query gets ``timeout`` seconds and at most ``max_rows`` rows unless the call says
+    otherwise; ``isolate`` runs an embedded store's queries in a child process that is killed
+    at the deadline (see :mod:`kgsynth.kg.embedded`; endpoints time out on their own).
+    """
+    if max_rows < 1:
+        raise ConfigError(f"max_rows: {max_rows} is not a row cap (use 1 or more)")
+    if timeout <= 0:
+        raise ConfigError(f"timeout: {timeout} is not a timeout (use seconds > 0)")
+    bounds = {"timeout": timeout, "max_rows": max_rows, "isolate": isolate}
     text = str(spec) if spec is not None else str(DEFAULT_KG)
     if text.startswith(("http://", "https://")):
         from kgsynth.kg.endpoint import SparqlEndpointKG
@@ -67,18 +79,19 @@ def open_kg(
         kg = SparqlEndpointKG(
             text, get_profile(profile or "generic"), timeout=timeout, retries=retries
         )
+        kg.max_rows = max_rows
         if profile is None:
             kg.profile = detect_endpoint_profile(kg)
         return kg
     path = Path(text)
     if is_store_dir(path):
-        return EmbeddedKG.open(path, get_profile(profile) if profile else None)
+        return EmbeddedKG.open(path, get_profile(profile) if profile else None, **bounds)
     if path.is_file():
         store = cached_store_for(path, profile=profile, names_file=names_file)
         if not is_store_dir(store):
             log.info("importing %s into the cache %s", path, store)
             import_kg(path, store, profile=profile, names_file=names_file, force=True)
-        return EmbeddedKG.open(store)
+        return EmbeddedKG.open(store, **bounds)
     raise ConfigError(
         f"--kg: {text} is not a store directory (with kg.json), a triple file, "
         "or an http(s)://…/sparql endpoint URL"
