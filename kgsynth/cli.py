@@ -59,7 +59,14 @@ err = Console(stderr=True)
 
 
 def fail(exc: KGSynthError) -> NoReturn:
-    err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+    """Print ``exc`` as one line (secrets redacted) and exit with its code."""
+    from rich.markup import escape
+
+    from kgsynth.text import clean_text, redact_text
+
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    message = escape(redact_text(clean_text(message)))
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -81,10 +88,15 @@ def progress_bar(
 def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
 ) -> None:
+    from kgsynth.text import RedactingFilter
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:  # no key or token reaches a log
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
 
 
 def _open(kg: str | None, profile: str | None, timeout: float = 30.0, **bounds: Any):

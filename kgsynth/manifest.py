@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth import __version__
+from kgsynth.text import redact_argv, redact_text
 
 _PACKAGES = (
     "pyoxigraph",
@@ -64,14 +65,29 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _redacted(value: Any) -> Any:
+    """``value`` with secrets redacted in every string inside it (dict keys are names and
+    stay as they are)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    return value
+
+
 def write_manifest(path: str | Path, **fields: Any) -> dict[str, Any]:
-    """Write ``manifest.json`` atomically with the command, versions and git sha added."""
+    """Write ``manifest.json`` atomically with the command, versions and git sha added.
+
+    Secrets never reach the file: the command's ``--api-key``/``--*-token`` values, keys,
+    ``Authorization`` headers and URL passwords in any field are replaced by ``***``."""
     data = {
-        "command": " ".join(sys.argv),
+        "command": " ".join(redact_argv(sys.argv)),
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_sha": git_sha(),
         "versions": versions(),
-        **fields,
+        **_redacted(fields),
     }
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")

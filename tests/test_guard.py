@@ -240,6 +240,7 @@ SETTINGS = settings(
 def test_smuggled_updates_are_refused_and_change_nothing(backend: KG, recorder: Recorder):
     before = count(backend)
     name = backend.backend_name  # type: ignore[attr-defined]
+
     @SETTINGS
     @given(query=smuggled_updates(recorder.url))
     def check(query: str) -> None:
@@ -327,11 +328,11 @@ def test_whatever_is_admitted_is_one_query_to_oxigraph(query: str) -> None:
         "SELECT * WHERE { ?s ?p <relative> }",
         "SELECT * WHERE { ?s ?p ?o }\u0085",
         "   # only a comment",
-        "DEFINE get:soft \"replace\" SELECT * FROM <http://127.0.0.1:9/x> WHERE { ?s ?p ?o }",
+        'DEFINE get:soft "replace" SELECT * FROM <http://127.0.0.1:9/x> WHERE { ?s ?p ?o }',
     ],
 )
 def test_refused(query: str) -> None:
-    with pytest.raises(QueryRefusedError, match="^refused: "):
+    with pytest.raises(QueryRefusedError, match=r"^refused: "):
         sparql.ensure_read_only(query)
 
 

@@ -59,25 +59,29 @@ _LOCAL_MORE = f"[{_CHARS}.:]|%[0-9A-Fa-f]{{2}}"
 _LOCAL = f"(?:{_LOCAL_CHAR})(?:(?:{_LOCAL_MORE})*(?:[{_CHARS}:]|%[0-9A-Fa-f]{{2}}))?"
 _ESCAPE = r"\\(?:[tbnrf\\\"']|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8})"
 
-_GAP = r"(?P<gap>(?:[ \t\r\n]+|#[^\r\n]*)*)"  # whitespace and comments before a token
+_GAP = r"(?P<gap>[ \t\r\n]*(?:#[^\r\n]*[ \t\r\n]*)*)"  # whitespace and comments before a token
+# Alternatives in the order that is cheapest for the texts kgsynth sends (IRIs, variables and
+# braces first: Python's regex engine tries them one by one); the order only matters between
+# alternatives that can start with the same character, and there it is the grammar's.
 _TOKEN_RE = re.compile(
     _GAP + r"(?:"
-    r"(?P<string>"
+    r"(?P<iri><[A-Za-z][A-Za-z0-9+.\-]*:(?:[^<>\"{}|^`\\\x00-\x20]++|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*+>)"
+    rf"|(?P<var>[?$][{_CHARS_U}0-9][{_CHARS_U}0-9\u00b7\u0300-\u036f\u203f-\u2040]*)"
+    r"|(?P<punct>\^\^|&&|\|\||!=|[{}()\[\];,*/=!|^])"
+    r"|(?P<string>"
     rf'"""(?:(?:"|"")?(?:[^"\\]|{_ESCAPE}))*"""'
     rf"|'''(?:(?:'|'')?(?:[^'\\]|{_ESCAPE}))*'''"
-    rf'|"(?:[^"\\\r\n]|{_ESCAPE})*"'
-    rf"|'(?:[^'\\\r\n]|{_ESCAPE})*')"
-    r"|(?P<iri><[A-Za-z][A-Za-z0-9+.\-]*:(?:[^<>\"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*>)"
-    r"|(?P<reliri><(?:[^<>\"{}|^`\\\x00-\x20]|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*>)"
-    rf"|(?P<var>[?$][{_CHARS_U}0-9][{_CHARS_U}0-9\u00b7\u0300-\u036f\u203f-\u2040]*)"
+    rf'|"(?:[^"\\\r\n]++|{_ESCAPE})*+"'
+    rf"|'(?:[^'\\\r\n]++|{_ESCAPE})*+')"
+    r"|(?P<reliri><(?:[^<>\"{}|^`\\\x00-\x20]++|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})*+>)"
     r"|(?P<lang>@[A-Za-z]+(?:-[A-Za-z0-9]+)*)"
     rf"|(?P<bnode>_:[{_CHARS_U}0-9](?:[{_CHARS}.]*[{_CHARS}])?)"
     rf"|(?P<pname>(?:{_PREFIX})?:(?:{_LOCAL})?)"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*)"
     r"|(?P<double>[+-]?(?:[0-9]+\.[0-9]*[eE][+-]?[0-9]+|\.[0-9]+[eE][+-]?[0-9]+|[0-9]+[eE][+-]?[0-9]+))"
     r"|(?P<decimal>[+-]?[0-9]*\.[0-9]+)"
     r"|(?P<integer>[+-]?[0-9]+)"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<punct>\^\^|&&|\|\||!=|<=|>=|[{}()\[\];,.*/+\-!=<>|^?])"
+    r"|(?P<op><=|>=|[.+\-<>?])"
     r"|(?P<end>\Z)"
     r"|(?P<bad>.))",
     re.DOTALL,

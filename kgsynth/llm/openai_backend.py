@@ -5,6 +5,10 @@ Requests run concurrently up to ``concurrency``; 429 (honouring ``Retry-After``)
 timeouts, connection errors and unreadable responses are retried with exponential backoff up
 to ``max_retries`` times, after which the request comes back as an error result (the stage
 counts and keeps it) instead of raising.
+
+Replies are passed through :func:`~kgsynth.text.clean_text` (a reply can carry lone surrogates
+as JSON escapes), and error texts through :func:`~kgsynth.text.redact_text` with the API key
+in use (a server may echo the key or the ``Authorization`` header back).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import openai
 
 from kgsynth.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+from kgsynth.text import clean_text, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +93,10 @@ class OpenAILLM(LLM):
     def key_fields(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.model, "base_url": self.base_url}
 
+    def _safe(self, message: str) -> str:
+        """An error text fit to log and store: no key, no header, nothing unencodable."""
+        return redact_text(clean_text(message), [self.api_key])
+
     async def _one(
         self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, req: Request
     ) -> Completion:
@@ -126,7 +135,7 @@ class OpenAILLM(LLM):
                 except openai.APIStatusError as exc:
                     detail = f"HTTP {exc.status_code}: {exc.message} {exc.body or ''}".strip()[:500]
                     if exc.status_code < 500 and exc.status_code not in (408, 409):
-                        return Completion("", error=detail)
+                        return Completion("", error=self._safe(detail))
                     last = detail
                     delay = retry_after_seconds(exc.response.headers)  # e.g. 503 Retry-After
                 except openai.APITimeoutError:
@@ -145,9 +154,11 @@ class OpenAILLM(LLM):
                 break
             self.stats.retries += 1
             wait = min(self.max_backoff, delay if delay is not None else self.backoff * 2**attempt)
-            log.info("request failed (%s); retry %d in %.2fs", last, attempt + 1, wait)
+            log.info("request failed (%s); retry %d in %.2fs", self._safe(last), attempt + 1, wait)
             await asyncio.sleep(wait)
-        return Completion("", error=f"gave up after {self.max_retries + 1} attempts: {last}")
+        return Completion(
+            "", error=self._safe(f"gave up after {self.max_retries + 1} attempts: {last}")
+        )
 
     async def _run(
         self, requests: Sequence[Request], progress: ProgressFn | None
