@@ -210,9 +210,12 @@ def kg_tool(
     """Run one agent tool call and print the observation the agent would see."""
     from kgsynth.agent.protocol import render_observation
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+    from kgsynth.text import clean_text
 
     if tools not in ("graphwalker", "kgr1"):
         fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose graphwalker or kgr1"))
+    # argv holds a non-UTF-8 byte as a lone surrogate
+    call, question = clean_text(call), clean_text(question)
     try:
         graph = _open(kg, profile).graph()
         env = ToolEnvironment(
@@ -248,8 +251,11 @@ def kg_query(
     ] = 100_000,
 ) -> None:
     """Run a read-only SPARQL query and print the rows."""
+    from kgsynth.text import clean_text
+
     if query == "-":
         query = sys.stdin.read()
+    query = clean_text(query)  # argv holds a non-UTF-8 byte as a lone surrogate
     if fmt not in ("tsv", "json"):
         fail(KGSynthError(f"--format: unknown format {fmt!r}; choose tsv or json"))
     try:

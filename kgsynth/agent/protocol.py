@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from kgsynth.text import clean_text
+
 THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 QUERY_RE = re.compile(r"<kg-query>(.*?)</kg-query>", re.DOTALL)
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -44,8 +46,14 @@ def parse_answer(text: str) -> list[str] | None:
     """The answer list: a JSON list of strings (or a Python-style list with single quotes).
 
     Never splits on commas, so "Washington, D.C." stays one answer. A bare non-list string is
-    taken as one answer. Returns None when nothing usable is there.
+    taken as one answer. Returns None when nothing usable is there. Answers pass through
+    :func:`~kgsynth.text.clean_text`: ``"\\ud83c"`` escapes decode to lone surrogates.
     """
+    answers = _parse_answer(text)
+    return None if answers is None else [clean_text(a) for a in answers]
+
+
+def _parse_answer(text: str) -> list[str] | None:
     text = text.strip()
     if not text:
         return None

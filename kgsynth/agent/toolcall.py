@@ -3,6 +3,8 @@
 Single or double quotes, extra whitespace, unicode, typographic quotes around arguments and a
 bare string where a list is expected are all accepted. What cannot be read becomes a
 :class:`ToolCallSyntaxError`, which the environment turns into a typed ``bad_syntax`` result.
+Arguments pass through :func:`~kgsynth.text.clean_text`: a model that writes ``"\\ud83c"``
+gets U+FFFD in its query, not a lone surrogate that no query or Parquet file can hold.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+
+from kgsynth.text import clean_text
 
 _SMART = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'"})
 _CALL_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*\((.*)\)\s*;?\s*$", re.DOTALL)
@@ -75,8 +79,19 @@ def _lenient(text: str) -> ToolCall:
     return ToolCall(name, (single,))
 
 
+def _cleaned(call: ToolCall) -> ToolCall:
+    args = tuple(
+        clean_text(a) if isinstance(a, str) else tuple(clean_text(x) for x in a) for a in call.args
+    )
+    return ToolCall(call.name, args)
+
+
 def parse_tool_call(text: str) -> ToolCall:
     """Parse ``text`` as one tool call; raises :class:`ToolCallSyntaxError`."""
+    return _cleaned(_parse(clean_text(text)))
+
+
+def _parse(text: str) -> ToolCall:
     text = text.strip().strip("`").strip()
     if not text:
         raise ToolCallSyntaxError("empty query")

@@ -32,6 +32,7 @@ from typing import Any
 from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
 from kgsynth.kg.base import KG, Row, Term
 from kgsynth.kg.profiles import KGProfile
+from kgsynth.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ TERM_CACHE_SIZE = 100_000  # converted terms kept per endpoint (cleared when ful
 def binding_to_term(binding: dict[str, Any]) -> Term:
     """One SPARQL-JSON binding as a :class:`Term` (standard and Virtuoso forms)."""
     kind = binding.get("type")
-    value = str(binding.get("value", ""))
+    value = clean_text(str(binding.get("value", "")))  # JSON escapes can hold lone surrogates
     if kind == "uri":
         return Term("iri", value)
     if kind == "bnode":

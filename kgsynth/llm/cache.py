@@ -3,7 +3,8 @@
 The key is a hash of (backend, model, parameters, messages) — plus the task context for the
 template backend. Re-running a stage makes zero new requests. Every insert is its own
 transaction in WAL mode, so a ``kill -9`` loses at most the request in flight and never leaves
-a corrupt cache.
+a corrupt cache. Cached texts pass through :func:`~kgsynth.text.clean_text` when read, so an
+entry written before replies were cleaned cannot fail every re-run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+from kgsynth.text import clean_optional, clean_text
 
 
 def request_key(llm: LLM, request: Request) -> str:
@@ -58,8 +60,17 @@ class CachedLLM(LLM):
         row = self._con.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
-        data = json.loads(row[0])
-        return Completion(**{**data, "cached": True})
+        try:
+            data = json.loads(row[0])
+            return Completion(
+                text=clean_text(data["text"]),
+                finish_reason=clean_optional(data.get("finish_reason")),
+                prompt_tokens=int(data.get("prompt_tokens") or 0),
+                completion_tokens=int(data.get("completion_tokens") or 0),
+                cached=True,
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None  # an unreadable entry is a miss: asked again, then overwritten
 
     def _put(self, key: str, c: Completion) -> None:
         value = {

@@ -12,6 +12,7 @@ from typing import Any
 
 from kgsynth.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+from kgsynth.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class HFLLM(LLM):
             n_new = int((new != self._tok.pad_token_id).sum())
             results.append(
                 Completion(
-                    text,
+                    clean_text(text),  # a byte-level tokenizer can decode half a character
                     finish_reason="stop" if n_new < p.max_tokens else "length",
                     prompt_tokens=int(mask.sum()),
                     completion_tokens=n_new,

@@ -124,7 +124,7 @@ class OpenAILLM(LLM):
                         raise ValueError("response without message content")
                     usage = resp.usage
                     return Completion(
-                        text=text,
+                        text=clean_text(text),
                         finish_reason=choice.finish_reason,
                         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
