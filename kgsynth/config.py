@@ -1,11 +1,18 @@
 """Stage configuration: frozen dataclasses, optional YAML files, CLI overrides.
 
 Precedence: dataclass defaults < ``--config file.yaml`` < flags given on the command line.
+Every value is checked against its field's type before the dataclass sees it: YAML's
+``n: 10.7``, ``n: true`` or ``structures: [a, b]`` and a flag's ``nan`` or ``inf`` are refused
+with a message naming the file and field, never coerced or left to fail deeper down.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import types
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,9 +27,14 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     """A YAML mapping (or one section of it); errors name the file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as exc:
         raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"--config: {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start})"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -30,6 +42,47 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     if section and isinstance(data.get(section), dict):
         data = data[section]
     return data
+
+
+def _yaml_repr(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def type_problem(value: Any, hint: Any) -> str | None:
+    """Why ``value`` does not fit the field type ``hint`` (None when it fits). Floats must be
+    finite; a bool is not an int; a path is a str; a list of strings fits ``tuple[str, ...]``."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        arms = [a for a in args if a is not type(None)]
+        problems = [type_problem(value, a) for a in arms]
+        if any(p is None for p in problems):
+            return None
+        return problems[0] if len(arms) == 1 else "has the wrong type"
+    if hint is bool:
+        return None if isinstance(value, bool) else "must be true or false"
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else "must be an integer"
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+        return None if math.isfinite(value) else "must be a finite number"
+    if hint is str:
+        return None if isinstance(value, (str, os.PathLike)) else "must be a string"
+    if typing.get_origin(hint) is tuple and args[-1:] == (Ellipsis,) and args[0] is str:
+        if isinstance(value, (str, os.PathLike)):
+            return None
+        ok = isinstance(value, (list, tuple)) and all(
+            isinstance(v, (str, os.PathLike)) for v in value
+        )
+        return None if ok else "must be a list of strings"
+    return None  # a type this check does not know: the dataclass checks it
 
 
 def build_config(
@@ -40,6 +93,7 @@ def build_config(
 ) -> C:
     """``cls`` from its defaults, then the YAML file, then the non-None ``overrides``."""
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     if config_file:
         raw = load_yaml(config_file, section)
@@ -49,8 +103,19 @@ def build_config(
                 raise ConfigError(
                     f"--config: {config_file}: unknown option {key!r}; valid: {', '.join(sorted(fields))}"
                 )
+            problem = type_problem(value, hints.get(name, Any))
+            if problem:
+                raise ConfigError(
+                    f"--config: {config_file}: {key} {problem} (got {_yaml_repr(value)})"
+                )
             values[name] = value
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        problem = type_problem(value, hints.get(name, Any))
+        if problem:
+            raise ConfigError(f"--{name.replace('_', '-')} {problem} (got {value!r})")
+        values[name] = value
     try:
         return cls(**values)
     except TypeError as exc:

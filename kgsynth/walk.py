@@ -123,8 +123,10 @@ class WalkConfig:
                 raise ConfigError(
                     f"--structures: weight of {name} is not a number: {weight!r}"
                 ) from None
-            if w < 0:
-                raise ConfigError(f"--structures: weight of {name} must be >= 0")
+            if not math.isfinite(w) or w < 0:
+                raise ConfigError(
+                    f"--structures: weight of {name} must be a finite number >= 0 (got {weight})"
+                )
             weights[name] = weights.get(name, 0.0) + w
         if not weights or sum(weights.values()) <= 0:
             raise ConfigError("--structures: give at least one structure with a positive weight")
@@ -190,12 +192,26 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "big")
 
 
-def _read_list(path: str, what: str) -> list[str]:
+def _read_lines(path: str, what: str) -> list[tuple[int, str]]:
+    """``(line number, stripped line)`` of a names file, blank and ``#`` lines left out."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InputFileError(path, f"cannot read {what} file: {exc.strerror}") from None
-    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    except UnicodeDecodeError as exc:
+        raise InputFileError(
+            path,
+            f"{what} file is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+        ) from None
+    return [
+        (i, ln.strip())
+        for i, ln in enumerate(lines, 1)
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+
+
+def _read_list(path: str, what: str) -> list[str]:
+    return [ln for _, ln in _read_lines(path, what)]
 
 
 # What a sampling step asks for before it reads the graph: ``(FANOUTS, iri)``,
@@ -237,6 +253,33 @@ class WalkSampler:
         )
         self.frequency = self._relation_frequency()
         self._weights: dict[Relation, float] = {}
+        self._check_relation_names()
+
+    def _known_relation(self, name: str) -> bool:
+        """A relation of the KG, or a flattened hop ``a.b`` across an unnamed node."""
+        if name in self.frequency:
+            return True
+        return any(
+            name[:i] in self.frequency and name[i + 1 :] in self.frequency
+            for i, ch in enumerate(name)
+            if ch == "."
+        )
+
+    def _check_relation_names(self) -> None:
+        """A whitelisted relation the KG lacks is an error naming it (a typo would otherwise
+        end every walk in ``dead_end``); a blacklisted one is only logged."""
+        if self.cfg.relations:
+            for line, name in _read_lines(self.cfg.relations, "relation whitelist"):
+                if not self._known_relation(name):
+                    known = ", ".join(sorted(self.frequency)[:8])
+                    raise InputFileError(
+                        self.cfg.relations,
+                        f"--relations: relation {name!r} is not in the KG (it has e.g. {known})",
+                        line,
+                    )
+        unknown = sorted(r for r in self.excluded if not self._known_relation(r))
+        if unknown:
+            log.warning("--exclude-relations: not in the KG: %s", ", ".join(unknown[:20]))
 
     def _relation_frequency(self) -> dict[str, int]:
         rows = self.graph.kg.select("SELECT ?p (COUNT(*) AS ?n) WHERE { ?s ?p ?o } GROUP BY ?p")
@@ -533,7 +576,7 @@ def seed_entities(graph: KGGraph, cfg: WalkConfig) -> list[str]:
     """Candidate start entities (sorted IRIs): the ``--seeds`` names, else every named entity."""
     if cfg.seeds:
         iris = []
-        for lineno, name in enumerate(_read_list(cfg.seeds, "seeds"), 1):
+        for lineno, name in _read_lines(cfg.seeds, "seeds"):
             res = graph.resolve(name)
             if res is None:
                 raise InputFileError(cfg.seeds, f"no entity named {name!r}", lineno)
