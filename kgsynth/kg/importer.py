@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -73,6 +74,30 @@ def _open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", newline="")
 
 
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 text file (optionally gzipped); a file that is not
+    UTF-8 text, or a broken gzip stream, is an :class:`InputFileError` naming the line."""
+    try:
+        with _open_text(path) as fh:
+            yield from enumerate(fh, 1)
+    except UnicodeDecodeError:
+        # the text layer decodes in chunks, so find the line again byte by byte
+        with _open_bytes(path) as raw:
+            for lineno, data in enumerate(raw, 1):
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad = data[exc.start : exc.start + 1].hex()
+                    raise InputFileError(
+                        path,
+                        f"not UTF-8 text (byte 0x{bad} cannot be decoded); a binary file?",
+                        lineno,
+                    ) from None
+        raise InputFileError(path, "not UTF-8 text; a binary file?") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputFileError(path, f"not a readable gzip file: {exc}") from None
+
+
 def _open_bytes(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
@@ -86,52 +111,51 @@ def file_sha256(path: Path) -> str:
 
 
 def _sniff_delimiter(path: Path) -> str:
-    with _open_text(path) as fh:
-        for line in fh:
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if line.count("\t") == 2:
-                return "\t"
-            if line.count("|") == 2:
-                return "|"
-            break
+    for _, line in _text_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if line.count("\t") == 2:
+            return "\t"
+        if line.count("|") == 2:
+            return "|"
+        break
     return "\t"
 
 
 def read_names(path: Path) -> dict[str, str]:
     """An ``id<TAB>name`` file as a dict; malformed lines are an error naming the line."""
     names: dict[str, str] = {}
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            key, sep, name = line.partition("\t")
-            if not sep or not key.strip() or not name.strip():
-                raise InputFileError(path, "expected 'id<TAB>name'", lineno)
-            names.setdefault(key.strip(), name.strip())
+    if not path.is_file():
+        raise InputFileError(path, "--names: no such file")
+    for lineno, line in _text_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        key, sep, name = line.partition("\t")
+        if not sep or not key.strip() or not name.strip():
+            raise InputFileError(path, "expected 'id<TAB>name'", lineno)
+        names.setdefault(key.strip(), name.strip())
     return names
 
 
 def read_delimited(path: Path, delimiter: str) -> Iterator[tuple[int, str, str, str]]:
     """``(line number, subject, relation, object)`` for each non-blank line."""
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split(delimiter)
-            if len(parts) != 3:
-                raise InputFileError(
-                    path,
-                    f"expected 3 fields separated by {delimiter!r}, found {len(parts)}",
-                    lineno,
-                )
-            s, r, o = (p.strip() for p in parts)
-            if not s or not r or not o:
-                raise InputFileError(path, "empty subject, relation or object", lineno)
-            yield lineno, s, r, o
+    for lineno, line in _text_lines(path):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        parts = line.split(delimiter)
+        if len(parts) != 3:
+            raise InputFileError(
+                path,
+                f"expected 3 fields separated by {delimiter!r}, found {len(parts)}",
+                lineno,
+            )
+        s, r, o = (p.strip() for p in parts)
+        if not s or not r or not o:
+            raise InputFileError(path, "empty subject, relation or object", lineno)
+        yield lineno, s, r, o
 
 
 def _literal_nt(text: str, lang: str | None) -> str:
@@ -174,13 +198,12 @@ def _sample_relations(src: Path, fmt: ImportFormat, delimiter: str) -> list[str]
             if i >= 1000:
                 break
         return rels
-    with _open_text(src) as fh:
-        for i, line in enumerate(fh):
-            parts = line.split()
-            if len(parts) >= 3 and parts[1].startswith("<"):
-                rels.append(parts[1].strip("<>"))
-            if i >= 2000:
-                break
+    for i, line in _text_lines(src):
+        parts = line.split()
+        if len(parts) >= 3 and parts[1].startswith("<"):
+            rels.append(parts[1].strip("<>"))
+        if i > 2000:
+            break
     return rels
 
 
@@ -207,7 +230,9 @@ def import_kg(
     started = time.perf_counter()
     src, out = Path(src), Path(out)
     if not src.is_file():
-        raise InputFileError(src, "no such file")
+        raise InputFileError(
+            src, "is a directory; give a triple file" if src.is_dir() else "no such file"
+        )
     if out.exists() and not force:
         raise ConfigError(f"--out: {out} already exists; remove it or pass --force to replace it")
     fmt = fmt or detect_format(src)
@@ -248,6 +273,13 @@ def import_kg(
         )
         triples = _count(store, "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }")
         facts = _count(store, f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s ?p ?o {label_filter} }}")
+        if facts == 0:  # a store without facts has no walks, no tools, nothing to learn
+            raise InputFileError(
+                src,
+                "holds only names, no facts between entities"
+                if triples
+                else "holds no triples (an empty or blank file)",
+            )
         entities = _count(
             store,
             "SELECT (COUNT(DISTINCT ?e) AS ?n) WHERE { { ?e ?p ?o "

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from kgsynth.errors import KGError
 from kgsynth.kg.sparql import normalize_name
 
 _SCHEMA = """
@@ -55,6 +56,7 @@ class NameIndex:
         self._con = connection or sqlite3.connect(
             f"file:{path}?mode=ro", uri=True, check_same_thread=False
         )
+        self._rows("SELECT 1 FROM names LIMIT 1")  # a damaged file fails here, at open
 
     @classmethod
     def in_memory(cls, pairs: Iterable[tuple[str, str]]) -> NameIndex:
@@ -68,20 +70,29 @@ class NameIndex:
         con.execute("CREATE INDEX names_norm ON names(norm)")
         return cls(None, con)
 
+    def _rows(self, sql: str, params: tuple[str, ...] = ()) -> list[tuple]:
+        try:
+            return self._con.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise KGError(
+                f"{self.path}: a damaged name index ({exc}); import the KG again "
+                "(kgsynth kg import FILE --out DIR --force)"
+            ) from None
+
     def lookup(self, name: str) -> list[tuple[str, str]]:
         """``(iri, label)`` of every entity whose normalized label equals ``name``'s."""
-        rows = self._con.execute(
+        rows = self._rows(
             "SELECT DISTINCT iri, label FROM names WHERE norm = ? ORDER BY iri LIMIT 1000",
             (normalize_name(name),),
-        ).fetchall()
+        )
         return [(r[0], r[1]) for r in rows]
 
     def all_iris(self) -> list[str]:
         """Every named entity's IRI, sorted."""
-        return [r[0] for r in self._con.execute("SELECT DISTINCT iri FROM names ORDER BY iri")]
+        return [r[0] for r in self._rows("SELECT DISTINCT iri FROM names ORDER BY iri")]
 
     def count(self) -> int:
-        return int(self._con.execute("SELECT COUNT(*) FROM names").fetchone()[0])
+        return int(self._rows("SELECT COUNT(*) FROM names")[0][0])
 
     def close(self) -> None:
         self._con.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import urllib.parse
 from pathlib import Path
 
 from kgsynth.errors import ConfigError
@@ -33,6 +34,20 @@ def detect_endpoint_profile(kg: KG) -> KGProfile:
     if kg.ask(f"ASK {{ ?s <{WIKIDATA_DIRECT}P31> ?o }}"):
         return get_profile("wikidata")
     return get_profile("generic")
+
+
+def check_endpoint_url(url: str) -> None:
+    """A :class:`ConfigError` naming ``--kg`` for an endpoint URL without a host or with a port
+    outside 1..65535."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"--kg: {url} has an invalid port; ports are 1..65535") from None
+    if not parts.hostname:
+        raise ConfigError(f"--kg: {url} names no host")
+    if port == 0:
+        raise ConfigError(f"--kg: {url} has an invalid port; ports are 1..65535")
 
 
 def cached_store_for(
@@ -76,6 +91,8 @@ def open_kg(
     if text.startswith(("http://", "https://")):
         from kgsynth.kg.endpoint import SparqlEndpointKG
 
+        check_endpoint_url(text)
+
         kg = SparqlEndpointKG(
             text, get_profile(profile or "generic"), timeout=timeout, retries=retries
         )
@@ -86,6 +103,16 @@ def open_kg(
     path = Path(text)
     if is_store_dir(path):
         return EmbeddedKG.open(path, get_profile(profile) if profile else None, **bounds)
+    if path.is_file() and path.suffix.lower() == ".parquet":
+        raise ConfigError(
+            f"--kg: {text} is a Parquet file; give a store directory, a triple file "
+            "(.nt, .ttl, s|r|o or TSV) or an http(s)://…/sparql endpoint URL"
+        )
+    if path.is_dir() and ((path / "kg.json").exists() or (path / "oxigraph").exists()):
+        raise ConfigError(
+            f"--kg: {text} is an incomplete store (it needs both kg.json and oxigraph/); "
+            "import the triple file again with kgsynth kg import FILE --out DIR --force"
+        )
     if path.is_file():
         store = cached_store_for(path, profile=profile, names_file=names_file)
         if not is_store_dir(store):
