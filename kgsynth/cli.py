@@ -23,6 +23,7 @@ from kgsynth.cli_options import (
     DeviceOption,
     KGOption,
     LLMOption,
+    MaxFailedFractionOption,
     MaxRetriesOption,
     MaxTurnsOption,
     ModelOption,
@@ -68,6 +69,52 @@ def fail(exc: KGSynthError) -> NoReturn:
     message = escape(redact_text(clean_text(message)))
     err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
+
+
+def check_count(flag: str, value: int | None, minimum: int = 1) -> None:
+    """A count option below ``minimum`` is a :class:`ConfigError` naming the flag."""
+    if value is not None and value < minimum:
+        from kgsynth.errors import ConfigError
+
+        raise ConfigError(f"{flag} must be >= {minimum} (got {value})")
+
+
+def check_fraction(flag: str, value: float) -> None:
+    """A fraction outside [0, 1] (or NaN) is a :class:`ConfigError` naming the flag."""
+    if not 0.0 <= value <= 1.0:
+        from kgsynth.errors import ConfigError
+
+        raise ConfigError(f"{flag} must be within [0, 1] (got {value})")
+
+
+def check_llm_failures(client, max_failed_fraction: float, written: Path) -> None:
+    """Raise :class:`LLMFailuresError` when more than ``max_failed_fraction`` of the stage's
+    LLM requests failed (after the outputs and manifest were written)."""
+    from kgsynth.errors import LLMFailuresError
+
+    st = client.stats
+    if st.requests and st.errors / st.requests > max_failed_fraction:
+        raise LLMFailuresError(
+            f"{st.errors} of {st.requests} LLM requests failed "
+            f"({st.errors / st.requests:.0%} > --max-failed-fraction {max_failed_fraction}); "
+            f"what succeeded is in {written} (its manifest counts them under llm.stats.errors); "
+            "check --base-url, --model and --api-key"
+        )
+
+
+def check_out_file(out_path: Path) -> None:
+    """``--out`` must name a file: not an existing directory, not below a file."""
+    from kgsynth.errors import ConfigError
+
+    if out_path.is_dir():
+        raise ConfigError(
+            f"--out: {out_path} is a directory; give a file path such as {out_path}/out.parquet"
+        )
+    for parent in out_path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"--out: {parent} is a file, so {out_path} cannot be created")
+            break
 
 
 def progress_bar(
@@ -167,6 +214,7 @@ def kg_stats_cmd(
     from kgsynth.kg.stats import kg_stats
 
     try:
+        check_count("--top", top)
         graph = _open(kg, profile)
         with err.status("counting…"):
             stats = kg_stats(graph, top=top)
@@ -217,6 +265,8 @@ def kg_tool(
     # argv holds a non-UTF-8 byte as a lone surrogate
     call, question = clean_text(call), clean_text(question)
     try:
+        check_count("--top-k", top_k)
+        check_count("--max-triples", max_triples)
         graph = _open(kg, profile).graph()
         env = ToolEnvironment(
             graph,
@@ -259,6 +309,10 @@ def kg_query(
     if fmt not in ("tsv", "json"):
         fail(KGSynthError(f"--format: unknown format {fmt!r}; choose tsv or json"))
     try:
+        if not (timeout > 0 and timeout != float("inf")):
+            from kgsynth.errors import ConfigError
+
+            raise ConfigError(f"--timeout must be a number of seconds > 0 (got {timeout})")
         graph = _open(kg, profile, timeout, max_rows=max_rows, isolate=True)
         import re
 
@@ -352,6 +406,7 @@ def walk_cmd(
     from kgsynth.walk import WalkConfig, run_walks
 
     try:
+        check_out_file(out_path)
         cfg = build_config(
             WalkConfig,
             config,
@@ -428,10 +483,13 @@ def walk_cmd(
         )
 
 
-def _read_rows(path: Path, flag: str, need: set[str], produced_by: str) -> list[dict]:
-    """A stage's input Parquet as rows; errors name the file, and missing columns."""
+def _read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -> list[dict]:
+    """A stage's input Parquet as rows; errors name the file and the missing column, the
+    column of the wrong type, or the row and field that is null or does not fit."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from kgsynth.schema import check_columns
 
     if not path.is_file():
         raise InputFileError(path, f"{flag}: no such file (run `{produced_by}` first)")
@@ -442,7 +500,26 @@ def _read_rows(path: Path, flag: str, need: set[str], produced_by: str) -> list[
     missing = need - set(table.column_names)
     if missing:
         raise InputFileError(path, f"{flag}: missing column(s) {', '.join(sorted(missing))}")
-    return table.to_pylist()
+    check_columns(table, path, flag, schema, need)
+    rows = table.to_pylist()
+    if {"topic_names", "branches", "merge_at"} <= need:
+        for i, row in enumerate(rows):
+            sizes = {len(row["topic_names"]), len(row["branches"]), len(row["merge_at"])}
+            if len(sizes) != 1 or not row["branches"]:
+                raise InputFileError(
+                    path,
+                    f"{flag}: row {i}: topic_names, branches and merge_at need one entry per "
+                    f"branch (found {len(row['topic_names'])}, {len(row['branches'])}, "
+                    f"{len(row['merge_at'])})",
+                )
+            for b, (hops, merge) in enumerate(zip(row["branches"], row["merge_at"], strict=True)):
+                if not hops or not 0 < merge <= len(hops):
+                    raise InputFileError(
+                        path,
+                        f"{flag}: row {i}: merge_at[{b}] = {merge} does not fit branch {b} "
+                        f"of {len(hops)} hop(s)",
+                    )
+    return rows
 
 
 def _make_llm(
@@ -523,6 +600,7 @@ def synthesize_questions_cmd(
         typer.Option(help="Drop questions at or above this cosine similarity. \\[default: 0.85]"),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K walks.")] = None,
+    max_failed_fraction: MaxFailedFractionOption = 0.5,
     seed: Annotated[
         int | None, typer.Option(help="Sampling seed sent with requests. \\[default: 0]")
     ] = None,
@@ -534,7 +612,7 @@ def synthesize_questions_cmd(
 
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
-    from kgsynth.schema import QUESTION_SCHEMA, REJECTED_QUESTION_SCHEMA
+    from kgsynth.schema import QUESTION_SCHEMA, REJECTED_QUESTION_SCHEMA, WALK_SCHEMA
     from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 
     started = time.perf_counter()
@@ -552,11 +630,15 @@ def synthesize_questions_cmd(
             ),
             section="questions",
         )
+        check_out_file(out_path)
+        check_count("--limit", limit)
+        check_fraction("--max-failed-fraction", max_failed_fraction)
         rows = _read_rows(
             walks,
             "--walks",
             {"walk_id", "branches", "topic_names", "answer_names", "merge_at", "structure"},
             "kgsynth walk",
+            WALK_SCHEMA,
         )
         if limit is not None:
             rows = rows[:limit]
@@ -617,6 +699,7 @@ def synthesize_questions_cmd(
                 "rejected_rows": len(rejected),
             },
             llm=client.describe(),
+            max_failed_fraction=max_failed_fraction,
             made_by_templates=client.backend == "template",
             benchmarks={"files": [str(b) for b in benchmark or []], "questions": bench_count},
             elapsed_s=round(time.perf_counter() - started, 3),
@@ -634,6 +717,10 @@ def synthesize_questions_cmd(
         + f"{manifest['elapsed_s']:.1f}s",
         highlight=False,
     )
+    try:
+        check_llm_failures(client, max_failed_fraction, out_path)
+    except KGSynthError as exc:
+        fail(exc)
 
 
 @synth_app.command("trajectories")
@@ -669,6 +756,7 @@ def synthesize_trajectories_cmd(
     max_tokens: TurnTokensOption = None,
     tools: ToolsOption = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
+    max_failed_fraction: MaxFailedFractionOption = 0.5,
     split: Annotated[
         str,
         typer.Option(
@@ -692,7 +780,7 @@ def synthesize_trajectories_cmd(
 
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
-    from kgsynth.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
+    from kgsynth.schema import QUESTION_SCHEMA, REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
     from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
 
     started = time.perf_counter()
@@ -714,7 +802,12 @@ def synthesize_trajectories_cmd(
         need = {"question_id", "question", "topic_names", "answer_names"}
         if cfg.mode != "free":
             need |= {"branches", "merge_at"}
-        rows = _read_rows(questions, "--questions", need, "kgsynth synthesize questions")
+        check_out_file(out_path)
+        check_count("--limit", limit)
+        check_fraction("--max-failed-fraction", max_failed_fraction)
+        rows = _read_rows(
+            questions, "--questions", need, "kgsynth synthesize questions", QUESTION_SCHEMA
+        )
         if split != "all":
             from kgsynth.errors import ConfigError
             from kgsynth.synthesize.trajectories import split_of
@@ -767,6 +860,7 @@ def synthesize_trajectories_cmd(
             },
             kg=graph.kg.describe(),
             llm=client.describe(),
+            max_failed_fraction=max_failed_fraction,
             made_by_templates=client.backend == "template",
             elapsed_s=round(time.perf_counter() - started, 3),
             **stats,
@@ -781,6 +875,10 @@ def synthesize_trajectories_cmd(
         f"format errors {manifest['format_errors']}; {manifest['elapsed_s']:.1f}s",
         highlight=False,
     )
+    try:
+        check_llm_failures(client, max_failed_fraction, out_path)
+    except KGSynthError as exc:
+        fail(exc)
 
 
 @app.command("filter")
@@ -893,7 +991,7 @@ def filter_cmd(
     import pyarrow.parquet as pq
 
     from kgsynth.config import build_config
-    from kgsynth.errors import InputFileError
+    from kgsynth.errors import ConfigError, InputFileError
     from kgsynth.filter import FilterConfig, filter_stats_png, missing_columns, run_filters
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.schema import TRAJECTORY_SCHEMA
@@ -922,6 +1020,8 @@ def filter_cmd(
             ),
             section="filter",
         )
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out: {out_dir} is a file; filter writes a folder of outputs")
         for in_path in in_paths:
             if not in_path.is_file():
                 raise InputFileError(

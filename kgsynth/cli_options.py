@@ -48,6 +48,13 @@ CacheOption = Annotated[
     typer.Option(help="Request cache (SQLite). \\[default: llm_cache.sqlite beside --out]"),
 ]
 NoCacheOption = Annotated[bool, typer.Option("--no-cache", help="Do not cache requests.")]
+MaxFailedFractionOption = Annotated[
+    float,
+    typer.Option(
+        help="Exit non-zero (after writing the outputs) when more than this share of the LLM "
+        "requests failed."
+    ),
+]
 DeviceOption = Annotated[
     str | None,
     typer.Option(help="hf backend device (cpu, cuda). \\[default: cuda if available]"),

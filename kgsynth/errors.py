@@ -45,6 +45,12 @@ class QueryRejectedError(KGError):
     """A query that is not read-only (an UPDATE) or does not parse."""
 
 
+class LLMFailuresError(KGSynthError):
+    """Too many LLM requests failed (after retries); what succeeded was written."""
+
+    exit_code = 5
+
+
 class QueryRefusedError(QueryRejectedError):
     """The read-only guard refused a query: not a single SELECT/ASK/CONSTRUCT/DESCRIBE query,
     an update, SERVICE, or text that does not parse (:mod:`kgsynth.kg.guard`)."""

@@ -5,7 +5,13 @@ Ids chain provenance: ``walk_id`` -> ``question_id`` -> ``trajectory_id``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from kgsynth.errors import InputFileError
 
 HOP = pa.struct([("relation", pa.string()), ("inverse", pa.bool_()), ("entity", pa.string())])
 
@@ -110,3 +116,70 @@ TRAJECTORY_SCHEMA = pa.schema(
     ]
 )
 REJECTED_TRAJECTORY_SCHEMA = TRAJECTORY_SCHEMA.append(pa.field("reject_reason", pa.string()))
+
+
+# --- checking a stage's input ----------------------------------------------------------------
+
+
+def _same_shape(found: pa.DataType, expected: pa.DataType) -> bool:
+    """``found`` holds what ``expected`` does: string/large_string alike, any list kind, any
+    integer width, structs with (at least) the expected fields."""
+    t = pa.types
+    if t.is_string(expected) or t.is_large_string(expected):
+        return t.is_string(found) or t.is_large_string(found) or t.is_string_view(found)
+    if t.is_integer(expected):
+        return t.is_integer(found)
+    if t.is_floating(expected):
+        return t.is_floating(found) or t.is_integer(found)
+    if t.is_list(expected) or t.is_large_list(expected):
+        lists = (t.is_list, t.is_large_list, t.is_fixed_size_list, t.is_list_view)
+        return any(f(found) for f in lists) and _same_shape(found.value_type, expected.value_type)
+    if t.is_struct(expected):
+        if not t.is_struct(found):
+            return False
+        names = [found.field(i).name for i in range(found.num_fields)]
+        return all(
+            expected.field(i).name in names
+            and _same_shape(found.field(expected.field(i).name).type, expected.field(i).type)
+            for i in range(expected.num_fields)
+        )
+    return found.equals(expected)
+
+
+def _first_null(array: pa.Array, rows: np.ndarray, where: str) -> tuple[int, str] | None:
+    """``(row, place)`` of the first null anywhere inside ``array`` (lists and structs are
+    searched through; ``rows[i]`` is the table row of ``array[i]``), or None."""
+    if array.null_count:
+        index = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
+        return int(rows[index]), where
+    kind = array.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+        return _first_null(pc.list_flatten(array), rows[parents], f"{where}[]")
+    if pa.types.is_struct(kind):
+        for i, child in enumerate(array.flatten()):
+            found = _first_null(child, rows, f"{where}.{kind.field(i).name}")
+            if found:
+                return found
+    return None
+
+
+def check_columns(
+    table: pa.Table, path: object, flag: str, schema: pa.Schema, columns: Iterable[str]
+) -> None:
+    """Each of ``columns`` has ``schema``'s type (up to string, list and integer widths) and no
+    nulls at any depth; otherwise an :class:`InputFileError` naming the file, the column and,
+    for a null, the row (counted from 0)."""
+    for name in sorted(columns):
+        expected = schema.field(name).type
+        found = table.schema.field(name).type
+        if not _same_shape(found, expected):
+            raise InputFileError(
+                path, f"{flag}: column {name} has type {found}; expected {expected}"
+            )
+        column = table.column(name)
+        array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        null = _first_null(array, np.arange(len(array)), name)
+        if null is not None:
+            row, where = null
+            raise InputFileError(path, f"{flag}: row {row}: {where} is null")

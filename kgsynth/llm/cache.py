@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kgsynth.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
 from kgsynth.text import clean_optional, clean_text
 
@@ -41,13 +42,24 @@ class CachedLLM(LLM):
         self.backend = inner.backend
         self.model = inner.model
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA synchronous=NORMAL")
-        self._con.execute(
-            "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-        )
+        if self.path.is_dir():
+            raise ConfigError(
+                f"--cache: {self.path} is a directory; give a file such as llm_cache.sqlite"
+            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._con.execute("PRAGMA journal_mode=WAL")
+            self._con.execute("PRAGMA synchronous=NORMAL")
+            self._con.execute(
+                "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+            self._con.execute("SELECT key, value FROM completions LIMIT 1").fetchall()
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(
+                f"--cache: {self.path} is not a usable request cache ({exc}); "
+                "give another path or --no-cache"
+            ) from None
 
     @property
     def key_fields(self) -> dict[str, Any]:

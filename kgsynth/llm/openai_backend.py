@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -83,6 +84,10 @@ class OpenAILLM(LLM):
                 )
         if concurrency < 1:
             raise ConfigError(f"--concurrency must be >= 1 (got {concurrency})")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ConfigError(f"--timeout must be a number of seconds > 0 (got {timeout})")
+        if max_retries < 0:
+            raise ConfigError(f"--max-retries must be >= 0 (got {max_retries})")
         self.concurrency = concurrency
         self.timeout = timeout
         self.max_retries = max_retries
