@@ -278,8 +278,8 @@ def _verdict(shape: str) -> str | None:
             tree = parseQuery(shape)
         except ParseException as exc:
             return (
-                "not a single SPARQL SELECT, ASK, CONSTRUCT or DESCRIBE query "
-                f"(updates are never sent): {' '.join(str(exc.msg).split())}"
+                "kgsynth sends only read-only queries, one SELECT, ASK, CONSTRUCT or DESCRIBE "
+                f"(no update): this one does not parse as one: {' '.join(str(exc.msg).split())}"
             )
         except Exception as exc:  # rdflib raises plain exceptions for some grammar errors
             return f"the query does not parse: {' '.join(str(exc).split())[:300]}"
