@@ -771,6 +771,14 @@ def synthesize_trajectories_cmd(
         int | None, typer.Option(help="Sampling seed (sample i uses seed + i). \\[default: 0]")
     ] = None,
     device: DeviceOption = None,
+    system_prompt: Annotated[
+        str | None,
+        typer.Option(
+            help="The agent's system prompt: full or short (one line, for small models trained "
+            "from scratch). An --llm hf checkpoint that stores the prompt it was trained with "
+            "uses that one. \\[default: full]"
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
@@ -796,6 +804,7 @@ def synthesize_trajectories_cmd(
                 max_tokens=max_tokens,
                 toolset=tools,
                 seed=seed,
+                system_prompt=system_prompt,
             ),
             section="trajectories",
         )
@@ -837,8 +846,13 @@ def synthesize_trajectories_cmd(
                     info=f"{what}; requests {st.requests}, cache hits {st.cache_hits}, errors {st.errors}",
                 )
 
+            stored = None
+            if llm == "hf" and system_prompt is None:
+                from kgsynth.agent.loop import stored_system_prompt
+
+                stored = stored_system_prompt(model)
             accepted, rejected, stats = synthesize_trajectories(
-                rows, cfg, graph=graph, llm=client, progress=progress
+                rows, cfg, graph=graph, llm=client, progress=progress, system_text=stored
             )
         rejected_path = _write_outputs(
             out_path, accepted, TRAJECTORY_SCHEMA, rejected, REJECTED_TRAJECTORY_SCHEMA

@@ -256,6 +256,11 @@ def _evaluate(
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1 (got {limit})")
     cfg = build_config(EvalConfig, config, overrides, section="eval")
+    if llm == "hf" and cfg.system_text is None:
+        from kgsynth.agent.loop import stored_system_prompt
+
+        # the checkpoint is prompted the way it was trained (and its untrained start alike)
+        cfg = dataclasses.replace(cfg, system_text=stored_system_prompt(model))
     if cfg.runs > 1 and cfg.temperature == 0:
         err.print(
             f"[yellow]warning:[/yellow] --runs {cfg.runs} at --temperature 0: greedy runs of a "

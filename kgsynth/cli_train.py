@@ -174,6 +174,12 @@ def stage1_cmd(
     tiny_vocab_size: Annotated[
         int | None, typer.Option(help="tiny: BPE vocabulary cap. \\[default: 2000]")
     ] = None,
+    tiny_heads: Annotated[
+        int | None, typer.Option(help="tiny: attention heads. \\[default: 4]")
+    ] = None,
+    tiny_init_std: Annotated[
+        float | None, typer.Option(help="tiny: normal-init spread of the weights. \\[default: 0.1]")
+    ] = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
     dry_run: DryRunOption = False,

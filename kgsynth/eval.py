@@ -144,6 +144,7 @@ class EvalConfig:
     top_k_relations: int = 10
     max_triples: int = 5
     seed: int = 0
+    system_text: str | None = None  # the checkpoint's stored system prompt (hf), if any
 
     def __post_init__(self) -> None:
         if self.runs < 1:
@@ -286,6 +287,7 @@ def run_agent(
             max_turns=cfg.max_turns,
             params=cfg.params(run),
             on_turn=on_turn,
+            system_text=cfg.system_text,
         )
         for rec, ep in zip(records, episodes, strict=True):
             fields = _episode_fields(ep, ep.generated_tokens)

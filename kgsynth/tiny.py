@@ -1,6 +1,6 @@
 """A tiny causal LM built fully offline, for tests, smoke runs and benchmarks.
 
-texts -> a ``save_pretrained`` folder (Qwen2 architecture, random weights, a byte-level BPE
+texts -> a ``save_pretrained`` folder (Llama architecture, random weights, a byte-level BPE
 tokenizer trained on the texts) that ``AutoModelForCausalLM`` / ``AutoTokenizer`` reload, that
 ``HFLLM`` and ``transformers serve`` can generate from, and that SFT/GRPO can train::
 
@@ -37,13 +37,14 @@ PROTOCOL_TAGS: tuple[str, ...] = (
     "</information>",
 )
 
-# Qwen2's pre-tokenizer split. AutoTokenizer loads any qwen2 checkpoint as Qwen2Tokenizer, which
-# rebuilds the pipeline from vocab + merges with this regex and NFC; training with the same
-# pipeline keeps ``tokenizer.json`` and the reloaded tokenizer in agreement (digits one by one).
-QWEN2_SPLIT_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+# The pre-tokenizer split. Qwen's and GPT's splits glue a leading space or quote to a word, so a
+# name is " Adam" after a colon but "Adam" after `("`: two unrelated token ids, and a tiny model
+# would have to learn that mapping for every word of every name before it can copy a name from
+# its context into a tool call or an answer. Here a word keeps a *trailing* space instead; what
+# precedes it never changes its tokens, so a name is the same token sequence wherever it appears
+# (question, topic line, observation, tool call, answer) and copying is position-for-position.
+# Digits are split one by one, as in Qwen.
+COPY_SPLIT_REGEX = r"\p{L}+ ?|\p{N}|[^\s\p{L}\p{N}]+ ?|\s*[\r\n]+|\s+"
 
 # ChatML, as Qwen2 writes it. Content may be a string or a list of text parts (the OpenAI
 # message shape); add_generation_prompt opens the assistant turn.
@@ -75,7 +76,8 @@ def build_tiny_model(
     seed: int = 0,
     init_std: float = 0.1,
 ) -> Path:
-    """Train a tokenizer on ``texts``, build a randomly initialised Qwen2 model, save both.
+    """Train a tokenizer on ``texts``, build a randomly initialised Llama-architecture model, save
+    both.
 
     ``vocab_size`` caps the BPE vocabulary (fewer texts give fewer merges; the model's
     embedding matrix matches the tokenizer's real size). ``hidden_size`` must be a multiple of
@@ -97,7 +99,7 @@ def build_tiny_model(
         pre_tokenizers,
         trainers,
     )
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     if num_heads < 1 or hidden_size % (2 * num_heads):
         raise ValueError(
@@ -112,7 +114,7 @@ def build_tiny_model(
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(COPY_SPLIT_REGEX), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -139,7 +141,10 @@ def build_tiny_model(
     )
 
     torch.manual_seed(seed)
-    config = Qwen2Config(
+    # Llama, not Qwen2: transformers loads every qwen2 checkpoint's tokenizer as Qwen2Tokenizer,
+    # which rebuilds it with Qwen's own split and would undo COPY_SPLIT_REGEX; a llama
+    # checkpoint's tokenizer.json is loaded as saved (by transformers and by vLLM alike).
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 4,
@@ -153,7 +158,7 @@ def build_tiny_model(
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
     )
-    model = Qwen2ForCausalLM(config)
+    model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)

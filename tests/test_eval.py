@@ -166,8 +166,8 @@ def test_single_run_aggregates_agree():
 
 def test_dev_sample_parses_with_hops_and_types():
     recs = read_questions(DEV_SAMPLE)
-    assert len(recs) == 150
-    assert Counter(r.hops for r in recs) == {1: 50, 2: 50, 3: 50}
+    assert len(recs) == 300
+    assert Counter(r.hops for r in recs) == {1: 100, 2: 100, 3: 100}
     # interleaved, so that --limit K takes every hop count
     assert [r.hops for r in recs[:6]] == [1, 2, 3, 1, 2, 3]
     check_records(recs, DEV_SAMPLE)
@@ -176,7 +176,7 @@ def test_dev_sample_parses_with_hops_and_types():
         assert r.topic_names and all(f"[{t}]" in r.raw_question for t in r.topic_names)
         assert "[" not in r.question and r.answer_names
         assert r.question_id.startswith(f"metaqa-dev-{r.hops}hop-L")
-    assert len({r.question_id for r in recs}) == 150
+    assert len({r.question_id for r in recs}) == 300
 
 
 @pytest.mark.skipif(not METAQA.is_dir(), reason=f"MetaQA data not found at {METAQA}")

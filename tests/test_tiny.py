@@ -1,4 +1,4 @@
-"""kgsynth.tiny: a tiny Qwen2 model and tokenizer built offline reload, tokenize the agent
+"""kgsynth.tiny: a tiny Llama-architecture model and tokenizer built offline reload, tokenize the agent
 protocol tags as single tokens, render ChatML and generate through the hf backend."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_saved_folder_reloads_with_auto_classes(model_dir: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    assert model.config.model_type == "qwen2"
+    assert model.config.model_type == "llama"
     assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 2
     assert model.config.vocab_size == len(tok)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
@@ -62,8 +62,8 @@ def test_protocol_tags_and_chat_tokens_are_single_tokens(model_dir: Path) -> Non
 
 
 def test_saved_tokenizer_json_agrees_with_the_reloaded_tokenizer(model_dir: Path) -> None:
-    # AutoTokenizer rebuilds qwen2 tokenizers from vocab + merges with Qwen2's pre-tokenizer;
-    # the trained tokenizer.json must split text the same way.
+    # AutoTokenizer must load tokenizer.json as trained (it rebuilds qwen2 tokenizers with
+    # Qwen's own split, which is why the tiny model is a llama).
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
@@ -74,6 +74,25 @@ def test_saved_tokenizer_json_agrees_with_the_reloaded_tokenizer(model_dir: Path
         assert tok.decode(raw.encode(text).ids) == tok.backend_tokenizer.normalizer.normalize_str(
             text
         )
+
+
+def test_a_name_is_the_same_tokens_wherever_it_appears(model_dir: Path) -> None:
+    # the copy the agent must learn: topic line -> tool call -> observation -> answer
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    name = "Bette Davis"
+    ids = tok.encode(name, add_special_tokens=False)
+    contexts = [
+        f"Topic entities: {name}\n",
+        f'<kg-query>get_relations("{name}")</kg-query>',
+        f"(Kismet, starred_actors, {name})\n",
+        f'<answer>["Kismet", "{name}"]</answer>',
+        f"who is {name}?",
+    ]
+    for text in contexts:
+        got = tok.encode(text, add_special_tokens=False)
+        assert any(got[i : i + len(ids)] == ids for i in range(len(got))), text
 
 
 def test_chat_template_renders_chatml(model_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """Regenerate ``data/metaqa/dev_sample/metaqa_dev_sample.jsonl`` from the MetaQA dev questions.
 
-Draws ``--per-hop`` questions (default 50) of each of MetaQA's 1-, 2- and 3-hop dev sets with
+Draws ``--per-hop`` questions (default 100) of each of MetaQA's 1-, 2- and 3-hop dev sets with
 ``random.Random(seed)``, among only the questions whose gold answers the shipped KB
 (``kb_partial.txt.gz``) reproduces (``derived/consistent_dev_{1,2,3}hop.idx``: 0-based line
 numbers into ``{1,2,3}-hop/vanilla/qa_dev.txt``), and writes them as JSONL, interleaved
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metaqa", type=Path, default=DEFAULT_METAQA, help="MetaQA folder")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--per-hop", type=int, default=50)
+    parser.add_argument("--per-hop", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.protocol import STOP_SEQUENCES, parse_turn, render_observation
@@ -59,8 +60,30 @@ FINAL_ANSWER_PROMPT = (
 )
 
 
-def system_prompt(toolset: str = "graphwalker", max_turns: int = 10) -> str:
-    return render("agent_system", tools=TOOL_HELP[toolset], max_turns=max_turns)
+PROMPT_STYLES = ("full", "short")
+# A checkpoint trained on trajectories carries the system prompt it was trained with here;
+# eval, RL and free rollouts of that checkpoint use it instead of rendering one.
+SYSTEM_PROMPT_FILE = "agent_system_prompt.txt"
+
+
+def system_prompt(toolset: str = "graphwalker", max_turns: int = 10, style: str = "full") -> str:
+    """The agent's system prompt: ``full`` (protocol explained, for any model) or ``short``
+    (one line of protocol and tool signatures, for small models trained from scratch)."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"system prompt style must be one of {', '.join(PROMPT_STYLES)}")
+    name = "agent_system" if style == "full" else "agent_system_short"
+    return render(name, tools=TOOL_HELP[toolset], max_turns=max_turns)
+
+
+def stored_system_prompt(model_dir: str | Path | None) -> str | None:
+    """The system prompt a checkpoint folder was trained with, if it stores one."""
+    if not model_dir:
+        return None
+    path = Path(model_dir) / SYSTEM_PROMPT_FILE
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def user_prompt(question: str, topic_names: Sequence[str], reference: str | None = None) -> str:
@@ -163,8 +186,10 @@ def run_episodes(
     max_turns: int = 10,
     params: GenerationParams | None = None,
     on_turn: Callable[[int, int], None] | None = None,
+    system_text: str | None = None,
 ) -> list[Episode]:
-    """Run every task to an answer or the turn limit; ``on_turn(turn, active)`` reports."""
+    """Run every task to an answer or the turn limit; ``on_turn(turn, active)`` reports.
+    ``system_text`` replaces the rendered system prompt (a checkpoint's stored one)."""
     base = params or GenerationParams(max_tokens=512)
     params = GenerationParams(
         temperature=base.temperature,
@@ -173,7 +198,7 @@ def run_episodes(
         stop=tuple(dict.fromkeys((*base.stop, *STOP_SEQUENCES))),
         seed=base.seed,
     )
-    sys_text = system_prompt(toolset, max_turns)
+    sys_text = system_text or system_prompt(toolset, max_turns)
     episodes = []
     envs = []
     for task in tasks:
@@ -306,6 +331,7 @@ __all__ = [
     "episode_summary",
     "run_episodes",
     "step",
+    "stored_system_prompt",
     "system_prompt",
     "user_prompt",
 ]

@@ -52,6 +52,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     timeout_s: float = 120.0  # per rollout; a rollout past it ends where it is
+    system_text: str | None = None  # the policy checkpoint's stored system prompt, if any
 
 
 @dataclass
@@ -267,7 +268,7 @@ def run_rollouts(
 
     if seed is not None:
         torch.manual_seed(seed)
-    sys_text = system_prompt(cfg.toolset, cfg.max_turns)
+    sys_text = cfg.system_text or system_prompt(cfg.toolset, cfg.max_turns)
     states: list[_State] = []
     for task in tasks:
         ep = Episode(task)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.loop import (
+    PROMPT_STYLES,
     EpisodeTask,
     episode_summary,
     run_episodes,
@@ -58,8 +59,13 @@ class TrajectoryConfig:
     top_k_relations: int = 10
     max_triples: int = 5
     seed: int = 0
+    system_prompt: str = "full"  # full | short (see kgsynth.agent.loop.system_prompt)
 
     def __post_init__(self) -> None:
+        if self.system_prompt not in PROMPT_STYLES:
+            raise ConfigError(
+                f"--system-prompt must be one of {', '.join(PROMPT_STYLES)} (got {self.system_prompt!r})"
+            )
         if self.mode not in MODES:
             raise ConfigError(f"--mode must be one of {', '.join(MODES)} (got {self.mode!r})")
         if self.toolset not in ("graphwalker", "kgr1"):
@@ -168,15 +174,14 @@ def replay(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, 
 def template_thought(
     kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
 ) -> str:
+    # Short on purpose: every token of a thought is trained on, and a thought names only what
+    # the next action uses (the entity it starts from, the relation it follows).
     if kind == "relations":
-        return (
-            f"I start from {entity} and list its relations to find the one that leads toward "
-            "what the question asks."
-        )
+        return f"I list the relations of {entity}."
     if kind == "triples" and hop is not None:
         words = relation_words(hop["relation"])
-        return f"The relation {hop['relation']} ({words}) of {entity} is what the question needs, so I fetch those facts."
-    return f"The facts I retrieved answer the question: {', '.join(answers)}."
+        return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
+    return "The facts I found answer the question."
 
 
 def _history_text(messages: list[dict[str, str]]) -> str:
@@ -198,7 +203,7 @@ def synthesize_oracle(
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Oracle trajectories (accepted rows, rejected rows)."""
-    sys_text = system_prompt(cfg.toolset, cfg.max_turns)
+    sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     plans = []
     rejected = []
     for row in rows:
@@ -333,8 +338,10 @@ def synthesize_rollouts(
     graph: KGGraph,
     llm: LLM,
     on_turn: Callable[[int, int], None] | None = None,
+    system_text: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``referenced`` and ``free`` episodes: the policy acts, the environment answers."""
+    """``referenced`` and ``free`` episodes: the policy acts, the environment answers.
+    ``system_text`` (a checkpoint's stored prompt) replaces the ``system_prompt`` style."""
     tasks: list[EpisodeTask] = []
     meta: list[tuple[dict[str, Any], int, str]] = []
     for row in rows:
@@ -363,6 +370,7 @@ def synthesize_rollouts(
             max_turns=cfg.max_turns,
             params=params,
             on_turn=on_turn,
+            system_text=system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt),
         )
         for i, ep in zip(idx, episodes, strict=True):
             row, s, ref = meta[i]
@@ -436,8 +444,10 @@ def synthesize_trajectories(
     graph: KGGraph,
     llm: LLM,
     progress: Callable[[str, int, int], None] | None = None,
+    system_text: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Run the stage; returns (trajectory rows, rejected rows, stats)."""
+    """Run the stage; returns (trajectory rows, rejected rows, stats). ``system_text``: the
+    policy checkpoint's stored system prompt, used by free and referenced rollouts."""
     if cfg.mode != "oracle" and llm.backend == "template":
         raise ConfigError(
             f"--mode {cfg.mode} needs a policy model (--llm openai or hf); the template backend "
@@ -463,6 +473,7 @@ def synthesize_trajectories(
             graph=graph,
             llm=llm,
             on_turn=(lambda t, n: progress("turn", t, n)) if progress else None,
+            system_text=system_text,
         )
     accepted = [to_row(a, cfg, generator) for a in acc]
     rejected = [to_row(r, cfg, generator) for r in rej]

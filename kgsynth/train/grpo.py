@@ -440,7 +440,7 @@ def _train(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kgsynth.agent.loop import EpisodeTask
+    from kgsynth.agent.loop import EpisodeTask, stored_system_prompt
     from kgsynth.agent.rewards import Gold, GraphDistance, RewardState, turn_group_advantages
     from kgsynth.agent.rollout import RolloutConfig, TokenPolicy, check_alignment, run_rollouts
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
@@ -488,6 +488,7 @@ def _train(
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         timeout_s=cfg.rollout_timeout_s,
+        system_text=stored_system_prompt(cfg.init),
     )
     state = RewardState(step=0, reward_mean=None)
     metrics_path = out / METRICS
@@ -598,10 +599,10 @@ def _train(
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
-            _save(policy, tok, out / CHECKPOINTS / f"step-{step_i}")
+            _save(policy, tok, out / CHECKPOINTS / f"step-{step_i}", rcfg.system_text)
         if progress:
             progress(step_i, cfg.max_steps, row)
-    _save(policy, tok, out)
+    _save(policy, tok, out, rcfg.system_text)
     (out / "rl_config.json").write_text(
         json.dumps(
             {"config": dataclasses.asdict(cfg), "questions": spec.questions, "kg": spec.kg},
@@ -706,9 +707,14 @@ def _update(
     }
 
 
-def _save(policy: _Policy, tok: Any, folder: Path) -> None:
-    """A ``save_pretrained`` folder (weights gathered under ZeRO-3), with the tokenizer."""
+def _save(policy: _Policy, tok: Any, folder: Path, system_text: str | None = None) -> None:
+    """A ``save_pretrained`` folder (weights gathered under ZeRO-3), with the tokenizer and the
+    stored system prompt the policy was trained with."""
+    from kgsynth.agent.loop import SYSTEM_PROMPT_FILE
+
     folder.mkdir(parents=True, exist_ok=True)
+    if system_text is not None and int(os.environ.get("RANK", "0")) == 0:
+        (folder / SYSTEM_PROMPT_FILE).write_text(system_text, encoding="utf-8")
     engine = policy.engine
     if engine is not None and engine.zero_optimization_stage() == 3:
         state = engine._zero3_consolidated_16bit_state_dict()

@@ -56,7 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgsynth.agent.loop import SYSTEM_PROMPT_FILE
 from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.train.probe import copy_loss
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,7 @@ class SFTConfig:
     tiny_hidden_size: int = 64
     tiny_layers: int = 2
     tiny_heads: int = 4
+    tiny_init_std: float = 0.1
 
 
 def _init_recipe(init: str) -> str | None:
@@ -242,6 +245,10 @@ def _check(c: SFTConfig) -> None:
         f"tiny_hidden_size ({c.tiny_hidden_size}) must be a multiple of 2 * tiny_heads ({c.tiny_heads})",
     )
     need(c.tiny_layers >= 1, f"tiny_layers must be >= 1 (got {c.tiny_layers})")
+    need(
+        0 < c.tiny_init_std <= 1 and math.isfinite(c.tiny_init_std),
+        f"tiny_init_std must be in (0, 1] (got {c.tiny_init_std})",
+    )
     need(c.tiny_vocab_size >= 300, f"tiny_vocab_size must be >= 300 (got {c.tiny_vocab_size})")
     if c.deepspeed is not None:
         load_deepspeed_config(c.deepspeed)
@@ -343,6 +350,7 @@ def prepare_run(
             hidden_size=cfg.tiny_hidden_size,
             num_layers=cfg.tiny_layers,
             num_heads=cfg.tiny_heads,
+            init_std=cfg.tiny_init_std,
             max_position=max(2048, cfg.max_length or 0),
             seed=cfg.seed,
         )
@@ -551,6 +559,27 @@ def resolve_precision(precision: str) -> tuple[bool, bool]:
     return (not cuda), (precision == "bf16" or (precision == "auto" and bf16_ok))
 
 
+PROBE_MIN_CORPUS = 256  # smaller corpora are all trained on
+PROBE_ROWS = 64
+
+
+def _probe_split(n: int, seed: int) -> list[int]:
+    """Indices of the trajectories held out for the copy probe (none for small corpora)."""
+    import random
+
+    if n < PROBE_MIN_CORPUS:
+        return []
+    return sorted(random.Random(f"copy-probe|{seed}").sample(range(n), PROBE_ROWS))
+
+
+def corpus_system_prompt(conversations: Sequence[Sequence[dict[str, Any]]]) -> str | None:
+    """The system prompt most of the corpus's trajectories start with, if any."""
+    from collections import Counter
+
+    counts = Counter(c[0]["content"] for c in conversations if c and c[0].get("role") == "system")
+    return counts.most_common(1)[0][0] if counts else None
+
+
 def train_sft(
     spec: RunSpec,
     *,
@@ -657,7 +686,17 @@ def _train(
         tokenizer.chat_template = CHATML_TEMPLATE
 
     conversations = read_corpus(spec.corpus)
-    samples, stats = build_samples(tokenizer, conversations, cfg.max_length)
+    # A few trajectories are held out of the optimisation to measure copying (probe.py):
+    # the loss on names the policy must copy from its context, before and after training.
+    zero3 = bool(ds_config and (ds_config.get("zero_optimization") or {}).get("stage") == 3)
+    probe_rows = [] if zero3 else _probe_split(len(conversations), cfg.seed)
+    probe = [conversations[i] for i in probe_rows]
+    if probe_rows:
+        held = set(probe_rows)
+        train_conversations = [c for i, c in enumerate(conversations) if i not in held]
+    else:
+        train_conversations = conversations
+    samples, stats = build_samples(tokenizer, train_conversations, cfg.max_length)
     if not samples:
         raise InputFileError(
             spec.corpus,
@@ -681,6 +720,7 @@ def _train(
         raise ConfigError(
             f"max_length ({cfg.max_length}) exceeds the model's max_position_embeddings ({limit})"
         )
+    copy_loss_start = copy_loss(model, tokenizer, probe) if probe and rank0 else None
     model.config.use_cache = False
     n_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
@@ -715,10 +755,15 @@ def _train(
 
     model.config.use_cache = True
     trainer.save_model(str(out))  # weights, config, generation config, tokenizer + template
+    system_text = corpus_system_prompt(conversations)
+    if rank0 and system_text is not None:
+        # eval, RL and rollouts of this checkpoint prompt it the way it was trained
+        (out / SYSTEM_PROMPT_FILE).write_text(system_text, encoding="utf-8")
     trainer.accelerator.wait_for_everyone()
 
     summary: dict[str, Any] = {}
     if rank0:
+        copy_loss_end = copy_loss(model, tokenizer, probe) if probe else None
         metrics = read_metrics(metrics_path)
         loss_curve_png(metrics, out / LOSS_PNG, f"{spec.stage} SFT ({cfg.recipe} recipe)")
         wall = time.perf_counter() - started
@@ -740,6 +785,11 @@ def _train(
             "loss_first": metrics[0]["loss"] if metrics else None,
             "loss_last": metrics[-1]["loss"] if metrics else None,
             "train_loss_mean": result.training_loss,
+            "copy_probe": {
+                "trajectories": len(probe),
+                "loss_start": copy_loss_start,
+                "loss_end": copy_loss_end,
+            },
             "tokens_trained": trainer.tokens_seen,
             "loss_tokens_trained": trainer.loss_tokens_seen,
             "tokens_per_s": round(trainer.session_tokens / max(1e-9, train_s), 1),
