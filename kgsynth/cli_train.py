@@ -177,6 +177,14 @@ def stage1_cmd(
     tiny_heads: Annotated[
         int | None, typer.Option(help="tiny: attention heads. \\[default: 4]")
     ] = None,
+    copy_drills: Annotated[
+        int | None,
+        typer.Option(
+            help="Short name-copy conversations made from the corpus's own entity names, mixed "
+            "into the training rows (teaches a model trained from scratch to copy names). "
+            "\\[default: recipe's]"
+        ),
+    ] = None,
     tiny_init_std: Annotated[
         float | None, typer.Option(help="tiny: normal-init spread of the weights. \\[default: 0.1]")
     ] = None,

@@ -58,6 +58,7 @@ from typing import Any
 
 from kgsynth.agent.loop import SYSTEM_PROMPT_FILE
 from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.train.drills import copy_drills
 from kgsynth.train.probe import copy_loss
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         warmup_ratio=0.03,
         logging_steps=10,
         save_steps=500,
+        copy_drills=0,
     ),
     "tiny": dict(
         lr=1e-3,
@@ -85,6 +87,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         warmup_ratio=0.03,
         logging_steps=5,
         save_steps=50,
+        copy_drills=0,
     ),
 }
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup")
@@ -133,6 +136,7 @@ class SFTConfig:
     tiny_layers: int = 2
     tiny_heads: int = 4
     tiny_init_std: float = 0.1
+    copy_drills: int | None = None  # short name-copy conversations mixed in (drills.py)
 
 
 def _init_recipe(init: str) -> str | None:
@@ -249,6 +253,7 @@ def _check(c: SFTConfig) -> None:
         0 < c.tiny_init_std <= 1 and math.isfinite(c.tiny_init_std),
         f"tiny_init_std must be in (0, 1] (got {c.tiny_init_std})",
     )
+    need((c.copy_drills or 0) >= 0, f"copy_drills must be >= 0 (got {c.copy_drills})")
     need(c.tiny_vocab_size >= 300, f"tiny_vocab_size must be >= 300 (got {c.tiny_vocab_size})")
     if c.deepspeed is not None:
         load_deepspeed_config(c.deepspeed)
@@ -696,7 +701,8 @@ def _train(
         train_conversations = [c for i, c in enumerate(conversations) if i not in held]
     else:
         train_conversations = conversations
-    samples, stats = build_samples(tokenizer, train_conversations, cfg.max_length)
+    drills = copy_drills(train_conversations, int(cfg.copy_drills or 0), cfg.seed)
+    samples, stats = build_samples(tokenizer, [*train_conversations, *drills], cfg.max_length)
     if not samples:
         raise InputFileError(
             spec.corpus,
@@ -785,6 +791,7 @@ def _train(
             "loss_first": metrics[0]["loss"] if metrics else None,
             "loss_last": metrics[-1]["loss"] if metrics else None,
             "train_loss_mean": result.training_loss,
+            "copy_drills": len(drills),
             "copy_probe": {
                 "trajectories": len(probe),
                 "loss_start": copy_loss_start,
