@@ -14,7 +14,7 @@ SMOKE ?=
 export OMP_NUM_THREADS ?= 1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install virtuoso test test-all lint format all learn bench clean
+.PHONY: install virtuoso test test-all lint format all bench clean
 
 install: $(STAMP)
 
@@ -54,16 +54,17 @@ format: install
 # held-back questions, several samples at temperature, kept by outcome and evidence grounding,
 # plus oracle replays of those questions) -> stage2 -> GRPO -> eval of the untrained model,
 # stage1 (+ no-tools), stage2 and rl on 300 MetaQA dev questions -> summary with 95 % CIs.
-# SMOKE=1 runs the same chain at a size CI can afford; `make learn` runs it at a larger budget.
+# SMOKE=1 runs the same chain at a size CI can afford.
 K := $(BIN)/kgsynth
 CFG := --config pipelines/metaqa_default.yaml
 DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
-WALKS ?= $(if $(SMOKE),300,6000)
+WALKS ?= $(if $(SMOKE),300,12000)
 STAGE1_STEPS ?= $(if $(SMOKE),40,2500)
+WARMUP_STEPS ?= $(if $(SMOKE),20,1000)
 STAGE2_STEPS ?= $(if $(SMOKE),10,300)
 FREE_LIMIT ?= $(if $(SMOKE),8,150)
 FREE_SAMPLES ?= $(if $(SMOKE),2,4)
-RL_STEPS ?= $(if $(SMOKE),2,20)
+RL_STEPS ?= $(if $(SMOKE),2,40)
 EVAL_LIMIT ?= $(if $(SMOKE),9,300)
 EVAL := --questions $(DEV) --kg $(RUN)/kg --limit $(EVAL_LIMIT) --max-turns 8 --max-tokens 64 --batch-size 64
 
@@ -76,7 +77,7 @@ all: install
 	$(K) synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV)
 	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet
 	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus
-	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite --max-steps $(STAGE1_STEPS)
+	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite --max-steps $(STAGE1_STEPS) --copy-warmup-steps $(WARMUP_STEPS)
 	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples $(FREE_SAMPLES) --temperature 0.8 --max-tokens 64 --no-cache --out $(RUN)/stage2_data/free.parquet
 	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet
 	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2
@@ -88,10 +89,6 @@ all: install
 	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
-
-# The same chain at the budget the learning sweep needed to reach the targets on this CPU.
-learn:
-	$(MAKE) all RUN=runs/learn WALKS=20000 STAGE1_STEPS=8000 STAGE2_STEPS=600 RL_STEPS=30
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py

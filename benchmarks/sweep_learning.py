@@ -54,7 +54,20 @@ def checkpoints(run: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def evaluate(model: Path, kg: str, limit: int, out: Path, max_turns: int) -> dict:
+def probe(model: Path, conversations: list) -> float | None:
+    """The copy probe (kgsynth.train.probe) of a checkpoint on held-out synthetic trajectories."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kgsynth.train.probe import copy_loss
+
+    return copy_loss(
+        AutoModelForCausalLM.from_pretrained(model),
+        AutoTokenizer.from_pretrained(model),
+        conversations,
+    )
+
+
+def evaluate(model: Path, kg: str, limit: int, out: Path, max_turns: int, reuse: bool) -> dict:
     prompt = model.parent.parent / PROMPT_FILE if model.name.startswith("checkpoint-") else None
     if prompt is not None and not (model / PROMPT_FILE).exists():
         # trainer checkpoints do not carry the stored prompt; the run folder does once finished
@@ -62,6 +75,8 @@ def evaluate(model: Path, kg: str, limit: int, out: Path, max_turns: int) -> dic
         if source is None:
             raise SystemExit(f"{model}: no {PROMPT_FILE} in the run folder (finish the run first)")
         (model / PROMPT_FILE).write_text(source.read_text())
+    if reuse and (out / "metrics.json").is_file():
+        return json.loads((out / "metrics.json").read_text())
     cmd = [
         str(Path(sys.executable).with_name("kgsynth")),
         "eval",
@@ -93,7 +108,22 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=90)
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning")
+    ap.add_argument(
+        "--probe",
+        type=Path,
+        help="trajectories.parquet none of the runs trained on (e.g. oracle trajectories of walks "
+        "with another seed): its first 64 rows give each checkpoint's copy probe",
+    )
+    ap.add_argument("--reuse", action="store_true", help="reuse evaluations already in --out")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    held = []
+    if args.probe:
+        from kgsynth.train.data import read_corpus
+
+        held = read_corpus(args.probe)[:64]
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for run in args.runs:
@@ -101,7 +131,12 @@ def main() -> None:
         spec = json.loads((run / "train_config.json").read_text())["config"]
         for step, model in checkpoints(run):
             m = evaluate(
-                model, args.kg, args.limit, args.out / run.name / f"step-{step}", args.max_turns
+                model,
+                args.kg,
+                args.limit,
+                args.out / run.name / f"step-{step}",
+                args.max_turns,
+                args.reuse,
             )
             hops = m.get("breakdowns", {}).get("hops", {})
             row = {
@@ -111,6 +146,7 @@ def main() -> None:
                 "hits_at_1": m["overall"]["hits_at_1"],
                 **{f"hits_{h}hop": v["hits_at_1"] for h, v in sorted(hops.items())},
                 "questions": m["counts"]["questions"],
+                "copy_probe": round(probe(model, held), 3) if held else None,
                 "config": {
                     k: spec.get(k)
                     for k in (
@@ -126,12 +162,12 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     (args.out / "sweep.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [
-        "| run | step | train min | Hits@1 | 1-hop | 2-hop | 3-hop |",
-        "|---|---|---|---|---|---|---|",
+        "| run | step | train min | copy probe (nats/token) | Hits@1 | 1-hop | 2-hop | 3-hop |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['run']} | {r['step']} | {r['train_min']} | {r['hits_at_1']:.3f} | "
+            f"| {r['run']} | {r['step']} | {r['train_min']} | {r['copy_probe']} | {r['hits_at_1']:.3f} | "
             + " | ".join(f"{r.get(f'hits_{h}hop', float('nan')):.3f}" for h in (1, 2, 3))
             + " |"
         )
@@ -141,7 +177,7 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for run in dict.fromkeys(r["run"] for r in rows):
         rr = [r for r in rows if r["run"] == run]
         axes[0].plot([r["train_min"] for r in rr], [r["hits_at_1"] for r in rr], "o-", label=run)
@@ -152,6 +188,14 @@ def main() -> None:
                 style,
                 label=f"{run} {h}-hop",
             )
+        if any(r["copy_probe"] is not None for r in rr):
+            axes[2].plot(
+                [r["train_min"] for r in rr], [r["copy_probe"] for r in rr], "o-", label=run
+            )
+    axes[2].set_xlabel("stage-1 training, CPU minutes (1 thread)")
+    axes[2].set_ylabel("nats per copied token (lower: copies)")
+    axes[2].set_title("copy probe on held-out synthetic trajectories")
+    axes[2].legend(fontsize=6)
     for ax, title in ((axes[0], "dev Hits@1 (mean over hops)"), (axes[1], "dev Hits@1 by hop")):
         ax.set_xlabel("stage-1 training, CPU minutes (1 thread)")
         ax.set_ylabel("Hits@1")

@@ -185,6 +185,14 @@ def stage1_cmd(
             "\\[default: recipe's]"
         ),
     ] = None,
+    copy_warmup_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Steps on name-copy drills (batches of 32, from the corpus's own entity names) "
+            "before the trajectories: a model trained from scratch learns to copy names in a "
+            "minute this way. \\[default: recipe's]"
+        ),
+    ] = None,
     tiny_init_std: Annotated[
         float | None, typer.Option(help="tiny: normal-init spread of the weights. \\[default: 0.1]")
     ] = None,

@@ -1,5 +1,6 @@
 """The template backend's paraphrase families: several forms per hop and structure, seeded."""
 
+import random
 import re
 
 import pytest
@@ -294,4 +295,28 @@ def test_template_stage_is_deterministic_and_varies_across_walks():
     assert len(set(first[:30])) >= 10  # same walk shape, different walk ids: different forms
     assert run(1) != first
     llm = TemplateLLM()
-    assert llm.model == "rules-v2" and "paraphrase" in llm.describe()["questions"]
+    assert llm.model == "rules-v3" and "paraphrase" in llm.describe()["questions"]
+
+
+def test_out_and_back_along_one_relation_reads_as_sharing():
+    from kgsynth.llm.template import shared_forms
+
+    out = {"relation": "written_by", "inverse": False, "entity": "Scott Stewart"}
+    back = {"relation": "written_by", "inverse": True, "entity": "Legion"}
+    texts = [p.text for p in shared_forms("Dark Skies", out, back)]
+    assert "the things written by the same one as Dark Skies" in texts
+    co = shared_forms(
+        "Patricia Cutts",
+        {"relation": "starred_actors", "inverse": True, "entity": "The Tingler"},
+        {"relation": "starred_actors", "inverse": False, "entity": "Vincent Price"},
+    )
+    assert "the actors who starred in the same things as Patricia Cutts" in [p.text for p in co]
+    # not a pair: two different relations, or the same direction twice
+    assert shared_forms("X", out, {**back, "relation": "directed_by"}) == []
+    assert shared_forms("X", out, {**out, "entity": "Y"}) == []
+    # drawn in about half of the chain-2 questions of such a walk, never naming the middle
+    row = {"topic_names": ["Dark Skies"], "branches": [[out, back]], "merge_at": [2]}
+    qs = [question_from_walk(row, random.Random(i)) for i in range(200)]
+    shared = [q for q in qs if "same one as" in q or "whoever Dark Skies" not in q]
+    assert 40 < sum("same one as Dark Skies" in q for q in qs) < 160
+    assert all("Scott Stewart" not in q and "Legion" not in q for q in qs) and shared

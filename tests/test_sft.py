@@ -520,6 +520,13 @@ def test_errors_name_the_option_and_the_fix(corpus, tmp_path):
     res = runner.invoke(train_app, _stage1(corpus, busy))
     assert res.exit_code == 2 and "not empty" in res.output
     assert (busy / "notes.txt").exists()
+    # a run stopped while its tiny model was being built leaves only that: not a blocker
+    stopped = tmp_path / "stopped"
+    (stopped / "init-tiny").mkdir(parents=True)
+    (stopped / "init-tiny" / "config.json").write_text("{}")
+    spec = prepare_run(SFTConfig(model="tiny", max_steps=1), "stage1", corpus, stopped)
+    assert (stopped / "train_config.json").is_file() and spec.stage == "stage1"
+    assert json.loads((stopped / "init-tiny" / "config.json").read_text())["vocab_size"] > 0
 
 
 # ---------------------------------------------------------------------------------------------

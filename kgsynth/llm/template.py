@@ -5,7 +5,7 @@ It does not read the prompt; it writes from the structured row each task passes 
 walk's shape, with intermediate entities never mentioned. Every manifest of a corpus made this
 way says ``backend: template`` — these are templates, not a language model.
 
-Questions come from paraphrase families (model ``rules-v2``): each hop of a walk picks one of
+Questions come from paraphrase families (model ``rules-v3``): each hop of a walk picks one of
 several English forms for its relation and direction ("the genre of X", "X's genre", "the
 things X starred in", "the one X was directed by", …), conjunctions pick one way of saying
 "both", and a question frame ("What is …?", "Name …?", "Who was X directed by?", …) goes
@@ -77,7 +77,7 @@ def _canonical_question(row: dict[str, Any]) -> str:
     return f"{'What are' if phrase.startswith('the things') else 'What is'} {phrase}?"
 
 
-# --- paraphrase families (rules-v2) ---------------------------------------------------------
+# --- paraphrase families (rules-v3) ---------------------------------------------------------
 
 _PREPOSITIONS = frozenset(
     {"in", "on", "at", "of", "to", "from", "with", "for", "into", "as", "about", "near"}
@@ -429,10 +429,55 @@ def conjunction_forms(
     return out
 
 
+def shared_forms(topic: str, first: dict[str, Any], second: dict[str, Any]) -> list[Phrase]:
+    """Forms for two hops that go out along a relation and back along the same one (X r Y,
+    ? r Y: what has the same Y as X; Y r X, Y r ?: what shares a Y with X), read from the
+    relation's words alone. Empty when the two hops are not such a pair."""
+    if first["relation"] != second["relation"] or bool(first["inverse"]) == bool(second["inverse"]):
+        return []
+    form = relation_form(first["relation"])
+    words = form.words
+    if not first["inverse"]:  # X r Y, then ? r Y: the things with X's Y
+        if form.kind == "passive":
+            return [
+                Phrase(f"the things {words} the same one as {topic}", plural=True),
+                Phrase(f"the ones that were {words} whoever {topic} was {words}", plural=True),
+            ]
+        if form.kind == "relational":
+            return []
+        return [
+            Phrase(f"the things with the same {words} as {topic}", plural=True),
+            Phrase(f"the things that share {words} with {topic}", plural=True),
+            Phrase(f"the ones sharing {words} with {topic}", plural=True),
+        ]
+    # Y r X, then Y r ?: what stands in the same relation to a shared Y
+    if form.kind == "participle_noun":
+        return [
+            Phrase(
+                f"the {form.noun} who {form.participle} in the same things as {topic}",
+                plural=True,
+            ),
+            Phrase(f"the {form.noun} sharing things with {topic}", plural=True),
+        ]
+    if form.kind == "passive":
+        return [Phrase(f"the ones who {form.participle} things together with {topic}", plural=True)]
+    return [Phrase(f"the {words} that share things with {topic}", plural=True)]
+
+
 def paraphrase_question(row: dict[str, Any], rng: random.Random) -> str:
     """A question for a walk (chain, 2I, IP or PI), its forms drawn from ``rng``."""
     topics, branches, merge_at = row["topic_names"], row["branches"], row["merge_at"]
     if len(branches) == 1:
+        hops = list(branches[0])
+        shared = shared_forms(topics[0], hops[0], hops[1]) if len(hops) >= 2 else []
+        if shared and rng.random() < 0.5:
+            phrase = rng.choice(shared)
+            if len(hops) == 2:
+                return frame_question(phrase, rng)
+            *inner, last = hops[2:]
+            phrase = _walk_hops(phrase, inner, last, rng).phrase
+            forms = hop_forms(phrase, last["relation"], bool(last["inverse"]))
+            return frame_question(rng.choice([f for f in forms if f.top]), rng)
         *inner, last = branches[0]
         phrase = _walk_hops(Phrase(topics[0], "name"), inner, last, rng).phrase
     else:
@@ -478,7 +523,7 @@ def walk_rng(seed: int | None, walk_id: str) -> random.Random:
 
 class TemplateLLM(LLM):
     backend = "template"
-    model = "rules-v2"
+    model = "rules-v3"
 
     @property
     def key_fields(self) -> dict[str, Any]:

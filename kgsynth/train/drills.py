@@ -16,7 +16,10 @@ forms the agent uses::
     user:      Topic entities: Kismet
     assistant: <kg-query>get_relations("Kismet")</kg-query>
 
-Drills carry their own system line (``DRILL_SYSTEM``), so they never pose as agent episodes and
+Two uses: mixed into the trajectories (``copy_drills``), or as a warm-up before them
+(:func:`warm_up`, ``copy_warmup_steps``): a minute of dense drills forms the attention pattern
+that copies (look up where the current token occurred before, emit what followed it), which
+the trajectories alone take many minutes to form. Drills carry their own system line (``DRILL_SYSTEM``), so they never pose as agent episodes and
 the checkpoint's stored agent prompt stays the trajectories' one. Only the corpus is read: no
 evaluation question or answer is involved.
 """
@@ -26,7 +29,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 DRILL_SYSTEM = "Copy the names exactly as they are written."
 _TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
@@ -111,3 +115,70 @@ def copy_drills(
             ]
         )
     return out
+
+
+def warm_up(
+    model: Any,
+    tokenizer: Any,
+    drills: Sequence[Sequence[dict[str, str]]],
+    *,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 5e-3,
+    seed: int = 0,
+    progress: Callable[[int, float], None] | None = None,
+) -> dict[str, Any]:
+    """Train ``model`` in place on copy drills for ``steps`` AdamW steps (batches of
+    ``batch_size`` drills, loss on the assistant turn only, linear warmup over the first 5 %),
+    before the trajectories. Returns what it did, for the run's summary."""
+    import time
+
+    import torch
+
+    from kgsynth.train.data import IGNORE_INDEX, to_sample
+
+    samples = [to_sample(tokenizer, d) for d in drills]
+    rng = random.Random(f"warm-up|{seed}")
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    model.train()
+    started = time.perf_counter()
+    tokens = 0
+    losses: list[float] = []
+    for step in range(steps):
+        batch = [samples[rng.randrange(len(samples))] for _ in range(batch_size)]
+        width = max(len(s.input_ids) for s in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+        attn = torch.zeros((len(batch), width), dtype=torch.long)
+        for j, s in enumerate(batch):
+            ids[j, : len(s.input_ids)] = torch.tensor(s.input_ids)
+            labels[j, : len(s.labels)] = torch.tensor(s.labels)
+            attn[j, : len(s.input_ids)] = 1
+        tokens += int(attn.sum())
+        out = model(
+            input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)
+        )
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(out.loss.detach()))
+        if progress:
+            progress(step + 1, losses[-1])
+    elapsed = time.perf_counter() - started
+    tail = losses[-max(1, steps // 10) :]
+    return {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "drills": len(samples),
+        "tokens": tokens,
+        "seconds": round(elapsed, 2),
+        "loss_first": losses[0] if losses else None,
+        "loss_last_tenth": sum(tail) / len(tail) if tail else None,
+    }

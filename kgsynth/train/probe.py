@@ -27,23 +27,28 @@ _ACTION = re.compile(r"<(kg-query|answer)>(.*?)</\1>", re.DOTALL)
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)+)"')
 
 
-def copy_char_spans(text: str, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def copy_char_spans(
+    text: str, spans: Sequence[tuple[int, int]], *, seen_only: bool = True
+) -> list[tuple[int, int]]:
     """Character spans of the copied names: quoted strings inside the actions of the assistant
-    ``spans`` of ``text`` whose content occurs in ``text`` before that assistant turn."""
+    ``spans`` of ``text`` whose content occurs in ``text`` before that assistant turn (every
+    quoted string with ``seen_only=False``: the control where there is nothing to copy)."""
     out = []
     for start, end in spans:
         for action in _ACTION.finditer(text, start, end):
             body_start = action.start(2)
             for q in _QUOTED.finditer(action.group(2)):
-                if q.group(1) in text[:start]:
+                if not seen_only or q.group(1) in text[:start]:
                     out.append((body_start + q.start(1), body_start + q.end(1)))
     return out
 
 
-def copy_targets(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> tuple[list[int], list[int]]:
+def copy_targets(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], *, seen_only: bool = True
+) -> tuple[list[int], list[int]]:
     """Token ids of the rendered conversation and a 0/1 mask of the copied-name tokens."""
     text, spans = assistant_spans(tokenizer, messages)
-    names = copy_char_spans(text, spans)
+    names = copy_char_spans(text, spans, seen_only=seen_only)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     mask = []
     for a, b in enc["offset_mapping"]:
@@ -57,11 +62,13 @@ def copy_loss(
     conversations: Sequence[Sequence[dict[str, Any]]],
     *,
     batch_size: int = 8,
+    seen_only: bool = True,
 ) -> float | None:
-    """Mean NLL (nats) of the copied-name tokens over ``conversations``; None if there are none."""
+    """Mean NLL (nats) of the copied-name tokens over ``conversations``; None if there are none.
+    ``seen_only=False`` scores every quoted name of the actions (see :func:`copy_char_spans`)."""
     import torch
 
-    rows = [copy_targets(tokenizer, c) for c in conversations]
+    rows = [copy_targets(tokenizer, c, seen_only=seen_only) for c in conversations]
     rows = [r for r in rows if any(r[1])]
     if not rows:
         return None

@@ -76,6 +76,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         logging_steps=10,
         save_steps=500,
         copy_drills=0,
+        copy_warmup_steps=0,
     ),
     "tiny": dict(
         lr=1e-3,
@@ -88,6 +89,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         logging_steps=5,
         save_steps=50,
         copy_drills=0,
+        copy_warmup_steps=0,
     ),
 }
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup")
@@ -137,6 +139,9 @@ class SFTConfig:
     tiny_heads: int = 4
     tiny_init_std: float = 0.1
     copy_drills: int | None = None  # short name-copy conversations mixed in (drills.py)
+    copy_warmup_steps: int | None = None  # steps on copy drills before the trajectories
+    copy_warmup_batch_size: int = 32
+    copy_warmup_lr: float = 5e-3
 
 
 def _init_recipe(init: str) -> str | None:
@@ -254,6 +259,18 @@ def _check(c: SFTConfig) -> None:
         f"tiny_init_std must be in (0, 1] (got {c.tiny_init_std})",
     )
     need((c.copy_drills or 0) >= 0, f"copy_drills must be >= 0 (got {c.copy_drills})")
+    need(
+        (c.copy_warmup_steps or 0) >= 0,
+        f"copy_warmup_steps must be >= 0 (got {c.copy_warmup_steps})",
+    )
+    need(
+        0 < c.copy_warmup_lr < 1 and math.isfinite(c.copy_warmup_lr),
+        f"copy_warmup_lr must be in (0, 1) (got {c.copy_warmup_lr})",
+    )
+    need(
+        c.copy_warmup_batch_size >= 1,
+        f"copy_warmup_batch_size must be >= 1 (got {c.copy_warmup_batch_size})",
+    )
     need(c.tiny_vocab_size >= 300, f"tiny_vocab_size must be >= 300 (got {c.tiny_vocab_size})")
     if c.deepspeed is not None:
         load_deepspeed_config(c.deepspeed)
@@ -326,6 +343,9 @@ def prepare_run(
     spec = RunSpec(stage, str(Path(corpus)), str(out), cfg)
     conversations = read_corpus(corpus)
     old = out / SPEC
+    if out.exists() and {p.name for p in out.iterdir()} <= {TINY_INIT, SPEC + ".tmp"}:
+        # the leftovers of a run stopped while it was being prepared: start it afresh
+        shutil.rmtree(out)
     if out.exists() and any(out.iterdir()):
         if not old.is_file():
             raise ConfigError(
@@ -745,6 +765,24 @@ def _train(
 
         trainer.remove_callback(PrinterCallback)  # the caller shows progress; metrics.jsonl logs
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    warmup_stats = None
+    if cfg.copy_warmup_steps and last is None:
+        # a resumed run's weights already hold the warm-up; a fresh one does it first
+        from kgsynth.train.drills import warm_up
+
+        n = cfg.copy_warmup_steps * cfg.copy_warmup_batch_size
+        warmup_stats = warm_up(
+            model,
+            tokenizer,
+            copy_drills(train_conversations, n, cfg.seed),
+            steps=cfg.copy_warmup_steps,
+            batch_size=cfg.copy_warmup_batch_size,
+            lr=cfg.copy_warmup_lr,
+            seed=cfg.seed,
+        )
+        if probe and rank0:
+            warmup_stats["copy_probe_loss"] = copy_loss(model, tokenizer, probe)
+        log.info("copy warm-up: %s", warmup_stats)
     resumed_from = None
     if last is not None:
         resumed_from = int(Path(last).name.split("-")[-1])
@@ -792,6 +830,7 @@ def _train(
             "loss_last": metrics[-1]["loss"] if metrics else None,
             "train_loss_mean": result.training_loss,
             "copy_drills": len(drills),
+            "copy_warmup": warmup_stats,
             "copy_probe": {
                 "trajectories": len(probe),
                 "loss_start": copy_loss_start,
