@@ -115,6 +115,12 @@ def main() -> None:
         "with another seed): its first 64 rows give each checkpoint's copy probe",
     )
     ap.add_argument("--reuse", action="store_true", help="reuse evaluations already in --out")
+    ap.add_argument(
+        "--final-only",
+        action="store_true",
+        help="evaluate each run's final model only, at its whole stage-1 wall time (copy "
+        "warm-up included): one point per run, for runs annealed at different budgets",
+    )
     args = ap.parse_args()
     import torch
 
@@ -129,18 +135,24 @@ def main() -> None:
     for run in args.runs:
         seconds = train_seconds(run)
         spec = json.loads((run / "train_config.json").read_text())["config"]
-        for step, model in checkpoints(run):
+        label = run.name if run.name != "stage1" else run.parent.name
+        found = checkpoints(run)
+        if args.final_only:
+            summary = json.loads((run / "train_summary.json").read_text())
+            found = [(int(summary["steps"]), run)]
+            seconds = {int(summary["steps"]): float(summary["wall_s"])}
+        for step, model in found:
             m = evaluate(
                 model,
                 args.kg,
                 args.limit,
-                args.out / run.name / f"step-{step}",
+                args.out / label / f"step-{step}",
                 args.max_turns,
                 args.reuse,
             )
             hops = m.get("breakdowns", {}).get("hops", {})
             row = {
-                "run": run.name,
+                "run": label,
                 "step": step,
                 "train_min": round(seconds.get(step, float("nan")) / 60, 2),
                 "hits_at_1": m["overall"]["hits_at_1"],
@@ -178,8 +190,13 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
-    for run in dict.fromkeys(r["run"] for r in rows):
-        rr = [r for r in rows if r["run"] == run]
+
+    def series(r: dict) -> str:
+        # with --final-only every run is one point of one curve: budget against score
+        return "runs annealed at each budget" if args.final_only else r["run"]
+
+    for run in dict.fromkeys(series(r) for r in rows):
+        rr = sorted((r for r in rows if series(r) == run), key=lambda r: r["train_min"])
         axes[0].plot([r["train_min"] for r in rr], [r["hits_at_1"] for r in rr], "o-", label=run)
         for h, style in ((1, "o-"), (2, "s--"), (3, "^:")):
             axes[1].plot(
