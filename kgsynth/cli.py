@@ -102,10 +102,24 @@ def check_llm_failures(client, max_failed_fraction: float, written: Path) -> Non
         )
 
 
-def check_out_file(out_path: Path) -> None:
-    """``--out`` must name a file: not an existing directory, not below a file."""
+def check_out_file(out_path: Path, inputs: dict[str, Path] | None = None) -> None:
+    """``--out`` must name a file: not an existing directory, not below a file, and neither it
+    nor the sidecars written beside it (rejects, manifest) one of the stage's ``inputs``
+    (flag -> path): writing would destroy what the stage reads."""
     from kgsynth.errors import ConfigError
 
+    written = {
+        out_path.resolve(): "--out",
+        _sidecar(out_path, "rejected.parquet").resolve(): "its rejects file",
+        _sidecar(out_path, "manifest.json").resolve(): "its manifest",
+    }
+    for flag, path in (inputs or {}).items():
+        hit = written.get(Path(path).resolve())
+        if hit is not None:
+            raise ConfigError(
+                f"--out: {out_path} would overwrite the input {flag} {path} "
+                f"({hit}); choose another output path"
+            )
     if out_path.is_dir():
         raise ConfigError(
             f"--out: {out_path} is a directory; give a file path such as {out_path}/out.parquet"
@@ -630,7 +644,7 @@ def synthesize_questions_cmd(
             ),
             section="questions",
         )
-        check_out_file(out_path)
+        check_out_file(out_path, {"--walks": walks})
         check_count("--limit", limit)
         check_fraction("--max-failed-fraction", max_failed_fraction)
         rows = _read_rows(
@@ -811,7 +825,7 @@ def synthesize_trajectories_cmd(
         need = {"question_id", "question", "topic_names", "answer_names"}
         if cfg.mode != "free":
             need |= {"branches", "merge_at"}
-        check_out_file(out_path)
+        check_out_file(out_path, {"--questions": questions})
         check_count("--limit", limit)
         check_fraction("--max-failed-fraction", max_failed_fraction)
         rows = _read_rows(
@@ -1036,6 +1050,15 @@ def filter_cmd(
         )
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"--out: {out_dir} is a file; filter writes a folder of outputs")
+        writes = {
+            (out_dir / n).resolve()
+            for n in ("accepted.parquet", "rejected.parquet", "manifest.json")
+        }
+        for in_path in in_paths:
+            if in_path.resolve() in writes:
+                raise ConfigError(
+                    f"--out: {out_dir} would overwrite the input --in {in_path}; choose another folder"
+                )
         for in_path in in_paths:
             if not in_path.is_file():
                 raise InputFileError(

@@ -285,6 +285,11 @@ def _evaluate(
         else:
             untrained = str(untrained_model(model))
     options = _llm_options(llm, llm_options)
+    if (out_dir / "config.json").is_file() or (
+        llm == "hf" and out_dir.resolve() == Path(model).resolve()
+    ):
+        # its manifest.json and files would replace the checkpoint's own
+        raise ConfigError(f"--out: {out_dir} is a model checkpoint; choose another folder")
     graph = _open(kg, profile).graph()
     out_dir.mkdir(parents=True, exist_ok=True)
     label = label or checkpoint_label(model)

@@ -629,6 +629,26 @@ CASES: list[Case] = [
         ("--temperature",),
         2,
     ),
+    # --- outputs never destroy inputs (issue 13, part 1) ----------------------------------
+    Case(
+        "questions-out-is-input",
+        "synthesize questions --walks {walks.parquet} --out {walks.parquet}",
+        ("would overwrite the input --walks", "walks.parquet"),
+        2,
+    ),
+    Case(
+        "trajectories-out-is-input",
+        "synthesize trajectories --questions {questions.parquet} --kg {store} "
+        "--out {questions.parquet}",
+        ("would overwrite the input --questions",),
+        2,
+    ),
+    Case(
+        "import-force-over-other-files",
+        "kg import {kb.txt} --out {notes} --force",
+        ("not a kgsynth store", "notes"),
+        2,
+    ),
 ]
 
 
@@ -684,6 +704,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pq.write_table(pa.table({"a": [1, 2]}), root / "table.parquet")
     (root / "emptydir").mkdir()
     (root / "outdir").mkdir()
+    (root / "notes").mkdir()
+    (root / "notes" / "notes.txt").write_text("mine")
     (root / "notgzip.txt.gz").write_text("not gzip at all\n")
     (root / "cut.txt.gz").write_bytes(gzip.compress(kb.read_bytes())[:20])
     (root / "surrogate.nt").write_text('<http://a> <http://b> "x\\uD83C" .\n')
@@ -865,3 +887,28 @@ def test_a_failed_run_writes_what_it_has_then_exits_non_zero(inputs: Path, tmp_p
     # a lenient threshold lets the same run pass
     res = runner.invoke(app, [*args, "--max-failed-fraction", "1"])
     assert res.exit_code == 0, res.output
+
+
+def test_filter_and_eval_refuse_an_out_that_would_destroy_their_input(
+    inputs: Path, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    accepted = corpus / "accepted.parquet"
+    shutil.copy(inputs / "questions.parquet", accepted)
+    before = accepted.read_bytes()
+    res = runner.invoke(app, ["filter", "--in", str(accepted), "--out", str(corpus)])
+    assert res.exit_code == 2 and "would overwrite the input --in" in res.stderr, res.stderr
+    assert accepted.read_bytes() == before
+    # eval --out set to a checkpoint folder would replace the model's own manifest.json
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "manifest.json").write_text('{"mine": true}')
+    res = runner.invoke(
+        app,
+        ["eval", "--questions", str(inputs / "eval.jsonl"), "--kg", str(inputs / "store"),
+         "--model", str(ckpt), "--out", str(ckpt)],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "is a model checkpoint" in res.stderr, res.stderr
+    assert (ckpt / "manifest.json").read_text() == '{"mine": true}'

@@ -120,6 +120,26 @@ def test_existing_store_needs_force(tmp_path):
     assert import_kg(src, tmp_path / "store", force=True).facts == 1
 
 
+def test_force_replaces_only_a_store_never_other_files(tmp_path):
+    # issue 13: `kg import r2/kb.txt --out r2 --force` deleted kb.txt and notes.txt
+    folder = tmp_path / "r2"
+    folder.mkdir()
+    src = write(folder / "kb.txt", METAQA_LINES)
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not a kgsynth store"):
+        import_kg(src, folder, force=True)
+    assert src.read_text() and (folder / "notes.txt").read_text() == "mine"
+    # an input inside the store it would replace is refused too
+    import_kg(src, tmp_path / "store")
+    inside = write(tmp_path / "store" / "kb2.txt", METAQA_LINES)
+    with pytest.raises(ConfigError, match="holds the input"):
+        import_kg(inside, tmp_path / "store", force=True)
+    assert inside.is_file()
+    # an empty folder is fine to fill
+    (tmp_path / "empty").mkdir()
+    assert import_kg(src, tmp_path / "empty", force=True).facts == len(METAQA_LINES)
+
+
 def test_failed_forced_import_keeps_the_old_store(tmp_path):
     src = write(tmp_path / "kb.txt", METAQA_LINES)
     import_kg(src, tmp_path / "store")

@@ -30,7 +30,7 @@ import pyoxigraph as ox
 from kgsynth import __version__
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg import sparql
-from kgsynth.kg.embedded import META_FILE, NAMES_FILE, STORE_SUBDIR
+from kgsynth.kg.embedded import META_FILE, NAMES_FILE, STORE_SUBDIR, is_store_dir
 from kgsynth.kg.names import build_name_index
 from kgsynth.kg.profiles import KGProfile, get_profile, guess_profile_from_relations
 
@@ -235,6 +235,14 @@ def import_kg(
         )
     if out.exists() and not force:
         raise ConfigError(f"--out: {out} already exists; remove it or pass --force to replace it")
+    if out.exists() and not (is_store_dir(out) or (out.is_dir() and not any(out.iterdir()))):
+        # --force replaces a kgsynth store (kg.json + store/), never a folder of other files
+        raise ConfigError(
+            f"--out: {out} is not a kgsynth store (no {META_FILE} and {STORE_SUBDIR}/); "
+            "--force replaces only a store: choose a new folder"
+        )
+    if src.resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"--out: {out} holds the input file {src}; choose another folder")
     fmt = fmt or detect_format(src)
     if fmt not in ("nt", "ttl", "tsv"):
         raise ConfigError(f"--format: unknown format {fmt!r}; choose nt, ttl or tsv")
