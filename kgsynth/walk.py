@@ -724,6 +724,13 @@ def _restore(parts: Path, fingerprint: str) -> tuple[WalkState, list[pa.Table]]:
     info = parts / "run.json"
     if not info.is_file():
         return state, tables
+    complete = (parts / "chunk-00000.json").is_file() and (parts / "chunk-00000.parquet").is_file()
+    if not complete:
+        # a run that failed before its first chunk left nothing to resume: start afresh
+        for stale in parts.glob("*"):
+            if stale.is_file():
+                stale.unlink()
+        return state, tables
     if json.loads(info.read_text()).get("fingerprint") != fingerprint:
         raise ConfigError(
             f"{parts} holds chunks of a run with other options; remove it (or use --overwrite)"

@@ -155,6 +155,22 @@ def test_resume_refuses_other_options(kg, tmp_path):
     )
 
 
+def test_a_run_that_failed_before_its_first_chunk_does_not_block_the_next(kg, tmp_path):
+    # issue 13: a failed walk left a .parts folder that refused the corrected command
+    def die(state, accepted):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_walks(
+            kg,
+            WalkConfig(n=60, seed=3, structures=MIX, chunk_size=50),
+            tmp_path / "w.parquet",
+            progress=die,
+        )
+    assert not list((tmp_path / "w.parquet.parts").glob("chunk-*"))
+    assert run_walks(kg, WalkConfig(n=5, seed=4), tmp_path / "w.parquet")["accepted"] == 5
+
+
 def test_shards_merge_without_duplicates(kg, tmp_path):
     ids = []
     for i in range(2):
