@@ -169,6 +169,18 @@ def _is(x: Phrase) -> str:
 _HEADS = ("the things", "the ones")
 
 
+def _inverse_clauses(t: str, w: str, be_many: str, be_one: str) -> list[Phrase]:
+    """Inverse forms of a passive or relational hop ("the things directed by X", "what was
+    directed by X"), in the tense ``be_many``/``be_one`` give."""
+    return [
+        *(Phrase(f"{h} {w} {t}", plural=True) for h in _HEADS),
+        Phrase(f"the things that {be_many} {w} {t}", plural=True),
+        Phrase(f"what {be_one} {w} {t}", "free"),
+        Phrase(f"what {be_one} {w} {t}", "direct"),
+        Phrase(f"which things {be_many} {w} {t}", "direct"),
+    ]
+
+
 def hop_forms(x: Phrase, relation: str, inverse: bool) -> list[Phrase]:
     """Every form this backend can use for what is one hop from ``x`` (canonical first).
 
@@ -223,13 +235,7 @@ def hop_forms(x: Phrase, relation: str, inverse: bool) -> list[Phrase]:
     # inverse: the answer is the subject of the relation
     t = x.text
     if rel.kind == "passive":
-        out += [Phrase(f"{h} {w} {t}", plural=True) for h in _HEADS]
-        out += [
-            Phrase(f"the things that were {w} {t}", plural=True),
-            Phrase(f"what was {w} {t}", "free"),
-            Phrase(f"what was {w} {t}", "direct"),
-            Phrase(f"which things were {w} {t}", "direct"),
-        ]
+        out += _inverse_clauses(t, w, "were", "was")
         # "what X directed": only where the participle is also the past tense (-ed verbs;
         # "what X written" is not English), and after a name ("what the one … were directed
         # directed" reads as a typo).
@@ -237,14 +243,7 @@ def hop_forms(x: Phrase, relation: str, inverse: bool) -> list[Phrase]:
             out.append(Phrase(f"what {t} {p}", "free"))
         return out
     if rel.kind == "relational":
-        out += [Phrase(f"{h} {w} {t}", plural=True) for h in _HEADS]
-        out += [
-            Phrase(f"the things that are {w} {t}", plural=True),
-            Phrase(f"what is {w} {t}", "free"),
-            Phrase(f"what is {w} {t}", "direct"),
-            Phrase(f"which things are {w} {t}", "direct"),
-        ]
-        return out
+        return out + _inverse_clauses(t, w, "are", "is")
     verb = "include" if rel.plural else "is"
     its = "among its" if rel.plural else "as its"
     their = "among their" if rel.plural else "as their"
