@@ -36,34 +36,26 @@ DRILL_SYSTEM = "Copy the names exactly as they are written."
 _TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
 
 
-def corpus_names(conversations: Sequence[Sequence[dict[str, str]]]) -> list[str]:
-    """Entity names shown in the corpus's observations (triples), first-seen order."""
-    seen: dict[str, None] = {}
+def _observed_triples(
+    conversations: Sequence[Sequence[dict[str, str]]],
+) -> tuple[list[str], list[str]]:
+    """Entity names and relations of the triples shown in the corpus's observations, each in
+    first-seen order (``?`` placeholders and names a drill could not quote are left out)."""
+    names: dict[str, None] = {}
+    relations: dict[str, None] = {}
     for conv in conversations:
         for m in conv:
             if m["role"] != "tool":
                 continue
             for line in m["content"].splitlines():
-                line = re.sub(r"</?information>", "", line).strip()
-                t = _TRIPLE.match(line)
+                t = _TRIPLE.match(re.sub(r"</?information>", "", line).strip())
                 if not t:
                     continue
+                relations.setdefault(t.group(2), None)
                 for name in (t.group(1), t.group(3)):
                     if name != "?" and '"' not in name and name.strip() == name:
-                        seen.setdefault(name, None)
-    return list(seen)
-
-
-def _relations(conversations: Sequence[Sequence[dict[str, str]]]) -> list[str]:
-    rels: dict[str, None] = {}
-    for conv in conversations:
-        for m in conv:
-            if m["role"] == "tool":
-                for line in m["content"].splitlines():
-                    t = _TRIPLE.match(re.sub(r"</?information>", "", line).strip())
-                    if t:
-                        rels.setdefault(t.group(2), None)
-    return list(rels) or ["related_to"]
+                        names.setdefault(name, None)
+    return list(names), list(relations)
 
 
 def _q(names: Sequence[str]) -> str:
@@ -75,10 +67,10 @@ def copy_drills(
 ) -> list[list[dict[str, str]]]:
     """``n`` drill conversations built from the corpus's own entity names (none if it shows
     fewer than two names)."""
-    names = corpus_names(conversations)
+    names, rels = _observed_triples(conversations)
     if n <= 0 or len(names) < 2:
         return []
-    rels = _relations(conversations)
+    rels = rels or ["related_to"]
     rng = random.Random(f"copy-drills|{seed}")
     out = []
     for i in range(n):
