@@ -27,7 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT / "data" / "metaqa" / "dev_sample" / "metaqa_dev_sample.jsonl"
-PROMPT_FILE = "agent_system_prompt.txt"
 
 
 def train_seconds(run: Path) -> dict[int, float]:
@@ -68,13 +67,8 @@ def probe(model: Path, conversations: list) -> float | None:
 
 
 def evaluate(model: Path, kg: str, limit: int, out: Path, max_turns: int, reuse: bool) -> dict:
-    prompt = model.parent.parent / PROMPT_FILE if model.name.startswith("checkpoint-") else None
-    if prompt is not None and not (model / PROMPT_FILE).exists():
-        # trainer checkpoints do not carry the stored prompt; the run folder does once finished
-        source = prompt if prompt.exists() else None
-        if source is None:
-            raise SystemExit(f"{model}: no {PROMPT_FILE} in the run folder (finish the run first)")
-        (model / PROMPT_FILE).write_text(source.read_text())
+    # each checkpoint carries the system prompt it was trained with (agent_system_prompt.txt),
+    # which eval reads
     if reuse and (out / "metrics.json").is_file():
         return json.loads((out / "metrics.json").read_text())
     cmd = [

@@ -309,6 +309,11 @@ def test_stage1_loss_decreases_and_the_folder_reloads_and_generates(stage1: Path
         "checkpoint-12",
         "checkpoint-24",
     ]
+    # every checkpoint carries the system prompt it was trained with, as the final folder does
+    stored = (stage1 / "agent_system_prompt.txt").read_text()
+    assert stored == system_prompt()
+    for ck in (stage1 / "checkpoints").iterdir():
+        assert (ck / "agent_system_prompt.txt").read_text() == stored
 
     tok = AutoTokenizer.from_pretrained(stage1)
     model = AutoModelForCausalLM.from_pretrained(stage1)

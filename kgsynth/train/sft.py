@@ -525,6 +525,27 @@ def _metrics_callback(path: Path, progress: Callable[[int, int, dict], None] | N
     return MetricsCallback()
 
 
+def _store_system_prompt(folder: Path, system_text: str | None) -> None:
+    """Eval, RL and rollouts of a checkpoint prompt it the way it was trained."""
+    if system_text is not None:
+        (folder / SYSTEM_PROMPT_FILE).write_text(system_text, encoding="utf-8")
+
+
+def _prompt_callback(system_text: str | None) -> Any:
+    from transformers import TrainerCallback
+
+    class PromptCallback(TrainerCallback):
+        """Stores the system prompt in every intermediate checkpoint too."""
+
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                if folder.is_dir():
+                    _store_system_prompt(folder, system_text)
+
+    return PromptCallback()
+
+
 def _keep_metrics_upto(path: Path, step: int) -> None:
     """Drop metric lines a killed run logged after the checkpoint it resumes from."""
     if not path.is_file():
@@ -711,6 +732,7 @@ def _train(
         tokenizer.chat_template = CHATML_TEMPLATE
 
     conversations = read_corpus(spec.corpus)
+    system_text = corpus_system_prompt(conversations)
     # A few trajectories are held out of the optimisation to measure copying (probe.py):
     # the loss on names the policy must copy from its context, before and after training.
     zero3 = bool(ds_config and (ds_config.get("zero_optimization") or {}).get("stage") == 3)
@@ -758,7 +780,11 @@ def _train(
         train_dataset=RowDataset(rows),
         data_collator=Collator(tokenizer.pad_token_id, pad_to_multiple_of=1 if use_cpu else 8),
         processing_class=tokenizer,
-        callbacks=[_metrics_callback(metrics_path, progress), *callbacks],
+        callbacks=[
+            _metrics_callback(metrics_path, progress),
+            _prompt_callback(system_text),
+            *callbacks,
+        ],
     )
     if progress is not None:
         from transformers.trainer_callback import PrinterCallback
@@ -799,10 +825,8 @@ def _train(
 
     model.config.use_cache = True
     trainer.save_model(str(out))  # weights, config, generation config, tokenizer + template
-    system_text = corpus_system_prompt(conversations)
-    if rank0 and system_text is not None:
-        # eval, RL and rollouts of this checkpoint prompt it the way it was trained
-        (out / SYSTEM_PROMPT_FILE).write_text(system_text, encoding="utf-8")
+    if rank0:
+        _store_system_prompt(out, system_text)
     trainer.accelerator.wait_for_everyone()
 
     summary: dict[str, Any] = {}
