@@ -86,3 +86,34 @@ def generated_movie_facts(seed: int = 7, movies: int = 40) -> list[tuple[str, st
         if rng.random() < 0.3:
             facts.append((title, "written_by", rng.choice(directors)))
     return facts
+
+
+def build_pipeline_inputs(root, *, walks: int, structures: str) -> dict:
+    """The movie facts as a triple file, imported into a store, walked and turned into template
+    questions through the real CLI: ``{"kb", "store", "walks", "questions"}`` paths in ``root``."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from kgsynth.cli import app
+
+    root = Path(root)
+    kb = root / "kb.txt"
+    kb.write_text("\n".join("|".join(f) for f in MOVIE_FACTS) + "\n")
+    paths = {
+        "kb": kb,
+        "store": root / "store",
+        "walks": root / "walks.parquet",
+        "questions": root / "questions.parquet",
+    }
+    runner = CliRunner()
+    for args in (
+        ["kg", "import", str(kb), "--out", str(paths["store"])],
+        ["walk", "--kg", str(paths["store"]), "--out", str(paths["walks"]), "--n", str(walks),
+         "--structures", structures],
+        ["synthesize", "questions", "--walks", str(paths["walks"]), "--out",
+         str(paths["questions"])],
+    ):  # fmt: skip
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+    return paths

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 
 from kgsynth.cli import app
 from kgsynth.schema import QUESTION_SCHEMA, WALK_SCHEMA
-from tests.kgfixtures import MOVIE_FACTS
+from tests.kgfixtures import build_pipeline_inputs
 from tests.servers import free_port
 
 runner = CliRunner()
@@ -672,27 +672,8 @@ def _variant(
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Good and bad inputs in one folder; the good ones made by the real commands."""
     root = tmp_path_factory.mktemp("bad-inputs")
-    kb = root / "kb.txt"
-    kb.write_text("\n".join("|".join(f) for f in MOVIE_FACTS) + "\n")
-    store = root / "store"
-    walks, questions = str(root / "walks.parquet"), str(root / "questions.parquet")
-    for args in (
-        ["kg", "import", str(kb), "--out", str(store)],
-        [
-            "walk",
-            "--kg",
-            str(store),
-            "--out",
-            walks,
-            "--n",
-            "6",
-            "--structures",
-            "chain-1,chain-2,2I",
-        ],
-        ["synthesize", "questions", "--walks", walks, "--out", questions],
-    ):
-        res = runner.invoke(app, args)
-        assert res.exit_code == 0, res.output
+    built = build_pipeline_inputs(root, walks=6, structures="chain-1,chain-2,2I")
+    kb, store = built["kb"], built["store"]
     for name in ("manifest.json", "rejected.parquet", "llm_cache.sqlite", "walks_stats.png"):
         (root / name).unlink(missing_ok=True)
 

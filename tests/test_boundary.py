@@ -38,7 +38,7 @@ from kgsynth.llm.base import Completion, GenerationParams, Request
 from kgsynth.llm.cache import CachedLLM, request_key
 from kgsynth.llm.openai_backend import OpenAILLM
 from kgsynth.text import RedactingFilter, clean_text, redact_argv, redact_text
-from tests.kgfixtures import MOVIE_FACTS
+from tests.kgfixtures import build_pipeline_inputs
 from tests.llm_servers import FakeOpenAIServer, Reply, _QuietThreadingServer, _send, chat_completion
 from tests.servers import free_port
 
@@ -64,27 +64,8 @@ def encodable(value: Any) -> bool:
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A store, walks and template questions over the movie facts."""
     root = tmp_path_factory.mktemp("boundary")
-    kb = root / "kb.txt"
-    kb.write_text("\n".join("|".join(f) for f in MOVIE_FACTS) + "\n")
-    store, walks, questions = root / "store", root / "walks.parquet", root / "questions.parquet"
-    for args in (
-        ["kg", "import", str(kb), "--out", str(store)],
-        [
-            "walk",
-            "--kg",
-            str(store),
-            "--out",
-            str(walks),
-            "--n",
-            "4",
-            "--structures",
-            "chain-1,chain-2",
-        ],
-        ["synthesize", "questions", "--walks", str(walks), "--out", str(questions)],
-    ):
-        res = runner.invoke(app, args)
-        assert res.exit_code == 0, res.output
-    return {"store": store, "walks": walks, "questions": questions}
+    paths = build_pipeline_inputs(root, walks=4, structures="chain-1,chain-2")
+    return {k: paths[k] for k in ("store", "walks", "questions")}
 
 
 # --- part 4: no secrets on disk ------------------------------------------------------------
