@@ -54,7 +54,8 @@ format: install
 # held-back questions, several samples at temperature, kept by outcome and evidence grounding,
 # plus oracle replays of those questions) -> stage2 -> GRPO -> eval of the untrained model,
 # stage1 (+ no-tools), stage2 and rl on 300 MetaQA dev questions -> summary with 95 % CIs.
-# SMOKE=1 runs the same chain at a size CI can afford.
+# SMOKE=1 runs the same chain at a size CI can afford. Every stage refuses to replace an
+# existing output unless --overwrite: `make all` owns $(RUN), so it passes it throughout.
 K := $(BIN)/kgsynth
 CFG := --config pipelines/metaqa_default.yaml
 DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
@@ -70,23 +71,23 @@ EVAL := --questions $(DEV) --kg $(RUN)/kg --limit $(EVAL_LIMIT) --max-turns 8 --
 
 all: install
 	@mkdir -p $(RUN) && date +%s > $(RUN)/.started
-	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --force
+	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --overwrite
 	$(K) kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
 	$(K) kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
 	$(K) walk --kg $(RUN)/kg $(CFG) --n $(WALKS) --out $(RUN)/walks/walks.parquet --overwrite
-	$(K) synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV)
-	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet
-	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus
+	$(K) synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV) --overwrite
+	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet --overwrite
+	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus --overwrite
 	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite --max-steps $(STAGE1_STEPS) --copy-warmup-steps $(WARMUP_STEPS)
-	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples $(FREE_SAMPLES) --temperature 0.8 --max-tokens 64 --no-cache --out $(RUN)/stage2_data/free.parquet
-	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet
-	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2
+	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples $(FREE_SAMPLES) --temperature 0.8 --max-tokens 64 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite
+	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet --overwrite
+	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
 	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite --max-steps $(STAGE2_STEPS)
 	$(K) train rl $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS)
-	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools
-	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2
-	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl
-	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary
+	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
+	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
+	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite
+	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary --overwrite
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 

@@ -401,7 +401,7 @@ def time_cli(path: Path, workdir: Path) -> dict[str, Any]:
     exe = Path(sys.executable).with_name("kgsynth")
     started = time.perf_counter()
     proc = subprocess.run(
-        [str(exe), "filter", "--in", str(path), "--out", str(out)],
+        [str(exe), "filter", "--in", str(path), "--out", str(out), "--overwrite"],
         capture_output=True,
         text=True,
         check=False,

@@ -90,6 +90,7 @@ def evaluate(model: Path, kg: str, limit: int, out: Path, max_turns: int, reuse:
         "64",
         "--out",
         str(out),
+        "--overwrite",
     ]
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return json.loads((out / "metrics.json").read_text())

@@ -3,6 +3,7 @@ outputs and turns domain errors into one-line messages with exit codes; no logic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -28,6 +29,7 @@ from kgsynth.cli_options import (
     MaxTurnsOption,
     ModelOption,
     NoCacheOption,
+    OverwriteOption,
     ProfileOption,
     TimeoutOption,
     ToolsOption,
@@ -102,35 +104,6 @@ def check_llm_failures(client, max_failed_fraction: float, written: Path) -> Non
         )
 
 
-def check_out_file(out_path: Path, inputs: dict[str, Path] | None = None) -> None:
-    """``--out`` must name a file: not an existing directory, not below a file, and neither it
-    nor the sidecars written beside it (rejects, manifest) one of the stage's ``inputs``
-    (flag -> path): writing would destroy what the stage reads."""
-    from kgsynth.errors import ConfigError
-
-    written = {
-        out_path.resolve(): "--out",
-        _sidecar(out_path, "rejected.parquet").resolve(): "its rejects file",
-        _sidecar(out_path, "manifest.json").resolve(): "its manifest",
-    }
-    for flag, path in (inputs or {}).items():
-        hit = written.get(Path(path).resolve())
-        if hit is not None:
-            raise ConfigError(
-                f"--out: {out_path} would overwrite the input {flag} {path} "
-                f"({hit}); choose another output path"
-            )
-    if out_path.is_dir():
-        raise ConfigError(
-            f"--out: {out_path} is a directory; give a file path such as {out_path}/out.parquet"
-        )
-    for parent in out_path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"--out: {parent} is a file, so {out_path} cannot be created")
-            break
-
-
 def progress_bar(
     title: str = "{task.description}", *, console: Console = err, count: bool = True
 ) -> Progress:
@@ -186,14 +159,23 @@ def kg_import(
         Path | None,
         typer.Option(help="id<TAB>name file that labels an id-based triple file (FB15k-237)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            "--force",
+            help="Replace an existing store (only a folder that is a kgsynth store).",
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Import a triple file into an embedded store directory."""
     from kgsynth.kg.importer import import_kg
+    from kgsynth.stage_io import OutputLock, check_overlap
 
     try:
-        with err.status(f"importing {src}…"):
+        check_overlap([out_dir], [("SRC", src), ("--names", names)])
+        with OutputLock(out_dir), err.status(f"importing {src}…"):
             report = import_kg(
                 src,
                 out_dir,
@@ -410,17 +392,21 @@ def walk_cmd(
     ] = None,
     config: ConfigOption = None,
     overwrite: Annotated[
-        bool, typer.Option(help="Discard chunks of an interrupted run instead of resuming.")
+        bool,
+        typer.Option(
+            help="Replace an existing output, and discard chunks of an interrupted run "
+            "instead of resuming."
+        ),
     ] = False,
 ) -> None:
     """Sample constrained random walks with exact answer sets (GraphWalker CRW)."""
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.plots import walk_stats_png
-    from kgsynth.walk import WalkConfig, run_walks
+    from kgsynth.stage_io import StagedOutput, stats_png
+    from kgsynth.walk import WalkConfig, parts_dir, run_walks
 
     try:
-        check_out_file(out_path)
         cfg = build_config(
             WalkConfig,
             config,
@@ -441,47 +427,65 @@ def walk_cmd(
             ),
             section="walk",
         )
-        graph = _open(kg, profile)
-        with progress_bar("walks") as bar:
-            task = bar.add_task("walk", total=cfg.n, info="")
-
-            def progress(state, accepted: int) -> None:
-                if state.next_attempt % 25 == 0 or accepted == cfg.n:
-                    rejected = sum(state.rejects.values())
-                    bar.update(
-                        task, completed=accepted, info=f"accepted {accepted} rejected {rejected}"
-                    )
-
-            result = run_walks(graph, cfg, out_path, overwrite=overwrite, progress=progress)
-        table = result.pop("table")
-        png = out_path.with_name(out_path.stem + "_stats.png")
-        walk_stats_png(table, png, result["relations_available"])
-        import dataclasses
-
-        relation_use: dict[str, int] = {}
-        for branch_list in table.column("branches").to_pylist():
-            for branch in branch_list:
-                for hop in branch:
-                    relation_use[hop["relation"]] = relation_use.get(hop["relation"], 0) + 1
-        manifest = write_manifest(
-            out_path.with_name("manifest.json")
-            if out_path.name == "walks.parquet"
-            else out_path.with_name(out_path.stem + ".manifest.json"),
-            stage="walk",
-            config=dataclasses.asdict(cfg),
-            kg=graph.describe(),
-            output={
-                "path": str(out_path),
-                "rows": table.num_rows,
-                "sha256": sha256_file(out_path),
-                "stats_png": str(png),
+        staged = StagedOutput(
+            out_path,
+            overwrite=overwrite,
+            inputs={
+                "--kg": kg,
+                "--relations": relations,
+                "--exclude-relations": exclude_relations,
+                "--seeds": seeds,
+                "--config": config,
             },
-            relation_coverage={
-                "used": len(relation_use),
-                "hops_per_relation": dict(sorted(relation_use.items())),
-            },
-            **result,
+            cleanup=[parts_dir(out_path)],
         )
+        with staged:
+            graph = _open(kg, profile)
+            with progress_bar("walks") as bar:
+                task = bar.add_task("walk", total=cfg.n, info="")
+
+                def progress(state, accepted: int) -> None:
+                    if state.next_attempt % 25 == 0 or accepted == cfg.n:
+                        rejected = sum(state.rejects.values())
+                        bar.update(
+                            task,
+                            completed=accepted,
+                            info=f"accepted {accepted} rejected {rejected}",
+                        )
+
+                result = run_walks(
+                    graph,
+                    cfg,
+                    out_path,
+                    write_to=staged.path(),
+                    overwrite=overwrite,
+                    progress=progress,
+                )
+            table = result.pop("table")
+            walk_stats_png(table, staged.stats_png(), result["relations_available"])
+            relation_use: dict[str, int] = {}
+            for branch_list in table.column("branches").to_pylist():
+                for branch in branch_list:
+                    for hop in branch:
+                        relation_use[hop["relation"]] = relation_use.get(hop["relation"], 0) + 1
+            manifest = write_manifest(
+                staged.sidecar("manifest.json"),
+                stage="walk",
+                config=dataclasses.asdict(cfg),
+                kg=graph.describe(),
+                output={
+                    "path": str(out_path),
+                    "rows": table.num_rows,
+                    "sha256": sha256_file(staged.path()),
+                    "stats_png": str(stats_png(out_path)),
+                },
+                relation_coverage={
+                    "used": len(relation_use),
+                    "hops_per_relation": dict(sorted(relation_use.items())),
+                },
+                **result,
+            )
+            staged.commit()
     except KGSynthError as exc:
         fail(exc)
     out.print(
@@ -504,7 +508,9 @@ def _read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) 
     import pyarrow.parquet as pq
 
     from kgsynth.schema import check_columns
+    from kgsynth.stage_io import recover_input
 
+    recover_input(path)  # a commit of it that a crash interrupted is finished first
     if not path.is_file():
         raise InputFileError(path, f"{flag}: no such file (run `{produced_by}` first)")
     try:
@@ -552,24 +558,19 @@ def _make_llm(
     return make_llm(llm, cache=cache_path, **options)
 
 
-def _write_outputs(out_path: Path, accepted: list, schema, rejected: list, rejected_schema) -> Path:
-    """The stage's output (atomically) and ``rejected.parquet`` beside it; returns the latter."""
+def _write_outputs(staged, accepted: list, schema, rejected: list, rejected_schema) -> Path:
+    """The stage's rows and its rejects (``NAME.rejected.parquet``), into the staged output;
+    returns where the rejects will be once committed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
-    pq.write_table(pa.Table.from_pylist(accepted, schema=schema), tmp)
-    tmp.replace(out_path)
-    rejected_path = _sidecar(out_path, "rejected.parquet")
-    pq.write_table(pa.Table.from_pylist(rejected, schema=rejected_schema), rejected_path)
-    return rejected_path
+    from kgsynth.stage_io import sidecar
 
-
-def _sidecar(out_path: Path, name: str) -> Path:
-    """``rejected.parquet``/``manifest.json`` beside the output (prefixed by its stem unless
-    the output has the stage's conventional name)."""
-    conventional = {"questions.parquet", "walks.parquet", "trajectories.parquet"}
-    return out_path.with_name(name if out_path.name in conventional else f"{out_path.stem}.{name}")
+    pq.write_table(pa.Table.from_pylist(accepted, schema=schema), staged.path())
+    pq.write_table(
+        pa.Table.from_pylist(rejected, schema=rejected_schema), staged.sidecar("rejected.parquet")
+    )
+    return sidecar(staged.out, "rejected.parquet")
 
 
 @synth_app.command("questions")
@@ -619,6 +620,7 @@ def synthesize_questions_cmd(
         int | None, typer.Option(help="Sampling seed sent with requests. \\[default: 0]")
     ] = None,
     config: ConfigOption = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Write one question per walk (intermediates masked), then parse, leakage, quality and
     contamination filters."""
@@ -627,6 +629,7 @@ def synthesize_questions_cmd(
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.schema import QUESTION_SCHEMA, REJECTED_QUESTION_SCHEMA, WALK_SCHEMA
+    from kgsynth.stage_io import StagedOutput
     from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 
     started = time.perf_counter()
@@ -644,82 +647,91 @@ def synthesize_questions_cmd(
             ),
             section="questions",
         )
-        check_out_file(out_path, {"--walks": walks})
-        check_count("--limit", limit)
-        check_fraction("--max-failed-fraction", max_failed_fraction)
-        rows = _read_rows(
-            walks,
-            "--walks",
-            {"walk_id", "branches", "topic_names", "answer_names", "merge_at", "structure"},
-            "kgsynth walk",
-            WALK_SCHEMA,
+        staged = StagedOutput(
+            out_path,
+            overwrite=overwrite,
+            inputs=[
+                ("--walks", walks),
+                ("--cache", cache),
+                ("--config", config),
+                *(("--benchmark", b) for b in benchmark or []),
+            ],
         )
-        if limit is not None:
-            rows = rows[:limit]
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        client = _make_llm(
-            llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
-            api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
-        )  # fmt: skip
-        guard_fn = None
-        bench_count = 0
-        if benchmark:
-            from kgsynth.contamination import ContaminationGuard
-            from kgsynth.qafiles import read_question_texts
-
-            texts = read_question_texts(benchmark)
-            bench_count = len(texts)
-            with err.status(
-                f"embedding {len(texts):,} benchmark questions (cached after the first run)…"
-            ):
-                guard = ContaminationGuard(texts)
-            guard_fn = guard.max_similarity
-        with progress_bar() as bar:
-            tasks: dict[str, int] = {}
-            counts = {"errors": 0}
-            t0 = time.perf_counter()
-
-            def progress(stage: str, i: int, c) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(stage, total=len(rows), info="")
-                counts["errors"] += c.error is not None
-                st = client.stats
-                rate = st.requests / max(1e-6, time.perf_counter() - t0)
-                bar.update(
-                    tasks[stage],
-                    advance=1,
-                    info=(
-                        f"{rate:.1f} req/s, cache hits {st.cache_hits}, errors {counts['errors']}"
-                    ),
-                )
-
-            accepted, rejected, stats = synthesize_questions(
-                rows, cfg, llm=client, max_similarity=guard_fn, progress=progress
+        with staged:
+            check_count("--limit", limit)
+            check_fraction("--max-failed-fraction", max_failed_fraction)
+            rows = _read_rows(
+                walks,
+                "--walks",
+                {"walk_id", "branches", "topic_names", "answer_names", "merge_at", "structure"},
+                "kgsynth walk",
+                WALK_SCHEMA,
             )
-        rejected_path = _write_outputs(
-            out_path, accepted, QUESTION_SCHEMA, rejected, REJECTED_QUESTION_SCHEMA
-        )
-        import dataclasses
+            if limit is not None:
+                rows = rows[:limit]
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            client = _make_llm(
+                llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
+                api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
+            )  # fmt: skip
+            guard_fn = None
+            bench_count = 0
+            if benchmark:
+                from kgsynth.contamination import ContaminationGuard
+                from kgsynth.qafiles import read_question_texts
 
-        manifest = write_manifest(
-            _sidecar(out_path, "manifest.json"),
-            stage="synthesize questions",
-            config=dataclasses.asdict(cfg),
-            input={"walks": str(walks), "sha256": sha256_file(walks), "rows": len(rows)},
-            output={
-                "path": str(out_path),
-                "rows": len(accepted),
-                "rejected_path": str(rejected_path),
-                "rejected_rows": len(rejected),
-            },
-            llm=client.describe(),
-            max_failed_fraction=max_failed_fraction,
-            made_by_templates=client.backend == "template",
-            benchmarks={"files": [str(b) for b in benchmark or []], "questions": bench_count},
-            elapsed_s=round(time.perf_counter() - started, 3),
-            **stats,
-        )
-        client.close()
+                texts = read_question_texts(benchmark)
+                bench_count = len(texts)
+                with err.status(
+                    f"embedding {len(texts):,} benchmark questions (cached after the first run)…"
+                ):
+                    guard = ContaminationGuard(texts)
+                guard_fn = guard.max_similarity
+            with progress_bar() as bar:
+                tasks: dict[str, int] = {}
+                counts = {"errors": 0}
+                t0 = time.perf_counter()
+
+                def progress(stage: str, i: int, c) -> None:
+                    if stage not in tasks:
+                        tasks[stage] = bar.add_task(stage, total=len(rows), info="")
+                    counts["errors"] += c.error is not None
+                    st = client.stats
+                    rate = st.requests / max(1e-6, time.perf_counter() - t0)
+                    bar.update(
+                        tasks[stage],
+                        advance=1,
+                        info=(
+                            f"{rate:.1f} req/s, cache hits {st.cache_hits}, errors {counts['errors']}"
+                        ),
+                    )
+
+                accepted, rejected, stats = synthesize_questions(
+                    rows, cfg, llm=client, max_similarity=guard_fn, progress=progress
+                )
+            rejected_path = _write_outputs(
+                staged, accepted, QUESTION_SCHEMA, rejected, REJECTED_QUESTION_SCHEMA
+            )
+            manifest = write_manifest(
+                staged.sidecar("manifest.json"),
+                stage="synthesize questions",
+                config=dataclasses.asdict(cfg),
+                input={"walks": str(walks), "sha256": sha256_file(walks), "rows": len(rows)},
+                output={
+                    "path": str(out_path),
+                    "rows": len(accepted),
+                    "rejected_path": str(rejected_path),
+                    "rejected_rows": len(rejected),
+                },
+                llm=client.describe(),
+                max_failed_fraction=max_failed_fraction,
+                made_by_templates=client.backend == "template",
+                benchmarks={"files": [str(b) for b in benchmark or []], "questions": bench_count},
+                elapsed_s=round(time.perf_counter() - started, 3),
+                **stats,
+            )
+            staged.commit()
+            client.close()
     except KGSynthError as exc:
         fail(exc)
     out.print(
@@ -785,6 +797,7 @@ def synthesize_trajectories_cmd(
         int | None, typer.Option(help="Sampling seed (sample i uses seed + i). \\[default: 0]")
     ] = None,
     device: DeviceOption = None,
+    overwrite: OverwriteOption = False,
     system_prompt: Annotated[
         str | None,
         typer.Option(
@@ -803,6 +816,7 @@ def synthesize_trajectories_cmd(
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.schema import QUESTION_SCHEMA, REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
+    from kgsynth.stage_io import StagedOutput
     from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
 
     started = time.perf_counter()
@@ -825,75 +839,91 @@ def synthesize_trajectories_cmd(
         need = {"question_id", "question", "topic_names", "answer_names"}
         if cfg.mode != "free":
             need |= {"branches", "merge_at"}
-        check_out_file(out_path, {"--questions": questions})
-        check_count("--limit", limit)
-        check_fraction("--max-failed-fraction", max_failed_fraction)
-        rows = _read_rows(
-            questions, "--questions", need, "kgsynth synthesize questions", QUESTION_SCHEMA
+        staged = StagedOutput(
+            out_path,
+            overwrite=overwrite,
+            inputs={
+                "--questions": questions,
+                "--kg": kg,
+                "--model": model if llm == "hf" else None,
+                "--cache": cache,
+                "--config": config,
+            },
         )
-        if split != "all":
-            from kgsynth.errors import ConfigError
-            from kgsynth.synthesize.trajectories import split_of
-
-            if split not in ("train", "heldout"):
-                raise ConfigError(f"--split must be all, train or heldout (got {split!r})")
-            if not 0 < heldout_fraction < 1:
-                raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {heldout_fraction})")
-            rows = [r for r in rows if split_of(r["question_id"], heldout_fraction) == split]
-        if limit is not None:
-            rows = rows[:limit]
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        client = _make_llm(
-            llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
-            api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
-            device=device,
-        )  # fmt: skip
-        graph = _open(kg, profile).graph()
-        with progress_bar(count=False) as bar:
-            task = bar.add_task(cfg.mode, total=None, info="")
-
-            def progress(stage: str, a: int, b: int) -> None:
-                st = client.stats
-                what = f"turn {a}, {b} episodes active" if stage == "turn" else f"thought {a + 1}"
-                bar.update(
-                    task,
-                    info=f"{what}; requests {st.requests}, cache hits {st.cache_hits}, errors {st.errors}",
-                )
-
-            stored = None
-            if llm == "hf" and system_prompt is None:
-                from kgsynth.agent.loop import stored_system_prompt
-
-                stored = stored_system_prompt(model)
-            accepted, rejected, stats = synthesize_trajectories(
-                rows, cfg, graph=graph, llm=client, progress=progress, system_text=stored
+        with staged:
+            check_count("--limit", limit)
+            check_fraction("--max-failed-fraction", max_failed_fraction)
+            rows = _read_rows(
+                questions, "--questions", need, "kgsynth synthesize questions", QUESTION_SCHEMA
             )
-        rejected_path = _write_outputs(
-            out_path, accepted, TRAJECTORY_SCHEMA, rejected, REJECTED_TRAJECTORY_SCHEMA
-        )
-        manifest = write_manifest(
-            _sidecar(out_path, "manifest.json"),
-            stage="synthesize trajectories",
-            config=dataclasses.asdict(cfg),
-            input={
-                "questions": str(questions),
-                "sha256": sha256_file(questions),
-                "rows": len(rows),
-            },
-            output={
-                "path": str(out_path),
-                "rows": len(accepted),
-                "rejected_path": str(rejected_path),
-                "rejected_rows": len(rejected),
-            },
-            kg=graph.kg.describe(),
-            llm=client.describe(),
-            max_failed_fraction=max_failed_fraction,
-            made_by_templates=client.backend == "template",
-            elapsed_s=round(time.perf_counter() - started, 3),
-            **stats,
-        )
-        client.close()
+            if split != "all":
+                from kgsynth.errors import ConfigError
+                from kgsynth.synthesize.trajectories import split_of
+
+                if split not in ("train", "heldout"):
+                    raise ConfigError(f"--split must be all, train or heldout (got {split!r})")
+                if not 0 < heldout_fraction < 1:
+                    raise ConfigError(
+                        f"--heldout-fraction must be in (0, 1) (got {heldout_fraction})"
+                    )
+                rows = [r for r in rows if split_of(r["question_id"], heldout_fraction) == split]
+            if limit is not None:
+                rows = rows[:limit]
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            client = _make_llm(
+                llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
+                api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
+                device=device,
+            )  # fmt: skip
+            graph = _open(kg, profile).graph()
+            with progress_bar(count=False) as bar:
+                task = bar.add_task(cfg.mode, total=None, info="")
+
+                def progress(stage: str, a: int, b: int) -> None:
+                    st = client.stats
+                    what = (
+                        f"turn {a}, {b} episodes active" if stage == "turn" else f"thought {a + 1}"
+                    )
+                    bar.update(
+                        task,
+                        info=f"{what}; requests {st.requests}, cache hits {st.cache_hits}, errors {st.errors}",
+                    )
+
+                stored = None
+                if llm == "hf" and system_prompt is None:
+                    from kgsynth.agent.loop import stored_system_prompt
+
+                    stored = stored_system_prompt(model)
+                accepted, rejected, stats = synthesize_trajectories(
+                    rows, cfg, graph=graph, llm=client, progress=progress, system_text=stored
+                )
+            rejected_path = _write_outputs(
+                staged, accepted, TRAJECTORY_SCHEMA, rejected, REJECTED_TRAJECTORY_SCHEMA
+            )
+            manifest = write_manifest(
+                staged.sidecar("manifest.json"),
+                stage="synthesize trajectories",
+                config=dataclasses.asdict(cfg),
+                input={
+                    "questions": str(questions),
+                    "sha256": sha256_file(questions),
+                    "rows": len(rows),
+                },
+                output={
+                    "path": str(out_path),
+                    "rows": len(accepted),
+                    "rejected_path": str(rejected_path),
+                    "rejected_rows": len(rejected),
+                },
+                kg=graph.kg.describe(),
+                llm=client.describe(),
+                max_failed_fraction=max_failed_fraction,
+                made_by_templates=client.backend == "template",
+                elapsed_s=round(time.perf_counter() - started, 3),
+                **stats,
+            )
+            staged.commit()
+            client.close()
     except KGSynthError as exc:
         fail(exc)
     out.print(
@@ -1007,6 +1037,7 @@ def filter_cmd(
         ),
     ] = None,
     config: ConfigOption = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Keep trajectories that answer right from observed evidence in a clean format; write
     the rejects with their reason (outcome, grounding, format, reference leak, length,
@@ -1019,10 +1050,11 @@ def filter_cmd(
     import pyarrow.parquet as pq
 
     from kgsynth.config import build_config
-    from kgsynth.errors import ConfigError, InputFileError
+    from kgsynth.errors import InputFileError
     from kgsynth.filter import FilterConfig, filter_stats_png, missing_columns, run_filters
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.schema import TRAJECTORY_SCHEMA
+    from kgsynth.stage_io import StagedOutput, recover_input
 
     started = time.perf_counter()
     try:
@@ -1048,131 +1080,132 @@ def filter_cmd(
             ),
             section="filter",
         )
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ConfigError(f"--out: {out_dir} is a file; filter writes a folder of outputs")
-        writes = {
-            (out_dir / n).resolve()
-            for n in ("accepted.parquet", "rejected.parquet", "manifest.json")
-        }
-        for in_path in in_paths:
-            if in_path.resolve() in writes:
-                raise ConfigError(
-                    f"--out: {out_dir} would overwrite the input --in {in_path}; choose another folder"
-                )
-        for in_path in in_paths:
-            if not in_path.is_file():
-                raise InputFileError(
-                    in_path, "no such file (run `kgsynth synthesize trajectories` first)"
-                )
-            try:
-                names = pq.read_schema(in_path).names
-            except (pa.ArrowException, OSError) as exc:
-                raise InputFileError(in_path, f"not a readable Parquet file: {exc}") from None
-            missing = missing_columns(names)
-            if missing:
-                raise InputFileError(
-                    in_path, f"missing column(s) {', '.join(missing)}; found {', '.join(names)}"
-                )
-        with ThreadPoolExecutor(2) as pool:
-            input_shas = [pool.submit(sha256_file, p) for p in in_paths]  # hashlib frees the GIL
-            phases: dict[str, float] = {}
-            clock = time.perf_counter()
-            tables = []
-            for in_path in in_paths:
-                with err.status(f"reading {in_path}…"):
-                    try:
-                        tables.append(pq.read_table(in_path, columns=TRAJECTORY_SCHEMA.names))
-                    except (pa.ArrowException, OSError) as exc:
-                        raise InputFileError(in_path, f"cannot read the rows: {exc}") from None
-            input_rows = [t.num_rows for t in tables]
-            try:
-                table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-            except pa.ArrowException as exc:
-                raise InputFileError(
-                    in_paths[1], f"does not fit {in_paths[0]}'s schema: {exc}"
-                ) from None
-            del tables
-            phases["read"] = time.perf_counter() - clock
-            max_similarity = None
-            bench_count = 0
-            if cfg.benchmark:
-                from kgsynth.contamination import ContaminationGuard
-                from kgsynth.qafiles import read_question_texts
-
-                texts = read_question_texts(cfg.benchmark)
-                bench_count = len(texts)
-                with err.status(
-                    f"embedding {len(texts):,} benchmark questions (cached after the first run)…"
-                ):
-                    clock = time.perf_counter()
-                    max_similarity = ContaminationGuard(texts).max_similarity
-                    phases["benchmark_embeddings"] = time.perf_counter() - clock
-            n_rows = table.num_rows
-            with err.status(f"filtering {n_rows:,} trajectories…") as status:
-                accepted, rejected, stats = run_filters(
-                    table,
-                    cfg,
-                    max_similarity=max_similarity,
-                    progress=lambda step: status.update(
-                        f"filtering {n_rows:,} trajectories: {step}…"
-                    ),
-                    source=", ".join(str(p) for p in in_paths),
-                )
-            del table
-            phases["filter"] = stats.pop("elapsed_s")
-            out_dir.mkdir(parents=True, exist_ok=True)
-            paths = {
-                "accepted": out_dir / "accepted.parquet",
-                "rejected": out_dir / "rejected.parquet",
-            }
-
-            def write(name: str) -> None:
-                tmp = paths[name].with_name(f".{paths[name].name}.tmp")
-                # row groups of 64k rows, so readers of the corpus decode them in parallel
-                rows = accepted if name == "accepted" else rejected
-                pq.write_table(rows, tmp, row_group_size=1 << 16)
-                tmp.replace(paths[name])
-
-            with err.status(f"writing {out_dir}…"):
-                clock = time.perf_counter()
-                list(pool.map(write, paths))
-                phases["write"] = time.perf_counter() - clock
-                clock = time.perf_counter()
-                png = out_dir / "filter_stats.png"
-                filter_stats_png(stats, png)
-                phases["png"] = time.perf_counter() - clock
-                shas = [f.result() for f in input_shas]
-        manifest = write_manifest(
-            out_dir / "manifest.json",
-            stage="filter",
-            config=dataclasses.asdict(cfg),
-            input={
-                "path": ", ".join(str(p) for p in in_paths),
-                "sha256": shas[0] if len(shas) == 1 else shas,
-                "rows": stats["rows_in"],
-                **(
-                    {
-                        "files": [
-                            {"path": str(p), "sha256": h, "rows": n}
-                            for p, h, n in zip(in_paths, shas, input_rows, strict=True)
-                        ]
-                    }
-                    if len(in_paths) > 1
-                    else {}
-                ),
-            },
-            output={
-                "accepted_path": str(paths["accepted"]),
-                "accepted_rows": accepted.num_rows,
-                "rejected_path": str(paths["rejected"]),
-                "rejected_rows": rejected.num_rows,
-                "stats_png": str(png),
-            },
-            benchmarks={"files": list(cfg.benchmark), "questions": bench_count},
-            elapsed_s=round(time.perf_counter() - started, 3),
-            seconds_by_phase={k: round(v, 3) for k, v in phases.items()},
-            **stats,
+        staged = StagedOutput(
+            out_dir,
+            folder=True,
+            overwrite=overwrite,
+            inputs=[
+                *(("--in", p) for p in in_paths),
+                *(("--benchmark", b) for b in cfg.benchmark or ()),
+                ("--config", config),
+            ],
         )
+        with staged:
+            for in_path in in_paths:
+                recover_input(in_path)
+                if not in_path.is_file():
+                    raise InputFileError(
+                        in_path, "no such file (run `kgsynth synthesize trajectories` first)"
+                    )
+                try:
+                    names = pq.read_schema(in_path).names
+                except (pa.ArrowException, OSError) as exc:
+                    raise InputFileError(in_path, f"not a readable Parquet file: {exc}") from None
+                missing = missing_columns(names)
+                if missing:
+                    raise InputFileError(
+                        in_path, f"missing column(s) {', '.join(missing)}; found {', '.join(names)}"
+                    )
+            with ThreadPoolExecutor(2) as pool:
+                input_shas = [
+                    pool.submit(sha256_file, p) for p in in_paths
+                ]  # hashlib frees the GIL
+                phases: dict[str, float] = {}
+                clock = time.perf_counter()
+                tables = []
+                for in_path in in_paths:
+                    with err.status(f"reading {in_path}…"):
+                        try:
+                            tables.append(pq.read_table(in_path, columns=TRAJECTORY_SCHEMA.names))
+                        except (pa.ArrowException, OSError) as exc:
+                            raise InputFileError(in_path, f"cannot read the rows: {exc}") from None
+                input_rows = [t.num_rows for t in tables]
+                try:
+                    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                except pa.ArrowException as exc:
+                    raise InputFileError(
+                        in_paths[1], f"does not fit {in_paths[0]}'s schema: {exc}"
+                    ) from None
+                del tables
+                phases["read"] = time.perf_counter() - clock
+                max_similarity = None
+                bench_count = 0
+                if cfg.benchmark:
+                    from kgsynth.contamination import ContaminationGuard
+                    from kgsynth.qafiles import read_question_texts
+
+                    texts = read_question_texts(cfg.benchmark)
+                    bench_count = len(texts)
+                    with err.status(
+                        f"embedding {len(texts):,} benchmark questions (cached after the first run)…"
+                    ):
+                        clock = time.perf_counter()
+                        max_similarity = ContaminationGuard(texts).max_similarity
+                        phases["benchmark_embeddings"] = time.perf_counter() - clock
+                n_rows = table.num_rows
+                with err.status(f"filtering {n_rows:,} trajectories…") as status:
+                    accepted, rejected, stats = run_filters(
+                        table,
+                        cfg,
+                        max_similarity=max_similarity,
+                        progress=lambda step: status.update(
+                            f"filtering {n_rows:,} trajectories: {step}…"
+                        ),
+                        source=", ".join(str(p) for p in in_paths),
+                    )
+                del table
+                phases["filter"] = stats.pop("elapsed_s")
+                paths = {
+                    "accepted": out_dir / "accepted.parquet",
+                    "rejected": out_dir / "rejected.parquet",
+                }
+
+                def write(name: str) -> None:
+                    # row groups of 64k rows, so readers of the corpus decode them in parallel
+                    rows = accepted if name == "accepted" else rejected
+                    pq.write_table(rows, staged.path(paths[name].name), row_group_size=1 << 16)
+
+                with err.status(f"writing {out_dir}…"):
+                    clock = time.perf_counter()
+                    list(pool.map(write, paths))
+                    phases["write"] = time.perf_counter() - clock
+                    clock = time.perf_counter()
+                    png = out_dir / "filter_stats.png"
+                    filter_stats_png(stats, staged.path(png.name))
+                    phases["png"] = time.perf_counter() - clock
+                    shas = [f.result() for f in input_shas]
+            manifest = write_manifest(
+                staged.path("manifest.json"),
+                stage="filter",
+                config=dataclasses.asdict(cfg),
+                input={
+                    "path": ", ".join(str(p) for p in in_paths),
+                    "sha256": shas[0] if len(shas) == 1 else shas,
+                    "rows": stats["rows_in"],
+                    **(
+                        {
+                            "files": [
+                                {"path": str(p), "sha256": h, "rows": n}
+                                for p, h, n in zip(in_paths, shas, input_rows, strict=True)
+                            ]
+                        }
+                        if len(in_paths) > 1
+                        else {}
+                    ),
+                },
+                output={
+                    "accepted_path": str(paths["accepted"]),
+                    "accepted_rows": accepted.num_rows,
+                    "rejected_path": str(paths["rejected"]),
+                    "rejected_rows": rejected.num_rows,
+                    "stats_png": str(png),
+                },
+                benchmarks={"files": list(cfg.benchmark), "questions": bench_count},
+                elapsed_s=round(time.perf_counter() - started, 3),
+                seconds_by_phase={k: round(v, 3) for k, v in phases.items()},
+                **stats,
+            )
+            staged.commit()
     except KGSynthError as exc:
         fail(exc)
     rejects = {k: v for k, v in manifest["rejects"].items() if v}

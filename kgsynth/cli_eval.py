@@ -29,6 +29,7 @@ from kgsynth.cli_options import (
     KGOption,
     MaxRetriesOption,
     MaxTurnsOption,
+    OverwriteOption,
     ProfileOption,
     TimeoutOption,
     ToolsOption,
@@ -137,6 +138,7 @@ def eval_cmd(
         typer.Option(help="Name in tables and plots. \\[default: the training stage or folder]"),
     ] = None,
     config: ConfigOption = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Evaluate a checkpoint or API model as a KG agent on benchmark questions (EM, F1,
     Hits@1; N runs as mean, majority, first run, KG-R1 union and pass@k; by hops/type/
@@ -145,7 +147,7 @@ def eval_cmd(
 
     try:
         if compare:
-            _compare(dirs or [], out_dir)
+            _compare(dirs or [], out_dir, overwrite)
             return
         if dirs:
             raise ConfigError(
@@ -186,6 +188,7 @@ def eval_cmd(
             baseline_model=baseline_model,
             label=label,
             config=config,
+            overwrite=overwrite,
         )
     except KGSynthError as exc:
         fail(exc)
@@ -213,6 +216,7 @@ def _evaluate(
     baseline_model: str | None,
     label: str | None,
     config: Path | None,
+    overwrite: bool,
 ) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -232,6 +236,7 @@ def _evaluate(
     from kgsynth.llm import make_llm
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.qafiles import read_questions
+    from kgsynth.stage_io import StagedOutput
 
     started = time.perf_counter()
     if questions is None:
@@ -290,96 +295,112 @@ def _evaluate(
     ):
         # its manifest.json and files would replace the checkpoint's own
         raise ConfigError(f"--out: {out_dir} is a model checkpoint; choose another folder")
-    graph = _open(kg, profile).graph()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    label = label or checkpoint_label(model)
+    staged = StagedOutput(
+        out_dir,
+        folder=True,
+        overwrite=overwrite,
+        inputs=[
+            ("--questions", questions),
+            ("--qtype-file", qtype_file),
+            ("--kg", kg),
+            ("--model", model if llm == "hf" else None),
+            ("--baseline-model", untrained if llm == "hf" else None),
+            ("--cache", cache),
+            ("--config", config),
+        ],
+    )
+    with staged:
+        graph = _open(kg, profile).graph()
+        label = label or checkpoint_label(model)
 
-    # what to run: (system name, model, tools?)
-    plan: list[tuple[str, str, bool]] = [("model", model, True)]
-    if untrained:
-        plan.append(("untrained", untrained, True))
-    if "no-tools" in baselines:
-        plan.append(("no-tools", model, False))
-    clients: dict[str, Any] = {}
-    all_rows: list[dict[str, Any]] = []
-    results: dict[str, dict[str, Any]] = {}
-    with progress_bar() as bar:
-        for system, name, with_tools in plan:
-            if name not in clients:
-                clients[name] = make_llm(llm, cache=cache, model=name, **options)
-            client = clients[name]
-            task = bar.add_task(
-                label if system == "model" else system, total=len(records) * cfg.runs, info=""
-            )
-
-            def progress(
-                done: int, total: int, info: str, task: Any = task, client: Any = client
-            ) -> None:
-                st = client.stats
-                bar.update(
-                    task,
-                    completed=done,
-                    info=f"{info}; requests {st.requests}, errors {st.errors}",
+        # what to run: (system name, model, tools?)
+        plan: list[tuple[str, str, bool]] = [("model", model, True)]
+        if untrained:
+            plan.append(("untrained", untrained, True))
+        if "no-tools" in baselines:
+            plan.append(("no-tools", model, False))
+        clients: dict[str, Any] = {}
+        all_rows: list[dict[str, Any]] = []
+        results: dict[str, dict[str, Any]] = {}
+        with progress_bar() as bar:
+            for system, name, with_tools in plan:
+                if name not in clients:
+                    clients[name] = make_llm(llm, cache=cache, model=name, **options)
+                client = clients[name]
+                task = bar.add_task(
+                    label if system == "model" else system, total=len(records) * cfg.runs, info=""
                 )
 
-            rows, metrics = evaluate(
-                records,
-                client,
-                graph if with_tools else None,
-                cfg,
-                system=system,
-                tools=with_tools,
-                progress=progress,
-            )
-            all_rows.extend(rows)
-            results[system] = metrics
-    for client in clients.values():
-        client.close()
+                def progress(
+                    done: int, total: int, info: str, task: Any = task, client: Any = client
+                ) -> None:
+                    st = client.stats
+                    bar.update(
+                        task,
+                        completed=done,
+                        info=f"{info}; requests {st.requests}, errors {st.errors}",
+                    )
 
-    main = results.pop("model")
-    metrics = {
-        "label": label,
-        "questions_file": str(questions),
-        "config": dataclasses.asdict(cfg),
-        "kg": graph.kg.describe(),
-        **main,
-        "baselines": results,
-    }
-    if cfg.runs > 1 and cfg.temperature == 0:
-        metrics["note"] = "several runs at temperature 0: greedy runs of a local model agree"
-    paths = {
-        "predictions": out_dir / "predictions.parquet",
-        "metrics": out_dir / "metrics.json",
-        "png": out_dir / "eval.png",
-    }
-    tmp = paths["predictions"].with_name(".predictions.parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(all_rows, schema=PREDICTION_SCHEMA), tmp)
-    tmp.replace(paths["predictions"])
-    tmp = paths["metrics"].with_name(".metrics.json.tmp")
-    tmp.write_text(json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n")
-    tmp.replace(paths["metrics"])
-    eval_png(metrics, paths["png"])
-    write_manifest(
-        out_dir / "manifest.json",
-        stage="eval",
-        label=label,
-        config=dataclasses.asdict(cfg),
-        input={
-            "questions": str(questions),
-            "sha256": sha256_file(questions),
-            "rows": len(records),
-            "limit": limit,
-        },
-        model={"backend": llm, "model": model},
-        baselines={s: {"model": m, "tools": t} for s, m, t in plan if s != "model"},
-        kg=graph.kg.describe(),
-        llm={name: c.describe() for name, c in clients.items()},
-        output={
-            **{k: str(v) for k, v in paths.items()},
-            "prediction_rows": len(all_rows),
-        },
-        elapsed_s=round(time.perf_counter() - started, 3),
-    )
+                rows, metrics = evaluate(
+                    records,
+                    client,
+                    graph if with_tools else None,
+                    cfg,
+                    system=system,
+                    tools=with_tools,
+                    progress=progress,
+                )
+                all_rows.extend(rows)
+                results[system] = metrics
+        for client in clients.values():
+            client.close()
+
+        main = results.pop("model")
+        metrics = {
+            "label": label,
+            "questions_file": str(questions),
+            "config": dataclasses.asdict(cfg),
+            "kg": graph.kg.describe(),
+            **main,
+            "baselines": results,
+        }
+        if cfg.runs > 1 and cfg.temperature == 0:
+            metrics["note"] = "several runs at temperature 0: greedy runs of a local model agree"
+        paths = {
+            "predictions": out_dir / "predictions.parquet",
+            "metrics": out_dir / "metrics.json",
+            "png": out_dir / "eval.png",
+        }
+        pq.write_table(
+            pa.Table.from_pylist(all_rows, schema=PREDICTION_SCHEMA),
+            staged.path("predictions.parquet"),
+        )
+        staged.path("metrics.json").write_text(
+            json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n"
+        )
+        eval_png(metrics, staged.path("eval.png"))
+        write_manifest(
+            staged.path("manifest.json"),
+            stage="eval",
+            label=label,
+            config=dataclasses.asdict(cfg),
+            input={
+                "questions": str(questions),
+                "sha256": sha256_file(questions),
+                "rows": len(records),
+                "limit": limit,
+            },
+            model={"backend": llm, "model": model},
+            baselines={s: {"model": m, "tools": t} for s, m, t in plan if s != "model"},
+            kg=graph.kg.describe(),
+            llm={name: c.describe() for name, c in clients.items()},
+            output={
+                **{k: str(v) for k, v in paths.items()},
+                "prediction_rows": len(all_rows),
+            },
+            elapsed_s=round(time.perf_counter() - started, 3),
+        )
+        staged.commit()
     _print_results(out, metrics)
     out.print(f"→ {out_dir} (predictions.parquet, metrics.json, eval.png, manifest.json)")
 
@@ -432,7 +453,7 @@ def _print_results(out: Any, metrics: dict[str, Any]) -> None:
         out.print(by)
 
 
-def _compare(dirs: list[Path], out_dir: Path | None) -> None:
+def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) -> None:
     from rich.table import Column, Table
 
     from kgsynth.cli import out
@@ -488,16 +509,29 @@ def _compare(dirs: list[Path], out_dir: Path | None) -> None:
     if hops:
         out.print(by_hop)
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        from kgsynth.manifest import write_manifest
+        from kgsynth.stage_io import StagedOutput
+
         md = out_dir / "compare.md"
         sources = "\n".join(f"- {r['label']}: `{r['source']}`" for r in rows)
-        md.write_text(
-            "# Evaluations compared\n\nMeans over runs; cells by hop read EM / F1 / Hits@1.\n\n"
-            + compare_markdown(rows)
-            + f"\n![compare](compare.png)\n\nSources:\n\n{sources}\n"
+        staged = StagedOutput(
+            out_dir, folder=True, overwrite=overwrite, inputs=[("--compare", d) for d in dirs]
         )
-        compare_png(rows, out_dir / "compare.png")
-        (out_dir / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+        with staged:
+            staged.path("compare.md").write_text(
+                "# Evaluations compared\n\nMeans over runs; cells by hop read EM / F1 / Hits@1.\n\n"
+                + compare_markdown(rows)
+                + f"\n![compare](compare.png)\n\nSources:\n\n{sources}\n"
+            )
+            compare_png(rows, staged.path("compare.png"))
+            staged.path("compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+            write_manifest(
+                staged.path("manifest.json"),
+                stage="eval compare",
+                input={"folders": [str(d) for d in dirs]},
+                output={"markdown": str(md), "rows": len(rows)},
+            )
+            staged.commit()
         out.print(f"→ {md}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}")
 
 

@@ -74,3 +74,12 @@ ToolsOption = Annotated[
 ConfigOption = Annotated[
     Path | None, typer.Option(help="YAML file with these options (flags override it).")
 ]
+
+# every command that writes an output: refuse an existing one unless this is given
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        help="Replace an existing output (its file with its sidecars, or its folder if "
+        "kgsynth wrote it); without it an existing output is refused."
+    ),
+]

@@ -108,7 +108,11 @@ ConfigOption = Annotated[
     typer.Option(help="YAML file with these options (a stage1:/stage2: section or flat)."),
 ]
 OverwriteOption = Annotated[
-    bool, typer.Option(help="Delete an earlier run in --out instead of resuming it.")
+    bool,
+    typer.Option(
+        help="Delete an earlier run in --out (a finished one, or one with other options) and "
+        "train afresh; without it an unfinished run of the same options is resumed."
+    ),
 ]
 DryRunOption = Annotated[
     bool,
@@ -268,6 +272,7 @@ def _train(stage: str, options: dict[str, Any]) -> None:
     from rich.console import Console
 
     from kgsynth.config import build_config
+    from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
     from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher
     from kgsynth.train.sft import SPEC, SFTConfig, prepare_run, resolve_config
 
@@ -303,15 +308,22 @@ def _train(stage: str, options: dict[str, Any]) -> None:
             where = "in this process, equivalent to" if launcher == "none" else "command"
             out.print(f"# {where}:\n{shlex.join(command)}", highlight=False, soft_wrap=True)
             return
-        with err.status("reading the corpus and preparing the run folder…"):
-            spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=options["overwrite"])
-        if launcher == "none":
-            summary = _train_here(spec, err)
-        else:
-            summary = _train_launched(command, out_dir, err)
-        if summary is None:  # a torchrun node other than rank 0's
-            return
-        manifest = _write_manifest(spec, launch, launcher, command, summary, started)
+        check_folder_target(out_dir)
+        check_overlap(
+            [out_dir], [("--corpus", corpus), ("--init", cfg.init), ("--config", options["config"])]
+        )
+        # one run per folder: a second one on it fails at once (the lock goes with the process)
+        with OutputLock(out_dir):
+            recover_input(corpus)
+            with err.status("reading the corpus and preparing the run folder…"):
+                spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=options["overwrite"])
+            if launcher == "none":
+                summary = _train_here(spec, err)
+            else:
+                summary = _train_launched(command, out_dir, err)
+            if summary is None:  # a torchrun node other than rank 0's
+                return
+            manifest = _write_manifest(spec, launch, launcher, command, summary, started)
     except KGSynthError as exc:
         _fail(exc)
     loss_a, loss_b = manifest["loss_first"], manifest["loss_last"]
@@ -514,7 +526,10 @@ def rl_cmd(
     config: Annotated[
         Path | None, typer.Option(help="YAML file with these options (an rl: section or flat).")
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Delete an earlier run in --out.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(help="Replace an earlier run in --out (a folder kgsynth wrote)."),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the resolved configuration; train nothing.")
     ] = False,
@@ -526,10 +541,10 @@ def rl_cmd(
     from kgsynth.cli import progress_bar
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.stage_io import StagedOutput
     from kgsynth.train.grpo import (
         GRPOConfig,
         RLSpec,
-        prepare_out,
         read_rl_questions,
         resolve_config,
         train_grpo,
@@ -556,39 +571,51 @@ def rl_cmd(
                                  "config": dataclasses.asdict(cfg)})  # fmt: skip
             return
         qs = read_rl_questions(questions)
-        prepare_out(out_dir, overwrite)
-        spec = RLSpec(str(questions), kg or "", profile, str(out_dir), cfg)
-        if kg is None:
-            from kgsynth.kg.open import DEFAULT_KG
-
-            spec = dataclasses.replace(spec, kg=str(DEFAULT_KG))
-        with progress_bar("rl", console=err) as bar:
-            task = bar.add_task("rl", total=cfg.max_steps, info="")
-
-            def progress(step: int, total: int, row: dict) -> None:
-                bar.update(
-                    task,
-                    completed=step,
-                    info=f"reward {row['reward']:.3f}, kl {row['kl']:.4f}, "
-                    f"{row['step_s']:.1f}s/step, skipped {row['skipped_groups']}/{row['groups']}",
-                )
-
-            summary = train_grpo(spec, progress=progress, questions=qs)
-        manifest = write_manifest(
-            out_dir / "manifest.json",
-            stage="train rl",
-            config=dataclasses.asdict(cfg),
-            input={
-                "questions": str(questions),
-                "sha256": sha256_file(questions),
-                "rows": len(qs),
-                "kg": spec.kg,
-            },
-            start_from={"path": str(cfg.init)},
-            output={"path": str(out_dir)},
-            elapsed_s=round(time.perf_counter() - started, 3),
-            **summary,
+        staged = StagedOutput(
+            out_dir,
+            folder=True,
+            overwrite=overwrite,
+            inputs=[
+                ("--questions", questions),
+                ("--kg", kg),
+                ("--init", cfg.init),
+                ("--config", config),
+            ],
         )
+        with staged:
+            spec = RLSpec(str(questions), kg or "", profile, str(staged.staging), cfg)
+            if kg is None:
+                from kgsynth.kg.open import DEFAULT_KG
+
+                spec = dataclasses.replace(spec, kg=str(DEFAULT_KG))
+            with progress_bar("rl", console=err) as bar:
+                task = bar.add_task("rl", total=cfg.max_steps, info="")
+
+                def progress(step: int, total: int, row: dict) -> None:
+                    bar.update(
+                        task,
+                        completed=step,
+                        info=f"reward {row['reward']:.3f}, kl {row['kl']:.4f}, "
+                        f"{row['step_s']:.1f}s/step, skipped {row['skipped_groups']}/{row['groups']}",
+                    )
+
+                summary = train_grpo(spec, progress=progress, questions=qs)
+            manifest = write_manifest(
+                staged.path("manifest.json"),
+                stage="train rl",
+                config=dataclasses.asdict(cfg),
+                input={
+                    "questions": str(questions),
+                    "sha256": sha256_file(questions),
+                    "rows": len(qs),
+                    "kg": spec.kg,
+                },
+                start_from={"path": str(cfg.init)},
+                output={"path": str(out_dir)},
+                elapsed_s=round(time.perf_counter() - started, 3),
+                **summary,
+            )
+            staged.commit()
     except KGSynthError as exc:
         _fail(exc)
     out.print(

@@ -58,3 +58,9 @@ class QueryRefusedError(QueryRejectedError):
 
 class RowLimitError(KGError):
     """A query returned more rows than its row cap (``max_rows``)."""
+
+
+class OutputBusyError(KGSynthError):
+    """Another kgsynth run holds the lock on this output (:mod:`kgsynth.stage_io`)."""
+
+    exit_code = 6

@@ -695,7 +695,8 @@ def sample_walks(
         yield walk_to_row(walk, cfg.seed, j)
 
 
-def _parts_dir(out: Path) -> Path:
+def parts_dir(out: Path) -> Path:
+    """Where a walk run into ``out`` keeps its resumable chunks."""
     return out.with_name(out.name + ".parts")
 
 
@@ -762,14 +763,18 @@ def run_walks(
     cfg: WalkConfig,
     out: str | Path,
     *,
+    write_to: str | Path | None = None,
     overwrite: bool = False,
     progress: Callable[[WalkState, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Sample walks into ``out`` (Parquet), resuming from chunks; returns the manifest data."""
+    """Sample walks into ``out`` (Parquet), resuming from chunks; returns the manifest data.
+
+    With ``write_to`` the table goes there instead (a staging path) and the chunks stay for
+    the caller to remove once the output is committed (:class:`kgsynth.stage_io.StagedOutput`)."""
     started = time.perf_counter()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    parts = _parts_dir(out)
+    parts = parts_dir(out)
     if overwrite:
         shutil.rmtree(parts, ignore_errors=True)
     parts.mkdir(exist_ok=True)
@@ -802,10 +807,13 @@ def run_walks(
             + ", ".join(f"{k}={v}" for k, v in state.rejects.most_common())
             + " (try a wider --max-fanout, more --max-answers, other --structures or relations)"
         )
-    tmp = out.with_name(f".{out.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
-    shutil.rmtree(parts, ignore_errors=True)
+    if write_to is not None:
+        pq.write_table(table, write_to)
+    else:
+        tmp = out.with_name(f".{out.name}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, out)
+        shutil.rmtree(parts, ignore_errors=True)
     return {
         "accepted": accepted,
         "resumed_rows": resumed,

@@ -158,8 +158,12 @@ def test_a_real_run_with_an_api_key_writes_it_nowhere(
     assert "2 of 2 LLM requests failed" in proc.stderr and "Traceback" not in proc.stderr
     assert "retry 1" in proc.stderr  # -v: the retry was logged
     written = sorted(p.name for p in run.iterdir())
-    assert {"questions.parquet", "rejected.parquet", "manifest.json"} <= set(written)
-    manifest = json.loads((run / "manifest.json").read_text())
+    assert {
+        "questions.parquet",
+        "questions.rejected.parquet",
+        "questions.manifest.json",
+    } <= set(written)
+    manifest = json.loads((run / "questions.manifest.json").read_text())
     assert "--api-key" in manifest["command"] and "***" in manifest["command"]
     assert manifest["llm"]["stats"]["errors"] == 2
     assert files_holding(tmp_path, "SECRET123") == []
@@ -280,14 +284,15 @@ def test_synthesize_questions_survives_surrogate_replies_and_reruns_from_cache(
         res = runner.invoke(app, [*args, "--base-url", server.base_url])
         assert res.exit_code == 0, res.output
         assert server.requests == 4
-    rejected = tmp_path / "rejected.parquet"
+    rejected = tmp_path / "questions.rejected.parquet"
     rows = all_strings_encodable(out) + all_strings_encodable(rejected)
     assert len(rows) == 4
     assert any(r["question"] == f"Which film {FFFD} is it?" for r in rows)
     # the server is gone: the re-run reads every reply from the cache
+    args.append("--overwrite")
     res = runner.invoke(app, [*args, "--base-url", server.base_url])
     assert res.exit_code == 0, res.output
-    stats = json.loads((tmp_path / "manifest.json").read_text())["llm"]["stats"]
+    stats = json.loads((tmp_path / "questions.manifest.json").read_text())["llm"]["stats"]
     assert (stats["cache_hits"], stats["cache_misses"]) == (4, 0)
     assert all_strings_encodable(out) + all_strings_encodable(rejected) == rows
     # a cache written before replies were cleaned holds the surrogate itself
@@ -311,7 +316,8 @@ def test_free_trajectories_survive_surrogates_in_replies_and_tool_calls(
     with FakeOpenAIServer(surrogate_policy) as server:
         res = runner.invoke(app, [*args, "--base-url", server.base_url])
         assert res.exit_code == 0, res.output
-    rows = all_strings_encodable(out) + all_strings_encodable(tmp_path / "rejected.parquet")
+    rejected = tmp_path / "trajectories.rejected.parquet"
+    rows = all_strings_encodable(out) + all_strings_encodable(rejected)
     assert len(rows) == 2
     for row in rows:
         assert row["tool_calls"] == [
@@ -321,12 +327,9 @@ def test_free_trajectories_survive_surrogates_in_replies_and_tool_calls(
         assert row["predicted_answers"] == [f"William {FFFD} Dieterle"]
         observations = [m["content"] for m in row["messages"] if m["role"] == "tool"]
         assert all(f"Kismet {FFFD}" in o for o in observations)  # entity not found, named
-    res = runner.invoke(app, [*args, "--base-url", server.base_url])  # from the cache
+    res = runner.invoke(app, [*args, "--base-url", server.base_url, "--overwrite"])  # cached
     assert res.exit_code == 0, res.output
-    assert (
-        len(all_strings_encodable(out)) + len(all_strings_encodable(tmp_path / "rejected.parquet"))
-        == 2
-    )
+    assert len(all_strings_encodable(out)) + len(all_strings_encodable(rejected)) == 2
 
 
 def test_eval_survives_surrogate_replies(inputs: dict[str, Path], tmp_path: Path) -> None:

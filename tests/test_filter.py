@@ -646,6 +646,15 @@ def test_cli_end_to_end(tmp_path):
         app,
         ["filter", "--in", str(src), "--out", str(out), "--config", str(cfg), "--no-grounding"],
     )
+    assert res.exit_code == 2 and "already holds an output" in res.output
+    res = CliRunner().invoke(
+        app,
+        [
+            *("filter", "--in", str(src), "--out", str(out), "--config", str(cfg)),
+            "--no-grounding",
+            "--overwrite",
+        ],
+    )
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["outcome"] == "none" and manifest["config"]["grounding"] is False

@@ -114,7 +114,7 @@ def test_turtle_import(tmp_path):
 def test_existing_store_needs_force(tmp_path):
     src = write(tmp_path / "kb.txt", METAQA_LINES)
     import_kg(src, tmp_path / "store")
-    with pytest.raises(ConfigError, match="--force"):
+    with pytest.raises(ConfigError, match="--overwrite"):
         import_kg(src, tmp_path / "store")
     write(src, METAQA_LINES[:1])
     assert import_kg(src, tmp_path / "store", force=True).facts == 1

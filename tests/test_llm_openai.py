@@ -424,13 +424,13 @@ def test_synthesize_questions_cli_through_transformers_serve(
     assert first.exit_code == 0, first.output
     after_first = proxy.requests  # 6 questions, plus one judge call per question that parsed
     assert after_first >= 6
-    manifest = jsonlib.loads((tmp_path / "q" / "manifest.json").read_text())
+    manifest = jsonlib.loads((tmp_path / "q" / "questions.manifest.json").read_text())
     assert manifest["llm"]["backend"] == "openai" and manifest["made_by_templates"] is False
-    rejected = pq.read_table(tmp_path / "q" / "rejected.parquet").to_pylist()
+    rejected = pq.read_table(tmp_path / "q" / "questions.rejected.parquet").to_pylist()
     accepted = pq.read_table(out).num_rows
     assert accepted + len(rejected) == 6
     assert all(r["reject_reason"] and r["raw_output"] is not None for r in rejected)
     assert sum(manifest["rejects"].values()) == len(rejected)
-    second = CliRunner().invoke(app, args)
+    second = CliRunner().invoke(app, [*args, "--overwrite"])
     assert second.exit_code == 0, second.output
     assert proxy.requests == after_first  # everything came from the cache

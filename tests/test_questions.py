@@ -225,18 +225,20 @@ def test_cli_end_to_end_with_cache(tmp_path):
     ]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
-    second = CliRunner().invoke(app, args)
+    refused = CliRunner().invoke(app, args)  # the output exists: not replaced unless asked
+    assert refused.exit_code == 2 and "--overwrite" in refused.output
+    second = CliRunner().invoke(app, [*args, "--overwrite"])
     assert second.exit_code == 0, second.output
     import json
 
-    manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "q" / "questions.manifest.json").read_text())
     assert (
         manifest["llm"]["stats"]["cache_hits"] == 40
         and manifest["llm"]["stats"]["cache_misses"] == 0
     )
     assert manifest["made_by_templates"] is True and manifest["walks"] == 40
     acc = pq.read_table(tmp_path / "q" / "questions.parquet").num_rows
-    rej = pq.read_table(tmp_path / "q" / "rejected.parquet").num_rows
+    rej = pq.read_table(tmp_path / "q" / "questions.rejected.parquet").num_rows
     assert acc + rej == 40 and acc == manifest["accepted"]
 
 

@@ -446,12 +446,19 @@ def test_stage2_cli_records_where_it_started(stage1: Path, corpus, tmp_path):
     stage1_manifest = json.loads((stage1 / "manifest.json").read_text())
     assert manifest["start_from"]["path"] == str(stage1)
     assert manifest["start_from"]["weights_sha256"] == stage1_manifest["output"]["weights_sha256"]
-    # same options again: resumes (nothing left to do); different ones: refused
+    # a finished run is never replaced unless asked
+    weights = (out / "model.safetensors").read_bytes()
+    res = runner.invoke(train_app, [*args, "--max-steps", "1", "--batch-size", "4"])
+    assert res.exit_code == 2 and "finished run" in res.output and "--overwrite" in res.output
+    assert (out / "model.safetensors").read_bytes() == weights
+    # an unfinished one (no manifest yet: stopped before the end) resumes with the same
+    # options (nothing left to do here) and refuses different ones
+    (out / "manifest.json").unlink()
+    res = runner.invoke(train_app, [*args, "--max-steps", "1", "--lr", "1e-4"])
+    assert res.exit_code == 2 and "different lr" in res.output and "--overwrite" in res.output
     res = runner.invoke(train_app, [*args, "--max-steps", "1", "--batch-size", "4"])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "manifest.json").read_text())["resumed_from_step"] == 1
-    res = runner.invoke(train_app, [*args, "--max-steps", "1", "--lr", "1e-4"])
-    assert res.exit_code == 2 and "different lr" in res.output and "--overwrite" in res.output
 
 
 # ---------------------------------------------------------------------------------------------

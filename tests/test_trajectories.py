@@ -275,13 +275,14 @@ def test_cli_oracle_run_and_cached_rerun(kg, questions, tmp_path):
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     before = pq.read_table(out).to_pylist()
-    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "t" / "trajectories.manifest.json").read_text())
     assert manifest["trajectories"] == len(before) and manifest["made_by_templates"] is True
-    rejected = pq.read_table(tmp_path / "t" / "rejected.parquet").num_rows
+    rejected = pq.read_table(tmp_path / "t" / "trajectories.rejected.parquet").num_rows
     assert len(before) + rejected == len(questions)
-    again = CliRunner().invoke(app, args)  # e.g. after an interruption: all from the cache
+    # e.g. after an interruption: all from the cache
+    again = CliRunner().invoke(app, [*args, "--overwrite"])
     assert again.exit_code == 0, again.output
-    stats = json.loads((tmp_path / "t" / "manifest.json").read_text())["llm"]["stats"]
+    stats = json.loads((tmp_path / "t" / "trajectories.manifest.json").read_text())["llm"]["stats"]
     assert stats["cache_misses"] == 0 and stats["cache_hits"] > 0
     assert pq.read_table(out).to_pylist() == before
     bad = CliRunner().invoke(
@@ -294,7 +295,7 @@ def test_cli_oracle_run_and_cached_rerun(kg, questions, tmp_path):
             "--kg",
             str(kb),
             "--out",
-            str(out),
+            str(tmp_path / "free.parquet"),
             "--mode",
             "free",
         ],

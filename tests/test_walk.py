@@ -244,7 +244,7 @@ def test_manifest_and_plot_from_the_cli(tmp_path):
         app, ["walk", "--kg", str(kb), "--n", "25", "--out", str(out), "--structures", MIX]
     )
     assert res.exit_code == 0, res.output
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "run" / "walks.manifest.json").read_text())
     assert manifest["accepted"] == 25 and manifest["output"]["rows"] == 25
     assert sum(manifest["rejects"].values()) + 25 == manifest["attempts"]
     assert manifest["relation_coverage"]["used"] >= 3

@@ -234,12 +234,14 @@ def import_kg(
             src, "is a directory; give a triple file" if src.is_dir() else "no such file"
         )
     if out.exists() and not force:
-        raise ConfigError(f"--out: {out} already exists; remove it or pass --force to replace it")
+        raise ConfigError(
+            f"--out: {out} already exists; pass --overwrite to replace it, or choose another --out"
+        )
     if out.exists() and not (is_store_dir(out) or (out.is_dir() and not any(out.iterdir()))):
         # --force replaces a kgsynth store (kg.json + store/), never a folder of other files
         raise ConfigError(
             f"--out: {out} is not a kgsynth store (no {META_FILE} and {STORE_SUBDIR}/); "
-            "--force replaces only a store: choose a new folder"
+            "--overwrite replaces only a store: choose a new folder"
         )
     if src.resolve().is_relative_to(out.resolve()):
         raise ConfigError(f"--out: {out} holds the input file {src}; choose another folder")

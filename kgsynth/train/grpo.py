@@ -41,7 +41,6 @@ import logging
 import math
 import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -751,14 +750,6 @@ def plot_rl(history: Sequence[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def prepare_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"--out: {out} is not empty; choose a new folder or pass --overwrite")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
 
 
 __all__ = [

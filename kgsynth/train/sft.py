@@ -334,8 +334,8 @@ def prepare_run(
     """Resolve the config, validate the corpus, set up ``out`` and build the tiny model.
 
     A folder holding an earlier run of the same configuration is resumed from its last
-    checkpoint; a different configuration there is an error unless ``overwrite`` (which
-    deletes the earlier run). Runs once, before any training process starts."""
+    checkpoint; a finished run (one with its ``manifest.json``, written last) or a different
+    configuration there is an error unless ``overwrite`` (which deletes the earlier run). Runs once, before any training process starts."""
     from kgsynth.train.data import corpus_texts, read_corpus
 
     cfg = resolve_config(cfg, stage)
@@ -353,6 +353,11 @@ def prepare_run(
             )
         if overwrite:
             shutil.rmtree(out)
+        elif (out / "manifest.json").is_file():
+            raise ConfigError(
+                f"--out: {out} holds a finished run (its manifest.json); pass --overwrite to "
+                "train it again, or choose a new --out"
+            )
         else:
             try:
                 before = RunSpec.read(old)

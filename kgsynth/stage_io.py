@@ -1,0 +1,438 @@
+"""Where a stage's outputs go, and how they get there without destroying anything.
+
+Every stage writes one *output*: a file (``walks.parquet``, ``questions.parquet``, …) with its
+sidecars named after it (``questions.manifest.json``, ``questions.rejected.parquet``,
+``walks_stats.png``), or a folder (``filter``, ``eval``, ``eval --compare``)::
+
+    with StagedOutput(out, inputs={"--walks": walks}, overwrite=overwrite) as staged:
+        pq.write_table(table, staged.path())                 # questions.parquet
+        write_manifest(staged.sidecar("manifest.json"), …)   # questions.manifest.json
+        staged.commit()
+
+What it guarantees:
+
+- **No silent replacement.** An existing output is refused unless ``overwrite``; a folder is
+  only replaced when it holds a kgsynth output (its ``manifest.json``) or nothing.
+- **Inputs are safe.** An output (or a sidecar) that is one of the stage's inputs, lies inside an
+  input folder (a KG store, a checkpoint), or would contain an input, is refused.
+- **One writer.** A lock file beside the output (``.NAME.lock``, ``flock``) makes a second run
+  on the same output fail at once with a message naming the holder's pid.
+- **All or nothing.** Everything is written into ``.NAME.staging`` beside the output; a marker
+  (``.NAME.commit``) written atomically is the commit point, after which the files are renamed
+  into place. A crash before the marker leaves the old state (the staging folder is removed by
+  the next run); a crash after it is rolled forward by the next run or reader (:func:`recover`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from types import TracebackType
+
+from kgsynth.errors import ConfigError, OutputBusyError
+
+SIDECARS = ("manifest.json", "rejected.parquet")
+"""Written beside a file output, named after it: ``questions.parquet`` → ``questions.manifest.json``."""
+
+
+def sidecar(out: str | Path, name: str) -> Path:
+    """``name`` beside the output ``out``, prefixed by its stem: ``questions.parquet`` and
+    ``manifest.json`` give ``questions.manifest.json``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.{name}")
+
+
+def stats_png(out: str | Path) -> Path:
+    """The plot beside a file output: ``walks.parquet`` → ``walks_stats.png``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}_stats.png")
+
+
+def owned_files(out: str | Path) -> list[Path]:
+    """The files a file output consists of: itself, its sidecars and its plot."""
+    out = Path(out)
+    return [out, *(sidecar(out, n) for n in SIDECARS), stats_png(out)]
+
+
+def _hidden(out: Path, suffix: str) -> Path:
+    return out.with_name(f".{out.name}.{suffix}")
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush every file under ``path`` (so the commit marker never precedes the data)."""
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(path if path.is_dir() else path.parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# the lock
+
+
+class OutputLock:
+    """An exclusive, non-blocking ``flock`` on ``.NAME.lock`` beside ``out``.
+
+    The lock file is removed on release. After a ``kill -9`` it stays behind, unlocked (the
+    kernel drops the lock with the process); the next run takes it and removes it."""
+
+    def __init__(self, out: str | Path, flag: str = "--out") -> None:
+        self.out = Path(out)
+        self.flag = flag
+        self.path = _hidden(self.out, "lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> OutputLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise OutputBusyError(
+                    f"{self.flag}: {self.out} is being written by another kgsynth run (pid "
+                    f"{holder}); wait for it to finish, or choose another {self.flag}"
+                ) from None
+            # the holder may have removed the file between our open and our lock: then we hold
+            # a lock on a file nobody else can see, so try again with the current one
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# ---------------------------------------------------------------------------------------------
+# checks
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+Inputs = dict[str, "str | Path | None"] | list[tuple[str, "str | Path | None"]]
+
+
+def check_overlap(writes: list[Path], inputs: Inputs, flag: str = "--out") -> None:
+    """Refuse when a path the stage writes (or replaces: a folder output) is one of its
+    ``inputs`` (flag -> path, or (flag, path) pairs for a repeated flag), lies inside an input
+    folder, or contains an input."""
+    pairs = list(inputs.items()) if isinstance(inputs, dict) else list(inputs)
+    for write in writes:
+        w = Path(write).resolve()
+        for name, given in pairs:
+            if given is None or not str(given) or "://" in str(given):
+                continue  # not given, or a server (an endpoint URL)
+            p = Path(given).resolve()
+            if w == p:
+                what = "" if Path(write).name == Path(writes[0]).name else f" (as {w.name})"
+                raise ConfigError(
+                    f"{flag}: {writes[0]} would overwrite the input {name} {given}{what}; "
+                    f"choose another {flag}"
+                )
+            if p.is_dir() and _inside(w, p):
+                raise ConfigError(
+                    f"{flag}: {writes[0]} lies inside the input {name} {given}; "
+                    f"choose a {flag} outside it"
+                )
+            if _inside(p, w):
+                raise ConfigError(
+                    f"{flag}: {writes[0]} contains the input {name} {given}, which replacing "
+                    f"it would delete; choose another {flag}"
+                )
+
+
+def check_file_target(out: Path, flag: str = "--out") -> None:
+    """``out`` names a file: not a directory, not below a file."""
+    if out.is_dir():
+        raise ConfigError(
+            f"{flag}: {out} is a directory; give a file path such as {out}/out.parquet"
+        )
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{flag}: {parent} is a file, so {out} cannot be created")
+            break
+
+
+def check_folder_target(out: Path, flag: str = "--out") -> None:
+    """``out`` names a folder: not an existing file, not below a file."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{flag}: {out} is a file; this command writes a folder of outputs")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{flag}: {parent} is a file, so {out} cannot be created")
+            break
+
+
+# ---------------------------------------------------------------------------------------------
+# commit and recovery
+
+
+def _marker(out: Path) -> Path:
+    return _hidden(out, "commit")
+
+
+def _staging(out: Path) -> Path:
+    return _hidden(out, "staging")
+
+
+def _old(out: Path) -> Path:
+    return _hidden(out, "old")
+
+
+def _finish(out: Path) -> None:
+    """Roll a committed output forward: every step is idempotent, so a crash anywhere in
+    here is finished by the next call."""
+    marker = _marker(out)
+    data = json.loads(marker.read_text())
+    staging, old = _staging(out), _old(out)
+    if data["folder"]:
+        if staging.exists():
+            if out.exists():
+                if old.exists():
+                    shutil.rmtree(old)
+                os.replace(out, old)
+            os.replace(staging, out)
+            _fsync_dir(out.parent)
+        if old.exists():
+            shutil.rmtree(old)
+    else:
+        names = set(data["names"])
+        for name in sorted(names):
+            src = staging / name
+            if src.exists():
+                os.replace(src, out.with_name(name))
+        for path in owned_files(out):
+            if path.name not in names and path.exists():
+                path.unlink()
+        _fsync_dir(out.parent)
+        shutil.rmtree(staging, ignore_errors=True)
+    for extra in data.get("cleanup", []):
+        shutil.rmtree(extra, ignore_errors=True)
+    marker.unlink()
+    _fsync_dir(out.parent)
+
+
+def _recover_locked(out: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        _hidden(out, "commit.tmp").unlink()
+    if _marker(out).exists():
+        _finish(out)
+        return
+    shutil.rmtree(_staging(out), ignore_errors=True)
+    old = _old(out)
+    if old.exists():  # only made after a marker; put it back rather than lose anything
+        if out.exists():
+            shutil.rmtree(old)
+        else:
+            os.replace(old, out)
+
+
+def recover(out: str | Path) -> None:
+    """Finish or undo an interrupted commit of ``out`` (a no-op when there is none). Readers
+    call it on their inputs; a run writing ``out`` right now is left alone."""
+    out = Path(out)
+    pending = [p for p in (_marker(out), _staging(out), _old(out)) if p.exists()]
+    if not pending:
+        return
+    lock = OutputLock(out)
+    try:
+        lock.acquire()
+    except OutputBusyError:
+        return
+    try:
+        _recover_locked(out)
+    finally:
+        lock.release()
+
+
+def recover_input(path: str | Path | None) -> None:
+    """Recover ``path`` and the folder output it may lie in (``corpus/accepted.parquet``)."""
+    if path is None:
+        return
+    path = Path(path)
+    recover(path)
+    recover(path.parent)
+
+
+class StagedOutput:
+    """One stage run's output, written into a staging area and committed all at once.
+
+    ``folder``: the output is a folder (every file the run writes goes inside it); otherwise
+    a file with its sidecars beside it. ``inputs`` maps flags to the paths the stage reads.
+    ``cleanup``: paths removed as part of the commit (a walk's resume chunks)."""
+
+    def __init__(
+        self,
+        out: str | Path,
+        *,
+        folder: bool = False,
+        overwrite: bool = False,
+        inputs: Inputs | None = None,
+        flag: str = "--out",
+        cleanup: list[Path] | None = None,
+    ) -> None:
+        self.out = Path(out)
+        self.folder = folder
+        self.overwrite = overwrite
+        self.inputs = inputs or {}
+        self.flag = flag
+        self.cleanup = cleanup or []
+        self.staging = _staging(self.out)
+        self.lock = OutputLock(self.out, flag)
+        self.committed = False
+        self.replaced = False
+
+    # -- opening
+
+    def __enter__(self) -> StagedOutput:
+        if self.folder:
+            check_folder_target(self.out, self.flag)
+        else:
+            check_file_target(self.out, self.flag)
+        writes = [self.out] if self.folder else owned_files(self.out)
+        check_overlap(writes, self.inputs, self.flag)
+        self.lock.acquire()
+        try:
+            _recover_locked(self.out)
+            self._check_existing()
+            self.staging.mkdir(parents=True)
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def _check_existing(self) -> None:
+        out = self.out
+        if self.folder:
+            held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+            if not held:
+                return
+            if not self.overwrite:
+                raise ConfigError(
+                    f"{self.flag}: {out} already holds an output ({', '.join(held[:4])}"
+                    f"{', …' if len(held) > 4 else ''}); pass --overwrite to replace it, or "
+                    f"choose another {self.flag}"
+                )
+            if "manifest.json" not in held:
+                raise ConfigError(
+                    f"{self.flag}: {out} holds files kgsynth did not write (no manifest.json); "
+                    "--overwrite only replaces a kgsynth output: choose another folder"
+                )
+            self.replaced = True
+            return
+        present = [p.name for p in owned_files(out) if p.exists()]
+        if present:
+            if not self.overwrite:
+                raise ConfigError(
+                    f"{self.flag}: {out} already exists ({', '.join(present)}); pass "
+                    f"--overwrite to replace it, or choose another {self.flag}"
+                )
+            self.replaced = True
+
+    # -- writing
+
+    def path(self, name: str | None = None) -> Path:
+        """Where to write the output (a file output) or ``name`` inside it (a folder)."""
+        if self.folder:
+            if name is None:
+                raise ValueError("a folder output needs a file name")
+            return self.staging / name
+        return self.staging / (name or self.out.name)
+
+    def sidecar(self, name: str) -> Path:
+        """Where to write a sidecar of a file output (``manifest.json``, ``rejected.parquet``)."""
+        return self.staging / sidecar(self.out, name).name
+
+    def stats_png(self) -> Path:
+        return self.staging / stats_png(self.out).name
+
+    def final(self, name: str | None = None) -> Path:
+        """The path a staged file will have once committed (for manifests and messages)."""
+        if self.folder:
+            return self.out / name if name else self.out
+        return self.out.with_name(name) if name else self.out
+
+    def commit(self) -> None:
+        """Make the staged files the output, all at once."""
+        names = sorted(p.name for p in self.staging.iterdir())
+        _fsync_tree(self.staging)
+        marker = _marker(self.out)
+        tmp = _hidden(self.out, "commit.tmp")
+        data = {"folder": self.folder, "names": names, "cleanup": [str(p) for p in self.cleanup]}
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(data) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, marker)
+        _fsync_dir(marker.parent)
+        _finish(self.out)
+        self.committed = True
+
+    # -- closing
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if not self.committed and not _marker(self.out).exists():
+                shutil.rmtree(self.staging, ignore_errors=True)
+        finally:
+            self.lock.release()
+
+
+__all__ = [
+    "SIDECARS",
+    "OutputLock",
+    "StagedOutput",
+    "check_file_target",
+    "check_folder_target",
+    "check_overlap",
+    "owned_files",
+    "recover",
+    "recover_input",
+    "sidecar",
+    "stats_png",
+]
