@@ -384,28 +384,3 @@ def test_per_turn_metadata_is_stored(kg):
         "entities": [],
     }
     assert turns[1]["format_error"] == "missing <think> block" and turns[1]["tool"] is None
-
-
-def test_template_thoughts_state_the_plan_and_follow_it():
-    from kgsynth.synthesize.trajectories import template_thought
-
-    plan = ["written_by", "starred_actors"]
-    hop1 = {"relation": "written_by", "inverse": True}
-    hop2 = {"relation": "starred_actors", "inverse": False}
-    assert template_thought("relations", "Nick G", None, [], plan, 0) == (
-        "I list the relations of Nick G."
-    )
-    assert template_thought("triples", "Nick G", hop1, [], plan, 0) == (
-        "Plan: written_by, then starred_actors. I follow written_by from Nick G."
-    )
-    assert template_thought("relations", "The Wog Boy", None, [], plan, 1) == (
-        "Next: starred_actors. I list the relations of The Wog Boy."
-    )
-    assert template_thought("triples", "The Wog Boy", hop2, [], plan, 1) == (
-        "I follow starred_actors from The Wog Boy."
-    )
-    assert template_thought("answer", "", None, ["x"], plan, 2).startswith("The plan is done")
-    # without a plan (older callers): the question-words form
-    assert template_thought("triples", "A", hop2, []) == (
-        "The question asks for starred actors: I follow starred_actors from A."
-    )

@@ -540,15 +540,7 @@ class TemplateLLM(LLM):
         if request.task == "thought":
             from kgsynth.synthesize.trajectories import template_thought
 
-            thought = template_thought(
-                ctx["kind"],
-                ctx["entity"],
-                ctx.get("hop"),
-                ctx.get("answers", []),
-                ctx.get("plan"),
-                ctx.get("done", 0),
-            )
-            return f"<think>{thought}</think>"
+            return f"<think>{template_thought(ctx['kind'], ctx['entity'], ctx.get('hop'), ctx.get('answers', []))}</think>"
         raise ValueError(f"the template backend has no rule for task {request.task!r}")
 
     def generate_batch(

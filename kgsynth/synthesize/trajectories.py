@@ -172,35 +172,15 @@ def replay(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, 
 
 
 def template_thought(
-    kind: str,
-    entity: str,
-    hop: dict[str, Any] | None,
-    answers: Sequence[str],
-    plan: Sequence[str] | None = None,
-    done: int = 0,
+    kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
 ) -> str:
-    """The template backend's thought before an action.
-
-    ``plan`` lists the relations the whole replay follows, in order, and ``done`` how many of
-    them were followed before this action. The first relation's thought states the plan
-    (``Plan: written_by, then starred_actors.``) and later thoughts name the next step of
-    it, so whether to go on or to answer can be read back from the agent's own context rather
-    than re-derived from the question at every turn."""
     # Short on purpose: every token of a thought is trained on, and a thought names only what
     # the next action uses (the entity it starts from, the relation it follows).
     if kind == "relations":
-        if plan and 0 < done < len(plan):
-            return f"Next: {plan[done]}. I list the relations of {entity}."
         return f"I list the relations of {entity}."
     if kind == "triples" and hop is not None:
-        if plan and done == 0:
-            return f"Plan: {', then '.join(plan)}. I follow {hop['relation']} from {entity}."
-        if plan:
-            return f"I follow {hop['relation']} from {entity}."
         words = relation_words(hop["relation"])
         return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
-    if plan:
-        return "The plan is done: the facts answer the question."
     return "The facts I found answer the question."
 
 
@@ -241,8 +221,6 @@ def synthesize_oracle(
     for p, (row, steps) in enumerate(plans):
         history: list[dict[str, str]] = [{}, {}]
         actions = [c.call for c, _ in steps] + [f"<answer>{_q_list(row['answer_names'])}</answer>"]
-        plan = [c.hop["relation"] for c, _ in steps if c.kind == "triples"]
-        done = 0
         for s, action in enumerate(actions):
             kind = steps[s][0].kind if s < len(steps) else "answer"
             hop = steps[s][0].hop if s < len(steps) else None
@@ -267,13 +245,10 @@ def synthesize_oracle(
                         "entity": entity,
                         "hop": hop,
                         "answers": row["answer_names"],
-                        "plan": plan,
-                        "done": done,
                     },
                 )
             )
             index.append((p, s))
-            done += kind == "triples"
             if s < len(steps):
                 history.append({"role": "assistant", "content": action})
                 history.append({"role": "tool", "content": render_observation(steps[s][1].text)})
