@@ -570,3 +570,18 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_resume_passes_over_a_checkpoint_a_kill_cut_short(tmp_path: Path) -> None:
+    from kgsynth.train.sft import last_complete_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    assert last_complete_checkpoint(ckpts) is None
+    for step, whole in ((6, True), (12, True), (18, False)):
+        folder = ckpts / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"w")
+        if whole:  # the Trainer writes trainer_state.json last
+            (folder / "trainer_state.json").write_text("{}")
+    (ckpts / "checkpoint-99.tmp").mkdir()
+    assert last_complete_checkpoint(ckpts) == str(ckpts / "checkpoint-12")

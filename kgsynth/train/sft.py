@@ -48,6 +48,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import socket
 import time
@@ -551,6 +552,23 @@ def _prompt_callback(system_text: str | None) -> Any:
     return PromptCallback()
 
 
+def last_complete_checkpoint(ckpt_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` that was saved whole, or None.
+
+    The Trainer writes a checkpoint in place: weights, then optimizer, scheduler and RNG
+    states, then ``trainer_state.json``. A run killed while saving leaves a folder without the
+    last of these, and resuming from it would silently start with a fresh optimizer, so such
+    folders are passed over (the resumed run saves them again when it gets there)."""
+    if not ckpt_dir.is_dir():
+        return None
+    steps = []
+    for folder in ckpt_dir.iterdir():
+        m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
+        if m and folder.is_dir() and (folder / "trainer_state.json").is_file():
+            steps.append((int(m.group(1)), folder))
+    return str(max(steps)[1]) if steps else None
+
+
 def _keep_metrics_upto(path: Path, step: int) -> None:
     """Drop metric lines a killed run logged after the checkpoint it resumes from."""
     if not path.is_file():
@@ -667,7 +685,6 @@ def _train(
 ) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
 
     from kgsynth.agent.render import CHATML_TEMPLATE
     from kgsynth.train.data import Collator, RowDataset, build_samples, make_rows, read_corpus
@@ -795,7 +812,7 @@ def _train(
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # the caller shows progress; metrics.jsonl logs
-    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    last = last_complete_checkpoint(ckpt_dir)
     warmup_stats = None
     if cfg.copy_warmup_steps and last is None:
         # a resumed run's weights already hold the warm-up; a fresh one does it first
