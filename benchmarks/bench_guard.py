@@ -6,7 +6,7 @@ MetaQA KB (or ``--store DIR``) -> a printed table and ``benchmarks/results/guard
 
 ``sample_walks(WalkConfig(n, seed))`` runs on the embedded store, alternately with the guard
 as shipped (its caches cleared before each run, so every run pays the parser for each shape
-it meets) and with ``sparql.ensure_read_only`` replaced by the identity, ``--rounds`` times
+it meets) and with ``guard.ensure_read_only`` replaced by the identity, ``--rounds`` times
 each; the walks must come out identical. The ratio is guarded time / unguarded time of the
 medians. The guard's own time per query is also measured on the recorded query texts: cold
 (no cache), warm shapes (text cache cleared, shape cache kept: a long run's steady state) and
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kgsynth.kg import guard, sparql  # noqa: E402
+from kgsynth.kg import guard  # noqa: E402
 from kgsynth.kg.embedded import EmbeddedKG  # noqa: E402
 from kgsynth.kg.importer import import_kg  # noqa: E402
 from kgsynth.kg.open import DEFAULT_KG  # noqa: E402
@@ -35,7 +35,7 @@ from kgsynth.walk import WalkConfig, sample_walks  # noqa: E402
 
 
 def run_walks(store: Path, cfg: WalkConfig, guarded: bool) -> tuple[float, list, list[str]]:
-    real = sparql.ensure_read_only
+    real = guard.ensure_read_only
     sent: list[str] = []
 
     def identity(query: str) -> str:
@@ -45,14 +45,14 @@ def run_walks(store: Path, cfg: WalkConfig, guarded: bool) -> tuple[float, list,
     if guarded:
         guard.clear_caches()
     else:
-        sparql.ensure_read_only = identity  # type: ignore[assignment]
+        guard.ensure_read_only = identity  # type: ignore[assignment]
     kg = EmbeddedKG.open(store)
     try:
         started = time.perf_counter()
         walks = list(sample_walks(kg, cfg))
         return time.perf_counter() - started, walks, sent
     finally:
-        sparql.ensure_read_only = real  # type: ignore[assignment]
+        guard.ensure_read_only = real  # type: ignore[assignment]
         kg.close()
 
 
@@ -63,7 +63,7 @@ def per_query_us(queries: list[str], clear_texts: bool, clear_shapes: bool) -> f
     for query in queries:
         if clear_texts:
             guard._texts.clear()
-        sparql.ensure_read_only(query)
+        guard.ensure_read_only(query)
     return (time.perf_counter() - started) / len(queries) * 1e6
 
 

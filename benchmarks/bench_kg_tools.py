@@ -197,7 +197,7 @@ def sample_probes(kg: EmbeddedKG, n: int, seed: int) -> list[Probe]:
         sys.exit(f"{kg.location}: the store has no names.sqlite; re-import it")
     iris = kg.name_index.all_iris()
     picked = rng.sample(iris, min(n, len(iris)))
-    graph = kg.graph()  # a throwaway graph: the timed passes start from fresh ones
+    graph = KGGraph(kg)  # a throwaway graph: the timed passes start from fresh ones
     probes = []
     for iri in picked:
         name = graph.label(iri)
@@ -371,7 +371,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "get_triples": Probe.get_triples,
         }
         for tool, call in calls.items():
-            graphs = {name: kg.graph() for name, kg in backends.items()}
+            graphs = {name: KGGraph(kg) for name, kg in backends.items()}
             prefix = probes
             for phase in ("cold", "warm"):
                 for name, graph in graphs.items():

@@ -58,10 +58,11 @@ from bench_kg_tools import (  # noqa: E402
 )
 
 from kgsynth.kg import sparql  # noqa: E402
-from kgsynth.kg.base import KG, Row, Term  # noqa: E402
+from kgsynth.kg.base import KG  # noqa: E402
 from kgsynth.kg.embedded import EmbeddedKG  # noqa: E402
 from kgsynth.kg.endpoint import SparqlEndpointKG  # noqa: E402
 from kgsynth.kg.graph import KGGraph, Relation  # noqa: E402
+from kgsynth.kg.terms import Row, Term  # noqa: E402
 from kgsynth.walk import WalkConfig, WalkState, sample_walks  # noqa: E402
 
 SPEEDUP_TARGET = 10.0
@@ -150,8 +151,8 @@ def query_kind(query: str) -> str:
 
 
 class CountingKG(KG):
-    """Forwards to ``inner``, counts the queries, and hands out ``graph_cls`` graphs, so that
-    :func:`sample_walks` (which calls ``kg.graph()``) runs on the graph under test."""
+    """Forwards to ``inner``, counts the queries, and hands out ``graph_cls`` graphs (passed
+    to :func:`sample_walks`), so that the walker runs on the graph under test."""
 
     def __init__(self, inner: KG, graph_cls: type[KGGraph]) -> None:
         self.inner = inner
@@ -218,7 +219,7 @@ def timed_walks(
     state = WalkState()
     rows: list[dict[str, Any]] = []
     started, cpu_started = time.perf_counter(), time.process_time()
-    walks: Iterator[dict[str, Any]] = sample_walks(kg, cfg, state=state)
+    walks: Iterator[dict[str, Any]] = sample_walks(kg, cfg, state=state, graph=kg.graph())
     stopped_by_budget = False
     # (seconds, attempts, rejects) when each walk was accepted
     clock: list[tuple[float, int, dict[str, int]]] = []

@@ -37,6 +37,7 @@ from kgsynth.cli_options import (
 )
 from kgsynth.cli_train import train_app
 from kgsynth.errors import InputFileError, KGSynthError
+from kgsynth.kg.graph import KGGraph
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -263,7 +264,7 @@ def kg_tool(
     try:
         check_count("--top-k", top_k)
         check_count("--max-triples", max_triples)
-        graph = _open(kg, profile).graph()
+        graph = KGGraph(_open(kg, profile))
         env = ToolEnvironment(
             graph,
             question,
@@ -875,7 +876,7 @@ def synthesize_trajectories_cmd(
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
                 device=device,
             )  # fmt: skip
-            graph = _open(kg, profile).graph()
+            graph = KGGraph(_open(kg, profile))
             with progress_bar(count=False) as bar:
                 task = bar.add_task(cfg.mode, total=None, info="")
 

@@ -36,6 +36,7 @@ from kgsynth.cli_options import (
     TurnTokensOption,
 )
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.kg.graph import KGGraph
 
 
 def eval_cmd(
@@ -310,7 +311,7 @@ def _evaluate(
         ],
     )
     with staged:
-        graph = _open(kg, profile).graph()
+        graph = KGGraph(_open(kg, profile))
         label = label or checkpoint_label(model)
 
         # what to run: (system name, model, tools?)

@@ -34,7 +34,7 @@ manifests), or the evaluated model answering from its own knowledge with no tool
 Usage::
 
     records = read_questions("data/metaqa/dev_sample/metaqa_dev_sample.jsonl")
-    rows, metrics = evaluate(records, make_llm("hf", model="runs/x/stage1"), kg.graph(), EvalConfig(runs=3, temperature=1.0))
+    rows, metrics = evaluate(records, make_llm("hf", model="runs/x/stage1"), KGGraph(kg), EvalConfig(runs=3, temperature=1.0))
 """
 
 from __future__ import annotations

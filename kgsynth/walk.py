@@ -53,8 +53,9 @@ import pyarrow.parquet as pq
 
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
 from kgsynth.kg import sparql
-from kgsynth.kg.base import KG, Term
+from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph, Relation
+from kgsynth.kg.terms import Term
 from kgsynth.schema import WALK_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -591,9 +592,11 @@ def sample_walks(
     *,
     state: WalkState | None = None,
     on_attempt: Callable[[WalkState], None] | None = None,
+    graph: KGGraph | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield accepted walk rows in attempt order until the quotas are met (or exhausted)."""
-    graph = kg.graph()
+    """Yield accepted walk rows in attempt order until the quotas are met (or exhausted).
+    ``graph``: the cached access to ``kg`` to walk on (default: a fresh :class:`KGGraph`)."""
+    graph = graph if graph is not None else KGGraph(kg)
     state = state or WalkState()
     shard, num_shards = cfg.shard_index()
     seeds = seed_entities(graph, cfg)

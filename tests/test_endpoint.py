@@ -23,12 +23,13 @@ import pyoxigraph as ox
 import pytest
 
 from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
-from kgsynth.kg import sparql
-from kgsynth.kg.base import KG, Term
+from kgsynth.kg import guard
+from kgsynth.kg.base import KG
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.endpoint import SparqlEndpointKG, binding_to_term
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation, Resolution
 from kgsynth.kg.profiles import get_profile
+from kgsynth.kg.terms import Term
 from tests.servers import (
     ENTITY,
     FIXTURE_NT,
@@ -87,7 +88,7 @@ def kg(request: pytest.FixtureRequest, embedded_kg: EmbeddedKG) -> KG:
 
 @pytest.fixture(scope="module")
 def graph(kg: KG) -> KGGraph:
-    return kg.graph()
+    return KGGraph(kg)
 
 
 def _term_from_oxigraph(node: Any) -> Term:
@@ -329,7 +330,7 @@ def test_hidden_relation_is_not_listed(graph: KGGraph) -> None:
 
 def test_graph_matches_embedded_on_every_entity(graph: KGGraph, embedded_kg: EmbeddedKG) -> None:
     """Every entity's relations and every relation's neighbours equal the embedded store's."""
-    reference = embedded_kg.graph()
+    reference = KGGraph(embedded_kg)
     entities = sorted(
         {
             t.value
@@ -366,7 +367,7 @@ def test_batched_lookups_match_one_by_one(
     fanouts = {e: list(reference.fanouts(e).items()) for e in entities}
     targets = {(e, rel): reference.targets(e, rel) for e in entities for rel, _ in fanouts[e]}
     labels = {e: reference.label(e) for e in entities}
-    graph = kg.graph()
+    graph = KGGraph(kg)
     graph.prefetch_lookups(entities, list(targets), entities)
     sent: list[str] = []
     monkeypatch.setattr(kg, "_select", lambda query, timeout: sent.append(query) or [])
@@ -691,7 +692,7 @@ def test_update_words_inside_literals_are_allowed(
     assert endpoint(fake.url).select(query) == SELECT_ROWS
     # what is sent is the text the guard parsed: comments dropped, strings re-escaped
     sent = fake.requests[0]["query"][0]
-    assert sent == sparql.ensure_read_only(query)
+    assert sent == guard.ensure_read_only(query)
     assert "#" not in sent and "'" not in sent.replace("\\'", "")
     assert embedded_kg.select(query) == []
 

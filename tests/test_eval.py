@@ -31,6 +31,7 @@ from kgsynth.eval import (
     union_answers,
     untrained_model,
 )
+from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.metrics import score
 from kgsynth.qafiles import QARecord, hops_of_qtype, read_questions
@@ -253,7 +254,7 @@ def test_agent_runs_scored_with_tools_errors_and_tokens():
         ("what genre is Juarez", 8): ['<think>g</think><answer>["drama"]</answer>'],
     }
     cfg = EvalConfig(runs=2, temperature=1.0, max_turns=3, seed=7)
-    rows, m = evaluate([KISMET, JUAREZ], ScriptedPolicy(scripts), movie_kg().graph(), cfg)
+    rows, m = evaluate([KISMET, JUAREZ], ScriptedPolicy(scripts), KGGraph(movie_kg()), cfg)
     by = {(r["question_id"], r["run"]): r for r in rows}
     assert len(rows) == 4
     k0, k1 = by[("line-1", 0)], by[("line-1", 1)]

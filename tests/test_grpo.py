@@ -16,6 +16,7 @@ from kgsynth.agent.rollout import (  # noqa: E402
     run_rollouts,
 )
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment  # noqa: E402
+from kgsynth.kg.graph import KGGraph  # noqa: E402
 from kgsynth.train.grpo import (  # noqa: E402
     degenerate,
     group_advantages,
@@ -155,7 +156,7 @@ def _script_sampler(policy: TokenPolicy, turns: list[str]):
 def _scripted_rollout(tiny_policy, turns: list[str], cfg: RolloutConfig, question="q?"):
     """One rollout of a policy whose turns are ``turns``, on the fixture KG."""
     model, tok = tiny_policy
-    graph = movie_kg().graph()
+    graph = KGGraph(movie_kg())
     policy = TokenPolicy(model, tok)
     _script_sampler(policy, turns)
     (r,) = run_rollouts(
@@ -171,7 +172,7 @@ def _scripted_rollout(tiny_policy, turns: list[str], cfg: RolloutConfig, questio
 def test_rollout_ids_masks_logprobs_agree_with_a_forward_pass(tiny_policy):
     model, tok = tiny_policy
     kg = movie_kg()
-    graph = kg.graph()
+    graph = KGGraph(kg)
     policy = TokenPolicy(model, tok)
     tasks = [EpisodeTask("who directed Kismet?", ["Kismet"])] * 3
     cfg = RolloutConfig(max_turns=2, max_turn_tokens=24, max_obs_tokens=64, temperature=1.0)

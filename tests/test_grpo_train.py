@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.cli import app
+from kgsynth.kg.graph import KGGraph
 from tests.kgfixtures import movie_ntriples
 
 pytest.importorskip("torch")
@@ -47,7 +48,7 @@ def task(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("rl")
     (root / "kg.nt").write_text(movie_ntriples())
     import_kg(root / "kg.nt", root / "kg", force=True)
-    graph = EmbeddedKG.open(root / "kg").graph()
+    graph = KGGraph(EmbeddedKG.open(root / "kg"))
     rows, questions = [], []
     for text, rel, movie in QUESTIONS:
         q = text.format(m=movie)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgsynth.errors import KGError, QueryRefusedError, QueryRejectedError
-from kgsynth.kg import guard, sparql
+from kgsynth.kg import guard
 from kgsynth.kg.base import KG
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.endpoint import SparqlEndpointKG
@@ -248,7 +248,7 @@ def test_smuggled_updates_are_refused_and_change_nothing(backend: KG, recorder: 
         outcome = send(backend, query)
         assert outcome in ("refused", "answered"), (outcome, query)
         if outcome == "answered":  # the update was in a comment: the text sent has none
-            sent = sparql.ensure_read_only(query).upper()
+            sent = guard.ensure_read_only(query).upper()
             assert not any(w in sent for w in ("DROP", "INSERT", "DELETE", "LOAD", "CLEAR"))
         assert count(backend) == before
         assert recorder.hits == []
@@ -333,7 +333,7 @@ def test_whatever_is_admitted_is_one_query_to_oxigraph(query: str) -> None:
 )
 def test_refused(query: str) -> None:
     with pytest.raises(QueryRefusedError, match=r"^refused: "):
-        sparql.ensure_read_only(query)
+        guard.ensure_read_only(query)
 
 
 @pytest.mark.parametrize(
@@ -350,14 +350,14 @@ def test_refused(query: str) -> None:
     ],
 )
 def test_canonical_text(query: str, canonical: str) -> None:
-    assert sparql.ensure_read_only(query) == canonical
+    assert guard.ensure_read_only(query) == canonical
 
 
 def test_refusals_are_cached_and_still_raised() -> None:
     query = "SELECT * WHERE { ?s ?p ?o } ; DROP ALL"
     for _ in range(2):
         with pytest.raises(QueryRefusedError):
-            sparql.ensure_read_only(query)
+            guard.ensure_read_only(query)
 
 
 class RecordingKG(EmbeddedKG):
@@ -384,6 +384,6 @@ def test_kgsynths_own_queries_pass_unchanged_and_share_few_shapes() -> None:
     assert kg.sent
     guard.clear_caches()
     for query in kg.sent:
-        assert sparql.ensure_read_only(query) == query
+        assert guard.ensure_read_only(query) == query
     shapes = {guard._shape_text(*guard._lex(q)[1:]) for q in kg.sent}
     assert len(shapes) < len(set(kg.sent))

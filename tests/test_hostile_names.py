@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
 from kgsynth.kg import sparql
 from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
 
 HOSTILE = [
@@ -64,10 +65,10 @@ def test_hostile_names_on_embedded(name):
     assume(sparql.normalize_name(name) != sparql.normalize_name(DECOY))
     kg = kg_with(name)
     before = len(kg.store)
-    env = ToolEnvironment(kg.graph(), "question?")
+    env = ToolEnvironment(KGGraph(kg), "question?")
     result = env.execute(f"get_relations({name!r})")
     if result.error is None:
-        assert kg.graph().resolve(name).entity.iri == "http://x/target"
+        assert KGGraph(kg).resolve(name).entity.iri == "http://x/target"
         assert result.text.endswith(", rel, ?)")
     else:
         assert result.error == ErrorType.ENTITY_NOT_FOUND, result.text
@@ -123,7 +124,7 @@ def test_hostile_names_on_servers(hostile_endpoint, name):
     from kgsynth.kg.open import open_kg
 
     kg = open_kg(hostile_endpoint, profile="generic", retries=0)
-    graph = kg.graph()
+    graph = KGGraph(kg)
     result = ToolEnvironment(graph, "question?").execute(f"get_relations({name!r})")
     if result.error is None:
         resolved = graph.resolve(name).entity

@@ -7,6 +7,7 @@ import pytest
 
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.open import open_kg
 
@@ -36,7 +37,7 @@ def test_delimited_import_counts_and_names(tmp_path):
     assert report.triples == 5 + 6  # facts + one name per entity
     assert report.profile == "generic"
     kg = EmbeddedKG.open(tmp_path / "store")
-    graph = kg.graph()
+    graph = KGGraph(kg)
     dieterle = graph.resolve("william dieterle")
     assert dieterle is not None and dieterle.match == "case-insensitive"
     rels = graph.relations(dieterle.entity.iri)
@@ -61,7 +62,7 @@ def test_tsv_gz_with_names_file(tmp_path):
     names = write(tmp_path / "names.txt", ["/m/01\tSome Film", "/m/02\tSome Director"])
     report = import_kg(src, tmp_path / "store", names_file=names)
     assert report.profile == "freebase"  # guessed from the /a/b/c relation paths
-    graph = open_kg(tmp_path / "store").graph()
+    graph = KGGraph(open_kg(tmp_path / "store"))
     film = graph.resolve("Some Film")
     assert film.entity.iri == "http://rdf.freebase.com/ns/m.01"
     (rel,) = graph.relations(film.entity.iri)
@@ -106,7 +107,7 @@ def test_turtle_import(tmp_path):
     )
     report = import_kg(src, tmp_path / "store")
     assert (report.facts, report.relations) == (1, 1)
-    graph = open_kg(tmp_path / "store").graph()
+    graph = KGGraph(open_kg(tmp_path / "store"))
     (rel,) = graph.relations(graph.resolve("Alpha").entity.iri)
     assert rel.name == "knows"
 
@@ -146,13 +147,13 @@ def test_failed_forced_import_keeps_the_old_store(tmp_path):
     bad = write(tmp_path / "bad.txt", ["a|b"])
     with pytest.raises(InputFileError):
         import_kg(bad, tmp_path / "store", force=True)
-    assert open_kg(tmp_path / "store").graph().resolve("Kismet") is not None
+    assert KGGraph(open_kg(tmp_path / "store")).resolve("Kismet") is not None
 
 
 def test_kg_option_accepts_a_triple_file_and_caches_the_import(tmp_path):
     src = write(tmp_path / "kb.txt", METAQA_LINES)
     kg = open_kg(src)
-    assert kg.graph().resolve("Juarez") is not None
+    assert KGGraph(kg).resolve("Juarez") is not None
     again = open_kg(src)
     assert again.location == kg.location  # the cached store is reused
 

@@ -18,6 +18,7 @@ from kgsynth.agent.rewards import (
 )
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
 from kgsynth.errors import ConfigError
+from kgsynth.kg.graph import KGGraph
 from tests.kgfixtures import movie_kg
 
 # "Who directed the movies Bette Davis starred in?" on the movie fixture KG
@@ -30,7 +31,7 @@ GOLD = Gold(
 
 @pytest.fixture(scope="module")
 def graph():
-    return movie_kg().graph()
+    return KGGraph(movie_kg())
 
 
 def query(q, *, tool="get_relations", args=("X",), entities=("X",), error=None, fmt=None):

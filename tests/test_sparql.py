@@ -4,7 +4,7 @@ import pyoxigraph as ox
 import pytest
 
 from kgsynth.errors import QueryRejectedError
-from kgsynth.kg import sparql
+from kgsynth.kg import guard, sparql
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_normalize_name():
     ],
 )
 def test_read_only_queries_pass(query):
-    sparql.ensure_read_only(query)
+    guard.ensure_read_only(query)
 
 
 @pytest.mark.parametrize(
@@ -86,4 +86,4 @@ def test_read_only_queries_pass(query):
 )
 def test_updates_are_refused(query):
     with pytest.raises(QueryRejectedError):
-        sparql.ensure_read_only(query)
+        guard.ensure_read_only(query)

@@ -5,13 +5,13 @@ import pytest
 from kgsynth.agent.protocol import parse_answer, parse_turn
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.tools import ErrorType, ToolConfig, ToolEnvironment, rank_relations, truncate
-from kgsynth.kg.graph import Relation
+from kgsynth.kg.graph import KGGraph, Relation
 from tests.kgfixtures import freebase_kg, movie_kg
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return movie_kg().graph()
+    return KGGraph(movie_kg())
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_ambiguous_name_picks_highest_degree_and_reports():
 <http://x/c> {label} "C" .
 <http://x/d> {label} "D" .
 """
-    graph = EmbeddedKG.from_ntriples(nt, get_profile("generic")).graph()
+    graph = KGGraph(EmbeddedKG.from_ntriples(nt, get_profile("generic")))
     resolution = graph.resolve("Twin")
     assert resolution.entity.iri == "http://x/b" and resolution.candidates == 2
     res = ToolEnvironment(graph).execute('get_triples("Twin", ["r"])')
@@ -168,7 +168,7 @@ def test_rank_relations_without_question_keeps_order():
 
 
 def test_freebase_cvt_flattening_and_meta_hidden():
-    graph = freebase_kg().graph()
+    graph = KGGraph(freebase_kg())
     irons = graph.resolve("Jeremy Irons").entity
     names = {(r.name, r.direction) for r in graph.relations(irons.iri)}
     assert names == {

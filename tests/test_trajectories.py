@@ -9,6 +9,7 @@ import pytest
 from kgsynth.agent.loop import EpisodeTask, close_action, run_episodes
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.llm.template import TemplateLLM
@@ -63,7 +64,7 @@ def questions(kg, tmp_path_factory):
 
 
 def test_oracle_trajectories_replay_to_the_walk_answers(kg, questions):
-    graph = kg.graph()
+    graph = KGGraph(kg)
     rows, rejected, stats = synthesize_trajectories(
         questions, TrajectoryConfig(), graph=graph, llm=TemplateLLM()
     )
@@ -88,7 +89,7 @@ def test_oracle_trajectories_replay_to_the_walk_answers(kg, questions):
 
 def test_thoughts_do_not_leak_the_future(kg, questions):
     rows, _, _ = synthesize_trajectories(
-        questions, TrajectoryConfig(), graph=kg.graph(), llm=TemplateLLM()
+        questions, TrajectoryConfig(), graph=KGGraph(kg), llm=TemplateLLM()
     )
     import re
 
@@ -111,7 +112,7 @@ def test_thoughts_do_not_leak_the_future(kg, questions):
 def test_gold_relation_not_retrievable_is_rejected(kg, questions):
     cfg = TrajectoryConfig(top_k_relations=1)  # only the best-ranked relation is shown
     _rows, rejected, stats = synthesize_trajectories(
-        questions, cfg, graph=kg.graph(), llm=TemplateLLM()
+        questions, cfg, graph=KGGraph(kg), llm=TemplateLLM()
     )
     assert stats["rejects"].get("gold_relation_not_retrievable", 0) > 0
     assert all(r["reject_reason"] for r in rejected)
@@ -127,7 +128,7 @@ def test_kgr1_oracle_calls(questions):
 
 
 def test_agent_loop_with_scripted_policy(kg):
-    graph = kg.graph()
+    graph = KGGraph(kg)
     task = EpisodeTask("Who directed Movie 1?", ["Movie 1"])
     director = next(
         o for s, r, o in generated_movie_facts() if s == "Movie 1" and r == "directed_by"
@@ -162,7 +163,7 @@ def test_agent_loop_with_scripted_policy(kg):
 
 
 def test_fabricated_information_is_not_an_observation(kg):
-    graph = kg.graph()
+    graph = KGGraph(kg)
     task = EpisodeTask("Who directed Movie 2?", ["Movie 2"])
     policy = ScriptedPolicy(
         {
@@ -179,7 +180,7 @@ def test_fabricated_information_is_not_an_observation(kg):
 
 
 def test_garbage_policy_hits_the_turn_limit_and_is_forced_to_answer(kg):
-    graph = kg.graph()
+    graph = KGGraph(kg)
     task = EpisodeTask("Who directed Movie 3?", ["Movie 3"])
     policy = ScriptedPolicy(
         {task.question: ["asdf qwer", "", "<kg-query>nonsense(</kg-query>", "still nothing"]}
@@ -196,7 +197,7 @@ def test_referenced_hint_is_seen_but_not_stored(kg, questions):
     ref = reference_text(row, "graphwalker")
     policy = ScriptedPolicy({row["question"]: ['<think>ok</think><answer>["x"]</answer>']})
     rows, _, _ = synthesize_trajectories(
-        [row], TrajectoryConfig(mode="referenced"), graph=kg.graph(), llm=policy
+        [row], TrajectoryConfig(mode="referenced"), graph=KGGraph(kg), llm=policy
     )
     assert ref in policy.prompts[0][1]["content"]
     (traj,) = rows
@@ -211,7 +212,7 @@ def test_free_mode_samples_and_template_refusal(kg, questions):
         {q["question"]: ['<think>t</think><answer>["A"]</answer>'] * 2 for q in questions[:3]}
     )
     rows, _, _stats = synthesize_trajectories(
-        questions[:3], TrajectoryConfig(mode="free", samples=2), graph=kg.graph(), llm=policy
+        questions[:3], TrajectoryConfig(mode="free", samples=2), graph=KGGraph(kg), llm=policy
     )
     assert len(rows) == 6 and len({r["trajectory_id"] for r in rows}) == 6
     assert sorted(r["sample"] for r in rows) == [0, 0, 0, 1, 1, 1]
@@ -219,7 +220,7 @@ def test_free_mode_samples_and_template_refusal(kg, questions):
 
     with pytest.raises(ConfigError, match="policy model"):
         synthesize_trajectories(
-            questions[:1], TrajectoryConfig(mode="free"), graph=kg.graph(), llm=TemplateLLM()
+            questions[:1], TrajectoryConfig(mode="free"), graph=KGGraph(kg), llm=TemplateLLM()
         )
 
 
@@ -240,7 +241,7 @@ def test_free_rollouts_of_a_local_checkpoint_through_hf(kg, questions, tmp_path)
     rows, rejected, stats = synthesize_trajectories(
         questions[:4],
         TrajectoryConfig(mode="free", samples=2, max_turns=2, max_tokens=12, temperature=1.0),
-        graph=kg.graph(),
+        graph=KGGraph(kg),
         llm=HFLLM(str(model_dir), batch_size=8),
     )
     assert len(rows) + len(rejected) == 8
@@ -347,14 +348,14 @@ def test_interrupted_free_run_resumes_from_the_cache_without_losses(kg, question
         }
 
     cfg = TrajectoryConfig(mode="free", max_turns=3)
-    full, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=TurnPolicy(script()))
+    full, _, _ = synthesize_trajectories(rows, cfg, graph=KGGraph(kg), llm=TurnPolicy(script()))
     cache = tmp_path / "cache.sqlite"
     with pytest.raises(KeyboardInterrupt):
         synthesize_trajectories(
-            rows, cfg, graph=kg.graph(), llm=CachedLLM(TurnPolicy(script(), budget=6), cache)
+            rows, cfg, graph=KGGraph(kg), llm=CachedLLM(TurnPolicy(script(), budget=6), cache)
         )
     resumed_llm = CachedLLM(TurnPolicy(script()), cache)
-    resumed, _, _ = synthesize_trajectories(rows, cfg, graph=kg.graph(), llm=resumed_llm)
+    resumed, _, _ = synthesize_trajectories(rows, cfg, graph=KGGraph(kg), llm=resumed_llm)
     # 4 episodes x 2 turns: the 6 requests answered before the interruption were kept
     assert (resumed_llm.stats.cache_hits, resumed_llm.stats.cache_misses) == (6, 2)
     assert [r["trajectory_id"] for r in resumed] == [r["trajectory_id"] for r in full]
@@ -362,7 +363,7 @@ def test_interrupted_free_run_resumes_from_the_cache_without_losses(kg, question
 
 
 def test_per_turn_metadata_is_stored(kg):
-    graph = kg.graph()
+    graph = KGGraph(kg)
     task = EpisodeTask("Who directed Movie 4?", ["Movie 4"])
     policy = ScriptedPolicy(
         {

@@ -63,7 +63,7 @@ def test_walks_are_real_exact_and_within_limits(kg, tmp_path):
     _, rows = walk(kg, tmp_path, min_fanout=1, max_fanout=6)
     assert len(rows) == 60
     out, inv = adjacency()
-    graph = kg.graph()
+    graph = KGGraph(kg)
     for row in rows:
         # every hop is a real edge in the stated direction, from the previous entity on the path
         for topic, branch in zip(row["topic_names"], row["branches"], strict=True):
@@ -323,7 +323,7 @@ def test_side_by_side_sampling_gives_the_walks_of_one_at_a_time(kg, source, cfg)
     for cache_size in (None, 0):
         one = counting(base, cache_size)
         state = WalkState()
-        rows = list(sample_walks(one, cfg, state=state))
+        rows = list(sample_walks(one, cfg, state=state, graph=one.graph()))
         runs.append((rows, state.next_attempt, dict(state.rejects), one.queries))
     (batched, *batched_state, batched_queries), (single, *single_state, single_queries) = runs
     assert len(batched) >= min(cfg.n, 30)  # one config gives up on chain-3 after 37
@@ -367,7 +367,7 @@ def test_batched_lookups_equal_one_by_one(kg, source):
     targets = {(e, rel): reference.targets(e, rel) for e in entities for rel, _ in fanouts[e]}
     labels = {e: reference.label(e) for e in entities}
     one = counting(base)
-    graph = one.graph()
+    graph = KGGraph(one)
     graph.prefetch_lookups(entities, list(targets), entities)
     sent = one.queries
     assert {e: list(graph.fanouts(e).items()) for e in entities} == fanouts

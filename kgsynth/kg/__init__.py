@@ -3,13 +3,15 @@ HTTP endpoint backend, KG profiles, import, the name index and cached graph acce
 
 Typical use::
 
-    from kgsynth.kg import open_kg
+    from kgsynth.kg import KGGraph, open_kg
     kg = open_kg("data/metaqa/kb_partial.txt.gz")      # or a store dir, or an http(s) URL
-    graph = kg.graph()                                  # cached entity/relation access
+    graph = KGGraph(kg)                                 # cached entity/relation access
     graph.resolve("Kismet")
 """
 
-from kgsynth.kg.base import KG, Term
+from kgsynth.kg.base import KG
+from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.open import open_kg
+from kgsynth.kg.terms import Term
 
-__all__ = ["KG", "Term", "open_kg"]
+__all__ = ["KG", "KGGraph", "Term", "open_kg"]

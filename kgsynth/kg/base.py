@@ -4,48 +4,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from kgsynth.errors import ConfigError, RowLimitError
 from kgsynth.kg.profiles import KGProfile
-
-if TYPE_CHECKING:
-    from kgsynth.kg.graph import KGGraph
-
-TermKind = Literal["iri", "literal", "bnode"]
-
-
-@dataclass(frozen=True, slots=True)
-class Term:
-    """One RDF term of a result row, the same whichever backend produced it."""
-
-    kind: TermKind
-    value: str
-    datatype: str | None = None
-    lang: str | None = None
-
-    @property
-    def is_iri(self) -> bool:
-        return self.kind == "iri"
-
-    def n3(self) -> str:
-        """The term written as SPARQL/N-Triples text (IRIs and literals only)."""
-        from kgsynth.kg import sparql
-
-        if self.kind == "iri":
-            return sparql.iri(self.value)
-        if self.kind == "bnode":
-            return f"_:{self.value}"
-        if self.lang:
-            return sparql.literal(self.value, self.lang)
-        if self.datatype and not self.datatype.endswith("#string"):
-            return f"{sparql.literal(self.value)}^^{sparql.iri(self.datatype)}"
-        return sparql.literal(self.value)
-
-
-Row = dict[str, Term]
-
+from kgsynth.kg.terms import Row
 
 DEFAULT_MAX_ROWS = 100_000  # the row cap of every query unless a caller or the config says
 DEFAULT_TIMEOUT_S = 30.0
@@ -78,16 +41,16 @@ class KG(abc.ABC):
     ) -> Iterator[Row]:
         """Run a SELECT query and yield its rows; a backend that evaluates lazily (embedded)
         stops working when the caller stops reading, others fetch the whole result first."""
-        from kgsynth.kg.sparql import ensure_read_only
+        from kgsynth.kg import guard
 
-        text = ensure_read_only(query)
+        text = guard.ensure_read_only(query)
         return self._capped(self._select_iter(text, timeout), self._row_cap(max_rows))
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
         """Run an ASK query."""
-        from kgsynth.kg.sparql import ensure_read_only
+        from kgsynth.kg import guard
 
-        return self._ask(ensure_read_only(query), timeout)
+        return self._ask(guard.ensure_read_only(query), timeout)
 
     def _row_cap(self, max_rows: int | None) -> int:
         cap = self.max_rows if max_rows is None else max_rows
@@ -124,12 +87,6 @@ class KG(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the backend's resources."""
-
-    def graph(self, **kwargs: Any) -> KGGraph:
-        """Cached entity/relation access over this KG (see :class:`KGGraph`)."""
-        from kgsynth.kg.graph import KGGraph
-
-        return KGGraph(self, **kwargs)
 
     def __enter__(self) -> KG:
         return self

@@ -23,10 +23,11 @@ from typing import Any
 import pyoxigraph as ox
 
 from kgsynth.errors import ConfigError, KGError, KGTimeoutError, QueryRejectedError
-from kgsynth.kg.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, KG, Row, Term
+from kgsynth.kg.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, KG
 from kgsynth.kg.names import NameIndex
 from kgsynth.kg.profiles import KGProfile, get_profile
 from kgsynth.kg.query_process import QueryProcess, QueryProcessError
+from kgsynth.kg.terms import Row, Term
 
 META_FILE = "kg.json"
 STORE_SUBDIR = "oxigraph"
@@ -194,9 +195,9 @@ class EmbeddedKG(KG):
     ) -> Iterator[Row]:
         if self._process is None:
             return super().select_iter(query, timeout=timeout, max_rows=max_rows)
-        from kgsynth.kg.sparql import ensure_read_only
+        from kgsynth.kg import guard
 
-        text = ensure_read_only(query)
+        text = guard.ensure_read_only(query)
         cap = self._row_cap(max_rows)
         # the child sends one row past the cap, so that the cap is seen to be passed
         return self._capped(self._isolated_rows(text, timeout, cap + 1), cap)

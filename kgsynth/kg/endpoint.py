@@ -30,8 +30,9 @@ import urllib.request
 from typing import Any
 
 from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
-from kgsynth.kg.base import KG, Row, Term
+from kgsynth.kg.base import KG
 from kgsynth.kg.profiles import KGProfile
+from kgsynth.kg.terms import Row, Term
 from kgsynth.text import clean_text
 
 log = logging.getLogger(__name__)

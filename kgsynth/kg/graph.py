@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from kgsynth.kg import sparql
-from kgsynth.kg.base import KG, Term
+from kgsynth.kg.base import KG
 from kgsynth.kg.names import NameIndex, build_name_index
+from kgsynth.kg.terms import Term
 
 log = logging.getLogger(__name__)
 

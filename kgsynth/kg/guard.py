@@ -317,6 +317,13 @@ _shapes = _LRU(SHAPE_CACHE_SIZE)
 stats = {"texts_hit": 0, "shapes_hit": 0, "parsed": 0}
 
 
+def ensure_read_only(query: str) -> str:
+    """The text to send for ``query``, or :class:`~kgsynth.errors.QueryRefusedError`: what
+    every backend calls on every query (looked up through this module at each call, so a
+    benchmark can swap it). See :func:`checked_query`."""
+    return checked_query(query)
+
+
 def checked_query(query: str) -> str:
     """The canonical text of ``query`` to send, or :class:`QueryRejectedError` saying why not.
 

@@ -2,7 +2,7 @@
 
 Every literal or IRI built from text that kgsynth did not write itself (entity names from a
 model or a file, relation names, IRIs read back from a KG) goes through :func:`literal` or
-:func:`iri`. Nothing else concatenates raw text into a query. :func:`ensure_read_only` is the
+:func:`iri`. Nothing else concatenates raw text into a query. :func:`kgsynth.kg.guard.ensure_read_only` is the
 guard every query passes before a backend runs it (:mod:`kgsynth.kg.guard`): one
 SELECT/ASK/CONSTRUCT/DESCRIBE query without SERVICE, sent in the canonical form it was checked in.
 """
@@ -62,18 +62,3 @@ def iri(value: str) -> str:
 def normalize_name(text: str) -> str:
     """The key of the case-insensitive name index: NFKC, case-folded, whitespace collapsed."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-# --- read-only guard -------------------------------------------------------------------------
-
-
-def ensure_read_only(query: str) -> str:
-    """The text to send for ``query``, or :class:`~kgsynth.errors.QueryRefusedError`.
-
-    Only one SELECT, ASK, CONSTRUCT or DESCRIBE query without SERVICE passes; the returned text
-    is its canonical form (comments dropped, strings re-escaped), the text the guard parsed.
-    See :mod:`kgsynth.kg.guard`.
-    """
-    from kgsynth.kg.guard import checked_query
-
-    return checked_query(query)

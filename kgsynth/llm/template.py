@@ -520,6 +520,21 @@ def walk_rng(seed: int | None, walk_id: str) -> random.Random:
     return random.Random(f"{seed}|{walk_id}")
 
 
+def template_thought(
+    kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
+) -> str:
+    """The template backend's thought before an oracle action (``kind``: relations, triples
+    or answer), for the trajectory synthesis of :mod:`kgsynth.synthesize.trajectories`."""
+    # Short on purpose: every token of a thought is trained on, and a thought names only what
+    # the next action uses (the entity it starts from, the relation it follows).
+    if kind == "relations":
+        return f"I list the relations of {entity}."
+    if kind == "triples" and hop is not None:
+        words = relation_words(hop["relation"])
+        return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
+    return "The facts I found answer the question."
+
+
 class TemplateLLM(LLM):
     backend = "template"
     model = "rules-v3"
@@ -538,8 +553,6 @@ class TemplateLLM(LLM):
             rng = walk_rng(request.params.seed, str(ctx["walk_id"]))
             return f"<question>{question_from_walk(ctx, rng)}</question>"
         if request.task == "thought":
-            from kgsynth.synthesize.trajectories import template_thought
-
             return f"<think>{template_thought(ctx['kind'], ctx['entity'], ctx.get('hop'), ctx.get('answers', []))}</think>"
         raise ValueError(f"the template backend has no rule for task {request.task!r}")
 

@@ -40,7 +40,6 @@ from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
-from kgsynth.llm.template import relation_words
 from kgsynth.prompts import prompt_hash, render
 
 MODES = ("oracle", "referenced", "free")
@@ -169,19 +168,6 @@ def replay(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, 
             raise OracleReject("gold_entity_not_retrievable")
         steps.append((c, result))
     return steps
-
-
-def template_thought(
-    kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
-) -> str:
-    # Short on purpose: every token of a thought is trained on, and a thought names only what
-    # the next action uses (the entity it starts from, the relation it follows).
-    if kind == "relations":
-        return f"I list the relations of {entity}."
-    if kind == "triples" and hop is not None:
-        words = relation_words(hop["relation"])
-        return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
-    return "The facts I found answer the question."
 
 
 def _history_text(messages: list[dict[str, str]]) -> str:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.kg.graph import KGGraph
 
 log = logging.getLogger(__name__)
 
@@ -470,7 +471,7 @@ def _train(
     policy = _Policy(model, cfg, device, bf16)
     sampler = TokenPolicy(policy.module, tok)
     kg = open_kg(spec.kg, profile=spec.profile)
-    graph = kg.graph()
+    graph = KGGraph(kg)
     tool_cfg = ToolConfig(
         toolset=cfg.toolset,  # type: ignore[arg-type]
         top_k_relations=cfg.top_k_relations,
