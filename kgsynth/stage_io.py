@@ -32,7 +32,7 @@ import shutil
 from pathlib import Path
 from types import TracebackType
 
-from kgsynth.errors import ConfigError, OutputBusyError
+from kgsynth.errors import ConfigError, InputFileError, OutputBusyError
 
 SIDECARS = ("manifest.json", "rejected.parquet")
 """Written beside a file output, named after it: ``questions.parquet`` → ``questions.manifest.json``."""
@@ -423,6 +423,65 @@ class StagedOutput:
             self.lock.release()
 
 
+# ---------------------------------------------------------------------------------------------
+# reading inputs, writing rows
+
+
+def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -> list[dict]:
+    """A stage's input Parquet as rows; errors name the file and the missing column, the
+    column of the wrong type, or the row and field that is null or does not fit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kgsynth.schema import check_columns
+
+    recover_input(path)  # a commit of it that a crash interrupted is finished first
+    if not path.is_file():
+        raise InputFileError(path, f"{flag}: no such file (run `{produced_by}` first)")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFileError(path, f"{flag}: not a readable Parquet file: {exc}") from None
+    missing = need - set(table.column_names)
+    if missing:
+        raise InputFileError(path, f"{flag}: missing column(s) {', '.join(sorted(missing))}")
+    check_columns(table, path, flag, schema, need)
+    rows = table.to_pylist()
+    if {"topic_names", "branches", "merge_at"} <= need:
+        for i, row in enumerate(rows):
+            sizes = {len(row["topic_names"]), len(row["branches"]), len(row["merge_at"])}
+            if len(sizes) != 1 or not row["branches"]:
+                raise InputFileError(
+                    path,
+                    f"{flag}: row {i}: topic_names, branches and merge_at need one entry per "
+                    f"branch (found {len(row['topic_names'])}, {len(row['branches'])}, "
+                    f"{len(row['merge_at'])})",
+                )
+            for b, (hops, merge) in enumerate(zip(row["branches"], row["merge_at"], strict=True)):
+                if not hops or not 0 < merge <= len(hops):
+                    raise InputFileError(
+                        path,
+                        f"{flag}: row {i}: merge_at[{b}] = {merge} does not fit branch {b} "
+                        f"of {len(hops)} hop(s)",
+                    )
+    return rows
+
+
+def write_rows(
+    staged: StagedOutput, accepted: list, schema, rejected: list, rejected_schema
+) -> Path:
+    """The stage's rows and its rejects (``NAME.rejected.parquet``), into the staged output;
+    returns where the rejects will be once committed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(accepted, schema=schema), staged.path())
+    pq.write_table(
+        pa.Table.from_pylist(rejected, schema=rejected_schema), staged.sidecar("rejected.parquet")
+    )
+    return sidecar(staged.out, "rejected.parquet")
+
+
 __all__ = [
     "SIDECARS",
     "OutputLock",
@@ -431,8 +490,10 @@ __all__ = [
     "check_folder_target",
     "check_overlap",
     "owned_files",
+    "read_rows",
     "recover",
     "recover_input",
     "sidecar",
     "stats_png",
+    "write_rows",
 ]

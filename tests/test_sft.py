@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.agent.loop import system_prompt, user_prompt
-from kgsynth.cli_train import train_app
+from kgsynth.cli.train import train_app
 from kgsynth.schema import TRAJECTORY_SCHEMA
 from kgsynth.train.data import (
     IGNORE_INDEX,

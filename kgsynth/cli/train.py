@@ -16,7 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli_options import KGOption, MaxTurnsOption, ProfileOption, ToolsOption
+from kgsynth.cli.common import err, fail, out, progress_bar
+from kgsynth.cli.options import KGOption, MaxTurnsOption, ProfileOption, ToolsOption
 from kgsynth.errors import KGSynthError
 
 train_app = typer.Typer(
@@ -135,12 +136,6 @@ LauncherOption = Annotated[
 HostfileOption = Annotated[
     str | None, typer.Option(help="DeepSpeed hostfile for a multi-node deepspeed launch.")
 ]
-
-
-def _fail(exc: KGSynthError):
-    from kgsynth.cli import fail
-
-    fail(exc)
 
 
 @train_app.command("stage1")
@@ -269,15 +264,11 @@ _LAUNCH_OPTIONS = (
 
 
 def _train(stage: str, options: dict[str, Any]) -> None:
-    from rich.console import Console
-
     from kgsynth.config import build_config
     from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
     from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher
     from kgsynth.train.sft import SPEC, SFTConfig, prepare_run, resolve_config
 
-    out = Console()
-    err = Console(stderr=True)
     started = time.perf_counter()
     corpus: Path = options["corpus"]
     out_dir: Path = options["out_dir"]
@@ -325,7 +316,7 @@ def _train(stage: str, options: dict[str, Any]) -> None:
                 return
             manifest = _write_manifest(spec, launch, launcher, command, summary, started)
     except KGSynthError as exc:
-        _fail(exc)
+        fail(exc)
     loss_a, loss_b = manifest["loss_first"], manifest["loss_last"]
     data = manifest["data"]
     out.print(
@@ -341,7 +332,6 @@ def _train(stage: str, options: dict[str, Any]) -> None:
 def _train_here(spec: Any, err: Any) -> dict[str, Any]:
     from transformers.utils import logging as hf_logging
 
-    from kgsynth.cli import progress_bar
     from kgsynth.train.sft import train_sft
 
     hf_logging.disable_progress_bar()  # the bar below is the progress
@@ -390,14 +380,14 @@ def _write_manifest(
 ) -> dict[str, Any]:
     from kgsynth.manifest import sha256_file, write_manifest
 
-    out = Path(spec.out)
+    run_dir = Path(spec.out)
     start_from: dict[str, Any] = {"path": str(spec.model_path)}
     weights = spec.model_path / "model.safetensors"
     if weights.is_file():
         start_from["weights_sha256"] = sha256_file(weights)
-    final = out / "model.safetensors"
+    final = run_dir / "model.safetensors"
     return write_manifest(
-        out / "manifest.json",
+        run_dir / "manifest.json",
         stage=f"train {spec.stage}",
         config=dataclasses.asdict(spec.config),
         launch={
@@ -412,9 +402,9 @@ def _write_manifest(
         },
         start_from=start_from,
         output={
-            "path": str(out),
+            "path": str(run_dir),
             "weights_sha256": sha256_file(final) if final.is_file() else None,
-            "bytes": sum(f.stat().st_size for f in out.glob("*") if f.is_file()),
+            "bytes": sum(f.stat().st_size for f in run_dir.glob("*") if f.is_file()),
         },
         elapsed_s=round(time.perf_counter() - started, 3),
         **{k: v for k, v in summary.items() if k != "stage"},
@@ -536,9 +526,6 @@ def rl_cmd(
 ) -> None:
     """GRPO against the live KG: multi-turn rollouts with the KG tools, the seeds' rewards."""
 
-    from rich.console import Console
-
-    from kgsynth.cli import progress_bar
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.stage_io import StagedOutput
@@ -550,8 +537,6 @@ def rl_cmd(
         train_grpo,
     )
 
-    out = Console()
-    err = Console(stderr=True)
     started = time.perf_counter()
     overrides = dict(
         init=init, recipe=recipe, reward=reward, fbeta_switch_step=fbeta_switch_step,
@@ -617,7 +602,7 @@ def rl_cmd(
             )
             staged.commit()
     except KGSynthError as exc:
-        _fail(exc)
+        fail(exc)
     out.print(
         f"rl: {manifest['steps']} steps in {manifest['wall_s']:.1f}s, reward "
         f"{manifest['reward_first']:.3f} → {manifest['reward_last']:.3f} (first/last fifth), "

@@ -20,7 +20,8 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli_options import (
+from kgsynth.cli.common import err, fail, open_kg_option, out, progress_bar
+from kgsynth.cli.options import (
     ApiKeyOption,
     BaseUrlOption,
     ConcurrencyOption,
@@ -144,7 +145,6 @@ def eval_cmd(
     """Evaluate a checkpoint or API model as a KG agent on benchmark questions (EM, F1,
     Hits@1; N runs as mean, majority, first run, KG-R1 union and pass@k; by hops/type/
     structure; optional baselines), or compare earlier evaluations with --compare."""
-    from kgsynth.cli import fail
 
     try:
         if compare:
@@ -222,7 +222,6 @@ def _evaluate(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kgsynth.cli import _open, err, out, progress_bar
     from kgsynth.config import build_config
     from kgsynth.eval import (
         BASELINES,
@@ -311,7 +310,7 @@ def _evaluate(
         ],
     )
     with staged:
-        graph = KGGraph(_open(kg, profile))
+        graph = KGGraph(open_kg_option(kg, profile))
         label = label or checkpoint_label(model)
 
         # what to run: (system name, model, tools?)
@@ -457,7 +456,6 @@ def _print_results(out: Any, metrics: dict[str, Any]) -> None:
 def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) -> None:
     from rich.table import Column, Table
 
-    from kgsynth.cli import out
     from kgsynth.eval import (
         SHOWN_METRICS,
         UNION_LABEL,

@@ -1,0 +1,5 @@
+"""``python -m kgsynth.cli``: the same as the ``kgsynth`` command."""
+
+from kgsynth.cli.app import app
+
+app()

@@ -1,0 +1,222 @@
+"""``kgsynth kg``: import, inspect, query and call the tools on a knowledge graph."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kgsynth.cli.common import (
+    check_count,
+    err,
+    fail,
+    open_kg_option,
+    out,
+)
+from kgsynth.cli.options import (
+    KGOption,
+    ProfileOption,
+)
+from kgsynth.errors import KGSynthError
+from kgsynth.kg.graph import KGGraph
+
+kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
+
+
+@kg_app.command("import")
+def kg_import(
+    src: Annotated[
+        Path,
+        typer.Argument(help="Triple file: .nt, .ttl, or delimited s|r|o / TSV (optionally .gz)."),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="Store directory to create.")],
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="nt, ttl or tsv (default: from the file name).")
+    ] = None,
+    delimiter: Annotated[
+        str | None,
+        typer.Option(help="Field separator of a delimited file (default: sniffed, | or tab)."),
+    ] = None,
+    profile: ProfileOption = None,
+    names: Annotated[
+        Path | None,
+        typer.Option(help="id<TAB>name file that labels an id-based triple file (FB15k-237)."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            "--force",
+            help="Replace an existing store (only a folder that is a kgsynth store).",
+        ),
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Import a triple file into an embedded store directory."""
+    from kgsynth.kg.importer import import_kg
+    from kgsynth.stage_io import OutputLock, check_overlap
+
+    try:
+        check_overlap([out_dir], [("SRC", src), ("--names", names)])
+        with OutputLock(out_dir), err.status(f"importing {src}…"):
+            report = import_kg(
+                src,
+                out_dir,
+                fmt=fmt,
+                delimiter=delimiter,
+                profile=profile,  # type: ignore[arg-type]
+                names_file=names,
+                force=force,
+            )
+    except KGSynthError as exc:
+        fail(exc)
+    if json_out:
+        out.print_json(json.dumps(report.as_dict()))
+        return
+    out.print(
+        f"imported {report.triples:,} triples ({report.facts:,} facts + names): "
+        f"{report.entities:,} entities ({report.named_entities:,} named), "
+        f"{report.relations:,} relations; profile {report.profile}; "
+        f"{report.seconds:.1f}s; store {report.store_bytes / 1e6:.1f} MB at {report.store}",
+        highlight=False,
+    )
+
+
+@kg_app.command("stats")
+def kg_stats_cmd(
+    kg: KGOption = None,
+    profile: ProfileOption = None,
+    top: Annotated[int, typer.Option(help="How many relations to list.")] = 20,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the statistics as JSON.")] = False,
+) -> None:
+    """Triples, entities, relations, top relations by count and the degree distribution."""
+    from kgsynth.kg.stats import kg_stats
+
+    try:
+        check_count("--top", top)
+        graph = open_kg_option(kg, profile)
+        with err.status("counting…"):
+            stats = kg_stats(graph, top=top)
+    except KGSynthError as exc:
+        fail(exc)
+    if json_out:
+        out.print_json(json.dumps(stats))
+        return
+    out.print(
+        f"{stats['kg']['location']} ({stats['kg']['profile']} profile): "
+        f"{stats['triples']:,} triples, {stats['facts']:,} facts, "
+        f"{stats['entities']:,} entities, {stats['relations']:,} relations",
+        highlight=False,
+    )
+    table = Table("relation", "count", "hidden", title="top relations")
+    for r in stats["top_relations"]:
+        table.add_row(r["relation"], f"{r['count']:,}", "yes" if r["hidden"] else "")
+    out.print(table)
+    deg = stats["degree"]
+    out.print(
+        f"degree (facts per entity): min {deg['min']}, median {deg['median']}, "
+        f"mean {deg['mean']}, p90 {deg['p90']}, p99 {deg['p99']}, max {deg['max']}",
+        highlight=False,
+    )
+    table = Table("degree", "entities")
+    for b in deg["histogram"]:
+        table.add_row(b["degree"], f"{b['entities']:,}")
+    out.print(table)
+
+
+@kg_app.command("tool")
+def kg_tool(
+    call: Annotated[str, typer.Argument(help="A tool call, e.g. 'get_relations(\"Kismet\")'.")],
+    kg: KGOption = None,
+    profile: ProfileOption = None,
+    question: Annotated[str, typer.Option(help="Question used to rank relations (BM25).")] = "",
+    tools: Annotated[str, typer.Option(help="Tool set: graphwalker or kgr1.")] = "graphwalker",
+    top_k: Annotated[int, typer.Option(help="Relations shown by get_relations.")] = 10,
+    max_triples: Annotated[int, typer.Option(help="Triples shown per relation.")] = 5,
+) -> None:
+    """Run one agent tool call and print the observation the agent would see."""
+    from kgsynth.agent.protocol import render_observation
+    from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+    from kgsynth.text import clean_text
+
+    if tools not in ("graphwalker", "kgr1"):
+        fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose graphwalker or kgr1"))
+    # argv holds a non-UTF-8 byte as a lone surrogate
+    call, question = clean_text(call), clean_text(question)
+    try:
+        check_count("--top-k", top_k)
+        check_count("--max-triples", max_triples)
+        graph = KGGraph(open_kg_option(kg, profile))
+        env = ToolEnvironment(
+            graph,
+            question,
+            ToolConfig(toolset=tools, top_k_relations=top_k, max_triples_per_relation=max_triples),  # type: ignore[arg-type]
+        )
+        result = env.execute(call)
+    except KGSynthError as exc:
+        fail(exc)
+    out.print(render_observation(result.text), highlight=False, markup=False, soft_wrap=True)
+    if result.error:
+        err.print(f"tool error type: {result.error.value}", highlight=False)
+        raise typer.Exit(1)
+
+
+@kg_app.command("query")
+def kg_query(
+    query: Annotated[
+        str, typer.Argument(help="A read-only SPARQL query (SELECT or ASK); '-' reads stdin.")
+    ],
+    kg: KGOption = None,
+    profile: ProfileOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="tsv or json.")] = "tsv",
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds; an embedded store's query runs in a child process killed at the deadline."
+        ),
+    ] = 30.0,
+    max_rows: Annotated[
+        int, typer.Option(help="Row cap: a result with more rows is an error.")
+    ] = 100_000,
+) -> None:
+    """Run a read-only SPARQL query and print the rows."""
+    from kgsynth.text import clean_text
+
+    if query == "-":
+        query = sys.stdin.read()
+    query = clean_text(query)  # argv holds a non-UTF-8 byte as a lone surrogate
+    if fmt not in ("tsv", "json"):
+        fail(KGSynthError(f"--format: unknown format {fmt!r}; choose tsv or json"))
+    try:
+        if not (timeout > 0 and timeout != float("inf")):
+            from kgsynth.errors import ConfigError
+
+            raise ConfigError(f"--timeout must be a number of seconds > 0 (got {timeout})")
+        graph = open_kg_option(kg, profile, timeout, max_rows=max_rows, isolate=True)
+        import re
+
+        if re.search(r"(?i)^\s*(PREFIX\s+\S*\s*<[^>]*>\s*|BASE\s*<[^>]*>\s*)*ASK\b", query):
+            answer = graph.ask(query, timeout=timeout)
+            out.print(json.dumps({"boolean": answer}) if fmt == "json" else str(answer).lower())
+            return
+        rows = graph.select(query, timeout=timeout)
+    except KGSynthError as exc:
+        fail(exc)
+    variables: list[str] = list(dict.fromkeys(k for r in rows for k in r))
+    if fmt == "json":
+        data = [{k: v.value for k, v in r.items()} for r in rows]
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+        return
+    sys.stdout.write("\t".join(variables) + "\n")
+    for r in rows:
+        sys.stdout.write(
+            "\t".join(
+                r[v].value.replace("\t", " ").replace("\n", " ") if v in r else ""
+                for v in variables
+            )
+            + "\n"
+        )
