@@ -299,7 +299,9 @@ class StagedOutput:
 
     ``folder``: the output is a folder (every file the run writes goes inside it); otherwise
     a file with its sidecars beside it. ``inputs`` maps flags to the paths the stage reads.
-    ``cleanup``: paths removed as part of the commit (a walk's resume chunks)."""
+    ``cleanup``: paths removed as part of the commit (a walk's resume chunks). ``names``: the
+    files a folder output consists of, so that a folder holding only those (one written
+    before outputs had a manifest) is also recognised as the stage's own."""
 
     def __init__(
         self,
@@ -310,8 +312,10 @@ class StagedOutput:
         inputs: Inputs | None = None,
         flag: str = "--out",
         cleanup: list[Path] | None = None,
+        names: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self.out = Path(out)
+        self.names = set(names)
         self.folder = folder
         self.overwrite = overwrite
         self.inputs = inputs or {}
@@ -353,7 +357,7 @@ class StagedOutput:
                     f"{', …' if len(held) > 4 else ''}); pass --overwrite to replace it, or "
                     f"choose another {self.flag}"
                 )
-            if "manifest.json" not in held:
+            if "manifest.json" not in held and not set(held) <= self.names:
                 raise ConfigError(
                     f"{self.flag}: {out} holds files kgsynth did not write (no manifest.json); "
                     "--overwrite only replaces a kgsynth output: choose another folder"

@@ -270,3 +270,18 @@ def test_training_never_writes_into_or_over_what_it_reads(tmp_path: Path) -> Non
         res = CliRunner().invoke(app, [*base, "--out", out, "--overwrite"])
         assert res.exit_code == 2 and message in res.output, (out, res.output)
     assert listing(tmp_path) == before and listing(ckpt) == ["config.json"]
+
+
+def test_a_folder_of_the_stages_own_files_is_replaced_with_overwrite(tmp_path: Path) -> None:
+    # e.g. an `eval --compare` summary written before outputs had a manifest
+    out = tmp_path / "summary"
+    out.mkdir()
+    (out / "compare.md").write_text("old")
+    names = {"compare.md", "compare.png", "manifest.json"}
+    with StagedOutput(out, folder=True, overwrite=True, names=names) as staged:
+        staged.path("compare.md").write_text("new")
+        staged.commit()
+    assert (out / "compare.md").read_text() == "new"
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="did not write"):
+        StagedOutput(out, folder=True, overwrite=True, names=names).__enter__()

@@ -299,6 +299,7 @@ def _evaluate(
         out_dir,
         folder=True,
         overwrite=overwrite,
+        names={"predictions.parquet", "metrics.json", "eval.png", "manifest.json"},
         inputs=[
             ("--questions", questions),
             ("--qtype-file", qtype_file),
@@ -514,7 +515,11 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
         md = out_dir / "compare.md"
         sources = "\n".join(f"- {r['label']}: `{r['source']}`" for r in rows)
         staged = StagedOutput(
-            out_dir, folder=True, overwrite=overwrite, inputs=[("--compare", d) for d in dirs]
+            out_dir,
+            folder=True,
+            overwrite=overwrite,
+            inputs=[("--compare", d) for d in dirs],
+            names={"compare.md", "compare.png", "compare.json", "manifest.json"},
         )
         with staged:
             staged.path("compare.md").write_text(

@@ -163,6 +163,7 @@ def filter_cmd(
             out_dir,
             folder=True,
             overwrite=overwrite,
+            names={"accepted.parquet", "rejected.parquet", "filter_stats.png", "manifest.json"},
             inputs=[
                 *(("--in", p) for p in in_paths),
                 *(("--benchmark", b) for b in cfg.benchmark or ()),
