@@ -113,24 +113,26 @@ class OracleCall:
     hop: dict[str, Any]
 
 
+def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCall, OracleCall]:
+    """The relations call and the triples call of one hop from ``entity``."""
+    rel = hop["relation"]
+    if toolset == "graphwalker":
+        return (
+            OracleCall("relations", f"get_relations({_q(entity)})", entity, hop),
+            OracleCall("triples", f"get_triples({_q(entity)}, [{_q(rel)}])", entity, hop),
+        )
+    side = "head" if hop["inverse"] else "tail"
+    return (
+        OracleCall("relations", f"get_{side}_relations({_q(entity)})", entity, hop),
+        OracleCall("triples", f"get_{side}_entities({_q(entity)}, {_q(rel)})", entity, hop),
+    )
+
+
 def oracle_calls(row: dict[str, Any], toolset: str) -> list[OracleCall]:
     """The gold action sequence of a question's walk."""
     calls = []
     for entity, hop in _ordered_hops(row):
-        rel = hop["relation"]
-        if toolset == "graphwalker":
-            calls.append(OracleCall("relations", f"get_relations({_q(entity)})", entity, hop))
-            calls.append(
-                OracleCall("triples", f"get_triples({_q(entity)}, [{_q(rel)}])", entity, hop)
-            )
-        else:
-            side = "head" if hop["inverse"] else "tail"
-            calls.append(
-                OracleCall("relations", f"get_{side}_relations({_q(entity)})", entity, hop)
-            )
-            calls.append(
-                OracleCall("triples", f"get_{side}_entities({_q(entity)}, {_q(rel)})", entity, hop)
-            )
+        calls.extend(_calls_for(entity, hop, toolset))
     return calls
 
 
@@ -141,14 +143,29 @@ def reference_text(row: dict[str, Any], toolset: str) -> str:
 _LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
 
 
-def replay(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, Any]]:
+FAN_OUT = 4
+"""The most entities a chain's next hop is followed from, the walked one included."""
+
+
+def replay(
+    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = FAN_OUT
+) -> list[tuple[OracleCall, Any]]:
     """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
     :class:`OracleReject` when a gold relation is not among the relations shown (same BM25
     ranking and top-k as inference) or an entity the path continues from is not among the
-    triples shown."""
+    triples shown.
+
+    On a chain, a hop often reaches several entities (the films a person directed), and the
+    answers are what the next hop reaches from all of them. So after the walked entity's next
+    hop, the same relation is followed from the others too (up to ``fan_out`` entities in
+    all; those without the relation are passed over): the replay then observes the whole
+    answer set, as an agent must, instead of the part reached through the walked entity."""
     calls = oracle_calls(row, env.config.toolset)
     continues_from = {c.entity for c in calls}
+    chain = len(row["branches"]) == 1
+    topics = set(row["topic_names"])
     steps = []
+    others: list[str] = []  # the other entities the walked one's hop reached
     for c in calls:
         result = env.execute(c.call)
         if result.error is not None:
@@ -164,9 +181,29 @@ def replay(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, 
             )
             if pattern not in result.text.splitlines():
                 raise OracleReject("gold_relation_not_retrievable")
-        elif c.hop["entity"] in continues_from and c.hop["entity"] not in result.entities:
+            steps.append((c, result))
+            continue
+        if c.hop["entity"] in continues_from and c.hop["entity"] not in result.entities:
             raise OracleReject("gold_entity_not_retrievable")
         steps.append((c, result))
+        if not chain:
+            continue
+        sources = [c.entity]
+        reached = list(result.entities)
+        for other in others:
+            extra = _calls_for(other, c.hop, env.config.toolset)[1]
+            got = env.execute(extra.call)
+            if got.error is None:
+                steps.append((extra, got))
+                sources.append(other)
+                reached.extend(got.entities)
+        nxt = c.hop["entity"]
+        seen = {nxt, *sources, *topics}
+        others = []
+        for entity in reached:
+            if entity not in seen and len(others) < fan_out - 1:
+                others.append(entity)
+            seen.add(entity)
     return steps
 
 
