@@ -385,3 +385,43 @@ def test_per_turn_metadata_is_stored(kg):
         "entities": [],
     }
     assert turns[1]["format_error"] == "missing <think> block" and turns[1]["tool"] is None
+
+
+def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
+    from kgsynth.synthesize.trajectories import replay
+
+    facts = [
+        ("Film A", "directed_by", "Dee"),
+        ("Film B", "directed_by", "Dee"),
+        ("Film C", "directed_by", "Dee"),
+        ("Film A", "in_language", "French"),
+        ("Film B", "in_language", "Italian"),
+        ("Film D", "directed_by", "Eve"),  # Film C has no language: passed over
+    ]
+    graph = KGGraph(EmbeddedKG.from_ntriples(movie_ntriples(facts), get_profile("generic")))
+    row = {
+        "question": "which languages are the films Dee directed in",
+        "topic_names": ["Dee"],
+        "branches": [
+            [
+                {"relation": "directed_by", "inverse": True, "entity": "Film A"},
+                {"relation": "in_language", "inverse": False, "entity": "French"},
+            ]
+        ],
+        "merge_at": [2],
+        "answer_names": ["French", "Italian"],
+    }
+    steps = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()))
+    calls = [c.call for c, _ in steps]
+    assert calls == [
+        'get_relations("Dee")',
+        'get_triples("Dee", ["directed_by"])',
+        'get_relations("Film A")',
+        'get_triples("Film A", ["in_language"])',
+        'get_triples("Film B", ["in_language"])',
+    ]
+    observed = {e for _, result in steps for e in result.entities}
+    assert {"French", "Italian"} <= observed  # the whole answer set, not Film A's part
+    # without fan-out the replay sees only the walked film's answer
+    alone = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()), fan_out=1)
+    assert [c.call for c, _ in alone] == calls[:4]
