@@ -62,7 +62,6 @@ DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
 WALKS ?= $(if $(SMOKE),300,12000)
 STAGE1_STEPS ?= $(if $(SMOKE),40,2500)
 WARMUP_STEPS ?= $(if $(SMOKE),20,1000)
-WARMUP_MAX ?= $(if $(SMOKE),20,2500)
 STAGE2_STEPS ?= $(if $(SMOKE),10,300)
 FREE_LIMIT ?= $(if $(SMOKE),8,150)
 FREE_SAMPLES ?= $(if $(SMOKE),2,4)
@@ -79,7 +78,7 @@ all: install
 	$(K) synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV) --overwrite
 	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet --overwrite
 	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus --overwrite
-	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite --max-steps $(STAGE1_STEPS) --copy-warmup-steps $(WARMUP_STEPS) --copy-warmup-max-steps $(WARMUP_MAX)
+	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite --max-steps $(STAGE1_STEPS) --copy-warmup-steps $(WARMUP_STEPS)
 	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples $(FREE_SAMPLES) --temperature 0.8 --max-tokens 64 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite
 	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet --overwrite
 	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite

@@ -192,13 +192,6 @@ def stage1_cmd(
             "minute this way. \\[default: recipe's]"
         ),
     ] = None,
-    copy_warmup_max_steps: Annotated[
-        int | None,
-        typer.Option(
-            help="Most drill steps when the recipe drills on until the drill loss is below "
-            "copy_warmup_until_loss. \\[default: recipe's]"
-        ),
-    ] = None,
     tiny_init_std: Annotated[
         float | None, typer.Option(help="tiny: normal-init spread of the weights. \\[default: 0.1]")
     ] = None,

@@ -118,18 +118,11 @@ def warm_up(
     batch_size: int = 32,
     lr: float = 5e-3,
     seed: int = 0,
-    until_loss: float | None = None,
-    max_steps: int | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place on copy drills for ``steps`` AdamW steps (batches of
     ``batch_size`` drills, loss on the assistant turn only, linear warmup over the first 5 %),
-    before the trajectories. Returns what it did, for the run's summary.
-
-    With ``until_loss`` it goes on past ``steps`` (up to ``max_steps``) until the mean drill
-    loss of the last 50 steps is below it: when a model learns to copy comes suddenly (a phase
-    change) and at a step that varies with the tokenizer and the initialisation, so a fixed
-    budget sometimes stops just before it."""
+    before the trajectories. Returns what it did, for the run's summary."""
     import time
 
     import torch
@@ -147,18 +140,7 @@ def warm_up(
     started = time.perf_counter()
     tokens = 0
     losses: list[float] = []
-    limit = max(steps, max_steps or 0) if until_loss is not None else steps
-
-    def drilled_enough(done: int) -> bool:
-        if done < steps:
-            return False
-        if until_loss is None or done >= limit:
-            return True
-        recent = losses[-50:]
-        return sum(recent) / len(recent) < until_loss
-
-    step = 0
-    while not drilled_enough(step):
+    for step in range(steps):
         batch = [samples[rng.randrange(len(samples))] for _ in range(batch_size)]
         width = max(len(s.input_ids) for s in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -178,15 +160,12 @@ def warm_up(
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(out.loss.detach()))
-        step += 1
         if progress:
-            progress(step, losses[-1])
+            progress(step + 1, losses[-1])
     elapsed = time.perf_counter() - started
     tail = losses[-max(1, steps // 10) :]
     return {
-        "steps": step,
-        "steps_planned": steps,
-        "until_loss": until_loss,
+        "steps": steps,
         "batch_size": batch_size,
         "lr": lr,
         "drills": len(samples),

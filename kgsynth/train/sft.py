@@ -143,10 +143,6 @@ class SFTConfig:
     copy_warmup_steps: int | None = None  # steps on copy drills before the trajectories
     copy_warmup_batch_size: int = 32
     copy_warmup_lr: float = 5e-3
-    # go on drilling past copy_warmup_steps until the drill loss (mean of the last 50 steps)
-    # is below this, up to copy_warmup_max_steps (drills.warm_up)
-    copy_warmup_until_loss: float | None = None
-    copy_warmup_max_steps: int | None = None
 
 
 def _init_recipe(init: str) -> str | None:
@@ -271,15 +267,6 @@ def _check(c: SFTConfig) -> None:
     need(
         0 < c.copy_warmup_lr < 1 and math.isfinite(c.copy_warmup_lr),
         f"copy_warmup_lr must be in (0, 1) (got {c.copy_warmup_lr})",
-    )
-    need(
-        c.copy_warmup_until_loss is None
-        or (c.copy_warmup_until_loss > 0 and math.isfinite(c.copy_warmup_until_loss)),
-        f"copy_warmup_until_loss must be > 0 (got {c.copy_warmup_until_loss})",
-    )
-    need(
-        (c.copy_warmup_max_steps or 0) >= 0,
-        f"copy_warmup_max_steps must be >= 0 (got {c.copy_warmup_max_steps})",
     )
     need(
         c.copy_warmup_batch_size >= 1,
@@ -840,8 +827,6 @@ def _train(
             batch_size=cfg.copy_warmup_batch_size,
             lr=cfg.copy_warmup_lr,
             seed=cfg.seed,
-            until_loss=cfg.copy_warmup_until_loss,
-            max_steps=cfg.copy_warmup_max_steps,
         )
         if probe and rank0:
             warmup_stats["copy_probe_loss"] = copy_loss(model, tokenizer, probe)
