@@ -411,7 +411,7 @@ def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
         "merge_at": [2],
         "answer_names": ["French", "Italian"],
     }
-    steps = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()))
+    steps = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()), fan_out=4)
     calls = [c.call for c, _ in steps]
     assert calls == [
         'get_relations("Dee")',
@@ -422,6 +422,6 @@ def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
     ]
     observed = {e for _, result in steps for e in result.entities}
     assert {"French", "Italian"} <= observed  # the whole answer set, not Film A's part
-    # without fan-out the replay sees only the walked film's answer
-    alone = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()), fan_out=1)
+    # without fan-out (the default) the replay sees only the walked film's answer
+    alone = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()))
     assert [c.call for c, _ in alone] == calls[:4]

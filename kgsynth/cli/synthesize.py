@@ -281,6 +281,13 @@ def synthesize_trajectories_cmd(
             "uses that one. \\[default: full]"
         ),
     ] = None,
+    fan_out: Annotated[
+        int | None,
+        typer.Option(
+            help="oracle: follow a chain's next hop from up to this many of the entities the "
+            "hop before reached, so the replay observes the whole answer set. \\[default: 1]"
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
@@ -307,6 +314,7 @@ def synthesize_trajectories_cmd(
                 toolset=tools,
                 seed=seed,
                 system_prompt=system_prompt,
+                fan_out=fan_out,
             ),
             section="trajectories",
         )

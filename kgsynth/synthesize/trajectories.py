@@ -59,6 +59,7 @@ class TrajectoryConfig:
     max_triples: int = 5
     seed: int = 0
     system_prompt: str = "full"  # full | short (see kgsynth.agent.loop.system_prompt)
+    fan_out: int = 1  # oracle: follow a chain's next hop from up to this many entities (replay)
 
     def __post_init__(self) -> None:
         if self.system_prompt not in PROMPT_STYLES:
@@ -71,6 +72,8 @@ class TrajectoryConfig:
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
         if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
             raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")
+        if self.fan_out < 1:
+            raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
 
     def tool_config(self) -> ToolConfig:
         return ToolConfig(
@@ -143,12 +146,8 @@ def reference_text(row: dict[str, Any], toolset: str) -> str:
 _LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
 
 
-FAN_OUT = 4
-"""The most entities a chain's next hop is followed from, the walked one included."""
-
-
 def replay(
-    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = FAN_OUT
+    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = 1
 ) -> list[tuple[OracleCall, Any]]:
     """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
     :class:`OracleReject` when a gold relation is not among the relations shown (same BM25
@@ -156,10 +155,12 @@ def replay(
     triples shown.
 
     On a chain, a hop often reaches several entities (the films a person directed), and the
-    answers are what the next hop reaches from all of them. So after the walked entity's next
-    hop, the same relation is followed from the others too (up to ``fan_out`` entities in
-    all; those without the relation are passed over): the replay then observes the whole
-    answer set, as an agent must, instead of the part reached through the walked entity."""
+    answers are what the next hop reaches from all of them. With ``fan_out`` > 1, after the
+    walked entity's next hop the same relation is followed from the others too (up to
+    ``fan_out`` entities in all; those without the relation are passed over), so the replay
+    observes the whole answer set instead of the part reached through the walked entity.
+    The default (1) replays the walk alone: on the tiny CPU recipe, fan-out 4 made the agent
+    go on after 1-hop answers and copy worse (benchmarks/README.md, learning sweep)."""
     calls = oracle_calls(row, env.config.toolset)
     continues_from = {c.entity for c in calls}
     chain = len(row["branches"]) == 1
@@ -232,7 +233,7 @@ def synthesize_oracle(
     for row in rows:
         env = ToolEnvironment(graph, row["question"], cfg.tool_config())
         try:
-            steps = replay(row, env)
+            steps = replay(row, env, fan_out=cfg.fan_out)
         except OracleReject as rej:
             rejected.append((row, rej.reason))
             continue
