@@ -425,3 +425,30 @@ def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
     # without fan-out (the default) the replay sees only the walked film's answer
     alone = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()))
     assert [c.call for c, _ in alone] == calls[:4]
+
+
+def test_the_split_is_part_of_the_config_and_its_manifest(kg, questions, tmp_path):
+    import pyarrow as pa
+    from typer.testing import CliRunner
+
+    from kgsynth.cli import app
+    from kgsynth.schema import QUESTION_SCHEMA
+    from kgsynth.synthesize.trajectories import split_of
+
+    qfile = tmp_path / "questions.parquet"
+    pq.write_table(pa.Table.from_pylist(questions, schema=QUESTION_SCHEMA), qfile)
+    kb = tmp_path / "kb.txt"
+    kb.write_text("\n".join("|".join(f) for f in generated_movie_facts()) + "\n")
+    out = tmp_path / "held.parquet"
+    args = ["synthesize", "trajectories", "--questions", str(qfile), "--kg", str(kb)]
+    res = CliRunner().invoke(
+        app, [*args, "--out", str(out), "--split", "heldout", "--heldout-fraction", "0.5"]
+    )
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "held.manifest.json").read_text())
+    assert manifest["config"]["split"] == "heldout"
+    assert manifest["config"]["heldout_fraction"] == 0.5
+    held = [q for q in questions if split_of(q["question_id"], 0.5) == "heldout"]
+    assert manifest["input"]["rows"] == len(held) < len(questions)
+    bad = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x.parquet"), "--split", "dev"])
+    assert bad.exit_code == 2 and "--split must be all, train or heldout" in bad.output

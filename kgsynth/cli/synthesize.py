@@ -259,15 +259,16 @@ def synthesize_trajectories_cmd(
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
     max_failed_fraction: MaxFailedFractionOption = 0.5,
     split: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="all, train or heldout: a stable split by question_id hash, so stage 1 and the "
-            "stage-2 rollouts can use disjoint questions."
+            "stage-2 rollouts can use disjoint questions. \\[default: all]"
         ),
-    ] = "all",
+    ] = None,
     heldout_fraction: Annotated[
-        float, typer.Option(help="Share of questions in the heldout split.")
-    ] = 0.1,
+        float | None,
+        typer.Option(help="Share of questions in the heldout split. \\[default: 0.1]"),
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Sampling seed (sample i uses seed + i). \\[default: 0]")
     ] = None,
@@ -315,6 +316,8 @@ def synthesize_trajectories_cmd(
                 seed=seed,
                 system_prompt=system_prompt,
                 fan_out=fan_out,
+                split=split,
+                heldout_fraction=heldout_fraction,
             ),
             section="trajectories",
         )
@@ -338,17 +341,12 @@ def synthesize_trajectories_cmd(
             rows = read_rows(
                 questions, "--questions", need, "kgsynth synthesize questions", QUESTION_SCHEMA
             )
-            if split != "all":
-                from kgsynth.errors import ConfigError
+            if cfg.split != "all":
                 from kgsynth.synthesize.trajectories import split_of
 
-                if split not in ("train", "heldout"):
-                    raise ConfigError(f"--split must be all, train or heldout (got {split!r})")
-                if not 0 < heldout_fraction < 1:
-                    raise ConfigError(
-                        f"--heldout-fraction must be in (0, 1) (got {heldout_fraction})"
-                    )
-                rows = [r for r in rows if split_of(r["question_id"], heldout_fraction) == split]
+                rows = [
+                    r for r in rows if split_of(r["question_id"], cfg.heldout_fraction) == cfg.split
+                ]
             if limit is not None:
                 rows = rows[:limit]
             out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,8 @@ class TrajectoryConfig:
     seed: int = 0
     system_prompt: str = "full"  # full | short (see kgsynth.agent.loop.system_prompt)
     fan_out: int = 1  # oracle: follow a chain's next hop from up to this many entities (replay)
+    split: str = "all"  # all | train | heldout: a stable split by question_id hash (split_of)
+    heldout_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         if self.system_prompt not in PROMPT_STYLES:
@@ -72,6 +74,10 @@ class TrajectoryConfig:
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
         if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
             raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")
+        if self.split not in ("all", "train", "heldout"):
+            raise ConfigError(f"--split must be all, train or heldout (got {self.split!r})")
+        if not 0 < self.heldout_fraction < 1:
+            raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {self.heldout_fraction})")
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
 
