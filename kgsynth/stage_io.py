@@ -70,13 +70,13 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _fsync_tree(path: Path) -> None:
-    """Flush every file under ``path`` (so the commit marker never precedes the data)."""
-    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file under ``folder`` (so the commit marker never precedes the data)."""
+    for p in folder.rglob("*"):
         if p.is_file():
             with open(p, "rb") as fh:
                 os.fsync(fh.fileno())
-    _fsync_dir(path if path.is_dir() else path.parent)
+    _fsync_dir(folder)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,28 +179,28 @@ def check_overlap(writes: list[Path], inputs: Inputs, flag: str = "--out") -> No
                 )
 
 
+def _check_not_below_a_file(out: Path, flag: str) -> None:
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{flag}: {parent} is a file, so {out} cannot be created")
+            return
+
+
 def check_file_target(out: Path, flag: str = "--out") -> None:
     """``out`` names a file: not a directory, not below a file."""
     if out.is_dir():
         raise ConfigError(
             f"{flag}: {out} is a directory; give a file path such as {out}/out.parquet"
         )
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"{flag}: {parent} is a file, so {out} cannot be created")
-            break
+    _check_not_below_a_file(out, flag)
 
 
 def check_folder_target(out: Path, flag: str = "--out") -> None:
     """``out`` names a folder: not an existing file, not below a file."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{flag}: {out} is a file; this command writes a folder of outputs")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"{flag}: {parent} is a file, so {out} cannot be created")
-            break
+    _check_not_below_a_file(out, flag)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +324,6 @@ class StagedOutput:
         self.staging = _staging(self.out)
         self.lock = OutputLock(self.out, flag)
         self.committed = False
-        self.replaced = False
 
     # -- opening
 
@@ -362,16 +361,13 @@ class StagedOutput:
                     f"{self.flag}: {out} holds files kgsynth did not write (no manifest.json); "
                     "--overwrite only replaces a kgsynth output: choose another folder"
                 )
-            self.replaced = True
             return
         present = [p.name for p in owned_files(out) if p.exists()]
-        if present:
-            if not self.overwrite:
-                raise ConfigError(
-                    f"{self.flag}: {out} already exists ({', '.join(present)}); pass "
-                    f"--overwrite to replace it, or choose another {self.flag}"
-                )
-            self.replaced = True
+        if present and not self.overwrite:
+            raise ConfigError(
+                f"{self.flag}: {out} already exists ({', '.join(present)}); pass "
+                f"--overwrite to replace it, or choose another {self.flag}"
+            )
 
     # -- writing
 
@@ -389,12 +385,6 @@ class StagedOutput:
 
     def stats_png(self) -> Path:
         return self.staging / stats_png(self.out).name
-
-    def final(self, name: str | None = None) -> Path:
-        """The path a staged file will have once committed (for manifests and messages)."""
-        if self.folder:
-            return self.out / name if name else self.out
-        return self.out.with_name(name) if name else self.out
 
     def commit(self) -> None:
         """Make the staged files the output, all at once."""

@@ -83,6 +83,13 @@ def open_kg_option(kg: str | None, profile: str | None, timeout: float = 30.0, *
         return open_kg(kg, profile=profile, timeout=timeout, **bounds)
 
 
+def open_graph_option(kg: str | None, profile: str | None):
+    """:func:`open_kg_option` wrapped in the cached entity/relation access the tools use."""
+    from kgsynth.kg.graph import KGGraph
+
+    return KGGraph(open_kg_option(kg, profile))
+
+
 def make_stage_llm(
     llm: str,
     out_path: Path,

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli.common import err, fail, open_kg_option, out, progress_bar
+from kgsynth.cli.common import err, fail, open_graph_option, out, progress_bar
 from kgsynth.cli.options import (
     ApiKeyOption,
     BaseUrlOption,
@@ -37,7 +37,6 @@ from kgsynth.cli.options import (
     TurnTokensOption,
 )
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
-from kgsynth.kg.graph import KGGraph
 
 
 def eval_cmd(
@@ -311,7 +310,7 @@ def _evaluate(
         ],
     )
     with staged:
-        graph = KGGraph(open_kg_option(kg, profile))
+        graph = open_graph_option(kg, profile)
         label = label or checkpoint_label(model)
 
         # what to run: (system name, model, tools?)

@@ -14,6 +14,7 @@ from kgsynth.cli.common import (
     check_count,
     err,
     fail,
+    open_graph_option,
     open_kg_option,
     out,
 )
@@ -22,7 +23,6 @@ from kgsynth.cli.options import (
     ProfileOption,
 )
 from kgsynth.errors import KGSynthError
-from kgsynth.kg.graph import KGGraph
 
 kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
 
@@ -150,7 +150,7 @@ def kg_tool(
     try:
         check_count("--top-k", top_k)
         check_count("--max-triples", max_triples)
-        graph = KGGraph(open_kg_option(kg, profile))
+        graph = open_graph_option(kg, profile)
         env = ToolEnvironment(
             graph,
             question,

@@ -16,7 +16,7 @@ from kgsynth.cli.common import (
     err,
     fail,
     make_stage_llm,
-    open_kg_option,
+    open_graph_option,
     out,
     progress_bar,
 )
@@ -41,7 +41,6 @@ from kgsynth.cli.options import (
     TurnTokensOption,
 )
 from kgsynth.errors import KGSynthError
-from kgsynth.kg.graph import KGGraph
 from kgsynth.stage_io import read_rows, write_rows
 
 synth_app = typer.Typer(
@@ -144,7 +143,6 @@ def synthesize_questions_cmd(
             )
             if limit is not None:
                 rows = rows[:limit]
-            out_path.parent.mkdir(parents=True, exist_ok=True)
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
@@ -349,13 +347,12 @@ def synthesize_trajectories_cmd(
                 ]
             if limit is not None:
                 rows = rows[:limit]
-            out_path.parent.mkdir(parents=True, exist_ok=True)
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
                 device=device,
             )  # fmt: skip
-            graph = KGGraph(open_kg_option(kg, profile))
+            graph = open_graph_option(kg, profile)
             with progress_bar(count=False) as bar:
                 task = bar.add_task(cfg.mode, total=None, info="")
 
