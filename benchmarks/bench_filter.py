@@ -28,8 +28,9 @@ trajectories`` writes it) and then timed:
 4. the CLI path: ``kgsynth filter --in FILE --out DIR`` in a subprocess (interpreter start,
    Parquet read, input hash, filters, both Parquet files, the stats PNG and the manifest).
 
-It also checks that accepted + rejected rows equal the input, and that the vectorized EM/F1
-equal :func:`kgsynth.metrics.exact_match` / :func:`~kgsynth.metrics.f1` on 5,000 sampled rows.
+It also checks that accepted + rejected rows equal the input, and that the vectorized strict EM,
+hit and F1 equal :func:`kgsynth.metrics.em_strict` / :func:`~kgsynth.metrics.hit` /
+:func:`~kgsynth.metrics.f1` on 5,000 sampled rows.
 The target is 1,000,000 rows per minute on 2 cores. ``--keep-data PATH`` keeps the generated
 Parquet file (and reuses it when it exists), which saves the ~70 s generation on re-runs.
 """
@@ -379,11 +380,12 @@ def time_workers(table: pa.Table) -> dict[str, Any]:
 
 
 def check_metrics(table: pa.Table, sample: int, seed: int) -> int:
-    """Vectorized EM/F1 against kgsynth.metrics on ``sample`` random rows; returns rows checked."""
+    """Vectorized em_strict/hit/F1 against kgsynth.metrics on ``sample`` random rows; returns
+    rows checked."""
     import numpy as np
 
     from kgsynth.filter import answer_checks
-    from kgsynth.metrics import exact_match, f1
+    from kgsynth.metrics import em_strict, f1, hit
 
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(table.num_rows, size=min(sample, table.num_rows), replace=False))
@@ -391,7 +393,8 @@ def check_metrics(table: pa.Table, sample: int, seed: int) -> int:
     checks = answer_checks(sub)
     for i, row in enumerate(sub.select(["predicted_answers", "gold_answers"]).to_pylist()):
         pred, gold = row["predicted_answers"], row["gold_answers"]
-        assert checks.em[i] == exact_match(pred, gold), (pred, gold)
+        assert checks.em_strict[i] == em_strict(pred, gold), (pred, gold)
+        assert checks.hit[i] == hit(pred, gold), (pred, gold)
         assert checks.f1[i] == f1(pred, gold), (pred, gold)
     return len(idx)
 

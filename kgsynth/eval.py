@@ -4,12 +4,13 @@ The policy (a local checkpoint through the ``hf`` backend, or a model behind an
 OpenAI-compatible API) answers every question as a KG agent — the same loop, tools, limits and
 system prompt as trajectory synthesis and RL (:func:`kgsynth.agent.loop.run_episodes`) —
 ``runs`` times (run ``r`` samples with seed ``seed + r``). Each prediction is scored with the
-shared answer metrics (:mod:`kgsynth.metrics`: EM, set F1, Hits@1) and the runs are
+shared answer metrics (:mod:`kgsynth.metrics`: ``em_strict``, ``hit``, set ``f1``,
+``hits_at_1``, ``rhits_at_1``, precision and recall, each defined there) and the runs are
 aggregated (:func:`summarize`):
 
 - ``overall``: the mean over every (question, run) prediction; ``per_run`` one entry per run,
   ``std_over_runs`` the spread of the per-run means;
-- ``ci95``: a 95 % confidence interval ``[lo, hi]`` of each overall EM/F1/Hits@1 (and the
+- ``ci95``: a 95 % confidence interval ``[lo, hi]`` of each overall shown metric (and the
   same inside each ``breakdowns["hops"]`` group), with the question as the unit: the Wilson
   score interval when every question scores 0 or 1 (one run of a binary metric, or runs that
   agree), else a percentile bootstrap resampling questions (each with all its runs; 2,000
@@ -18,9 +19,12 @@ aggregated (:func:`summarize`):
 - ``majority``: per question, the most frequent normalized answer set among the runs (runs
   without an answer do not vote; a tie goes to the set that appears first, in run order);
 - ``union``: per question, the union of all runs' answers — what KG-R1 reports as its
-  "N runs" result; labelled ``KG-R1 N runs (union)``, never as EM of one run;
+  "N runs" result; labelled ``KG-R1 N runs (union)``, never as a score of one run. The union
+  has no first answer, so its ``hits_at_1`` is KG-R1's N-run Hits@1: some answer of some run
+  is gold (union ["X", "A"] against gold {A, B} scores 1);
 - ``pass_at_k``: the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` from ``n`` runs of which
-  ``c`` are EM-correct, averaged over questions, for k = 1, 2, 4, … ≤ n and k = n;
+  ``c`` are correct by ``hit`` (``pass_at_k_metric``), averaged over questions, for
+  k = 1, 2, 4, … ≤ n and k = n;
 - ``breakdowns`` by ``hops``, ``qtype`` and ``structure`` (those the questions carry);
 - ``process``: assistant turns, tool errors, format errors, LLM errors and generated tokens
   (the backend's completion-token counts) per prediction, and answered / forced-answer rates.
@@ -71,9 +75,16 @@ from kgsynth.schema import MESSAGE, TURN
 
 log = logging.getLogger(__name__)
 
-METRICS = ("em", "f1", "hits_at_1", "precision", "recall")
-SHOWN_METRICS = ("em", "f1", "hits_at_1")
-METRIC_NAMES = {"em": "EM", "f1": "F1", "hits_at_1": "Hits@1"}
+METRICS = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1", "precision", "recall")
+SHOWN_METRICS = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1")
+METRIC_NAMES = {
+    "em_strict": "EM (strict)",
+    "hit": "Hit",
+    "f1": "F1",
+    "hits_at_1": "Hits@1",
+    "rhits_at_1": "RHits@1",
+}
+PASS_METRIC = "hit"  # a run counts as correct for pass@k when some answer is gold
 UNION_LABEL = "KG-R1 N runs (union)"
 BREAKDOWNS = ("hops", "qtype", "structure")
 BASELINES = ("untrained", "no-tools")
@@ -81,6 +92,12 @@ MODEL_SYSTEM = "model"
 CI_LEVEL = 0.95
 CI_RESAMPLES = 2000
 CI_SEED = 0
+METRIC_LEGEND = (
+    "EM (strict): the predicted set equals the gold set; Hit: some predicted answer is gold "
+    "(KnowCoder-A1's and GraphWalker's EM, KG-R1's and ISP's Hit); Hits@1: the first predicted "
+    "answer is gold; RHits@1: the share of predicted answers that are gold (KnowCoder-A1's "
+    "random pick, as its expected value); F1: set F1."
+)
 CI_METHOD = (
     "Wilson score interval over questions where every question scores 0 or 1, else "
     f"percentile bootstrap over questions with all their runs ({CI_RESAMPLES} resamples, "
@@ -106,9 +123,11 @@ PREDICTION_SCHEMA = pa.schema(
         ("topic_names", pa.list_(pa.string())),
         ("gold", pa.list_(pa.string())),
         ("predicted", pa.list_(pa.string())),  # empty when no answer parsed
-        ("em", pa.float64()),
+        ("em_strict", pa.float64()),
+        ("hit", pa.float64()),
         ("f1", pa.float64()),
         ("hits_at_1", pa.float64()),
+        ("rhits_at_1", pa.float64()),
         ("precision", pa.float64()),
         ("recall", pa.float64()),
         ("hops", pa.int32()),
@@ -226,9 +245,11 @@ def _row(
         "topic_names": list(rec.topic_names),
         "gold": list(rec.answer_names),
         "predicted": list(predicted),
-        "em": s.em,
+        "em_strict": s.em_strict,
+        "hit": s.hit,
         "f1": s.f1,
         "hits_at_1": s.hits_at_1,
+        "rhits_at_1": s.rhits_at_1,
         "precision": s.precision,
         "recall": s.recall,
         "hops": rec.hops,
@@ -428,6 +449,14 @@ def _scored(predicted: Sequence[str], gold: Sequence[str]) -> dict[str, float]:
     return {m: getattr(s, m) for m in METRICS}
 
 
+def _union_scored(merged: Sequence[str], gold: Sequence[str]) -> dict[str, float]:
+    """Metrics of the N-run union. The union has no first answer, so its ``hits_at_1`` is
+    KG-R1's N-run Hits@1: the question counts when any answer of any run is gold (``hit``)."""
+    scores = _scored(merged, gold)
+    scores["hits_at_1"] = scores["hit"]
+    return scores
+
+
 def _group_key(value: Any) -> str:
     return "unknown" if value is None else str(value)
 
@@ -460,7 +489,7 @@ def _ci95(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Metrics of one system's prediction rows (one per question and run; see the module
     docstring for each aggregate). Rows need ``question_id``, ``run``, ``predicted``, ``gold``,
-    ``em``/``f1``/``hits_at_1``/``precision``/``recall``; the breakdown and process columns are
+    every metric of :data:`METRICS`; the breakdown and process columns are
     used where present."""
     if not rows:
         raise ValueError("no prediction rows to summarize")
@@ -487,8 +516,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         majority.append(_scored(preds[majority_choice(preds)], gold))
         merged = union_answers(preds)
         union_sizes.append(len(answer_set(merged)))
-        union.append(_scored(merged, gold))
-        n, c = len(group), sum(1 for r in group if r["em"] == 1.0)
+        union.append(_union_scored(merged, gold))
+        n, c = len(group), sum(1 for r in group if r[PASS_METRIC] == 1.0)
         for k in pass_k:
             if int(k) <= n:
                 pass_k[k].append(pass_at_k(n, c, int(k)))
@@ -532,6 +561,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "mean_answers": _mean(union_sizes),
         },
         "pass_at_k": {k: _mean(v) for k, v in pass_k.items()},
+        "pass_at_k_metric": PASS_METRIC,
         "breakdowns": breakdowns,
         "process": {
             "turns_per_question": per_prediction("num_turns"),
@@ -703,12 +733,12 @@ def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
         "source": source,
         "questions": m["counts"]["questions"],
         "runs": m["counts"]["runs"],
-        **{k: m["overall"][k] for k in SHOWN_METRICS},
+        **{k: m["overall"].get(k) for k in SHOWN_METRICS},
         "ci95": _shown_ci(m.get("ci95")),
         "ci95_method": m.get("ci95_method"),
-        "union_em": m["union"]["em"] if m["counts"]["runs"] > 1 else None,
+        "union_hits_at_1": m["union"].get("hits_at_1") if m["counts"]["runs"] > 1 else None,
         "by_hops": {
-            h: {**{k: v[k] for k in SHOWN_METRICS}, "ci95": _shown_ci(v.get("ci95"))}
+            h: {**{k: v.get(k) for k in SHOWN_METRICS}, "ci95": _shown_ci(v.get("ci95"))}
             for h, v in hops.items()
         },
         "questions_per_s": (m.get("speed") or {}).get("questions_per_s"),
@@ -716,9 +746,10 @@ def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def compare_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
-    """One table row per evaluation (and per baseline it ran): label, overall EM/F1/Hits@1
-    with their 95 % intervals (``ci95``, empty for an older metrics.json without them), the
-    N-run union EM where there were several runs, and EM/F1/Hits@1 (with ``ci95``) by hops."""
+    """One table row per evaluation (and per baseline it ran): label, every shown metric
+    overall with its 95 % interval (``ci95``, empty for an older metrics.json without them;
+    a metric that file lacks is None), KG-R1's N-run union Hits@1 where there were several
+    runs, and the shown metrics (with ``ci95``) by hops."""
     rows: list[dict[str, Any]] = []
     for path in paths:
         m = load_metrics(path)
@@ -752,19 +783,19 @@ def _md_table(head: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
 
 
 def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """The comparison in markdown: overall EM / F1 / Hits@1 as ``mean [95 % CI]`` cells (and
-    the N-run union EM), then Hits@1 by hops with its 95 % CI, then EM / F1 / Hits@1 by hops,
-    then how the intervals were computed. Rows from a metrics.json without intervals show the
-    mean alone."""
+    """The comparison in markdown: every shown metric overall as a ``mean [95 % CI]`` cell
+    (and KG-R1's N-run union Hits@1), then Hits@1 by hops with its 95 % CI, then every shown
+    metric by hops, then how the intervals were computed and what each metric means. Rows from
+    a metrics.json without intervals show the mean alone."""
     hops = hop_columns(rows)
-    with_union = any(r["union_em"] is not None for r in rows)
-    head = ["run", "questions", "runs", "EM", "F1", "Hits@1"]
-    head += [f"{UNION_LABEL} EM"] if with_union else []
+    with_union = any(r["union_hits_at_1"] is not None for r in rows)
+    head = ["run", "questions", "runs", *(METRIC_NAMES[k] for k in SHOWN_METRICS)]
+    head += [f"{UNION_LABEL} Hits@1"] if with_union else []
     body = []
     for r in rows:
         cells = [r["label"], str(r["questions"]), str(r["runs"])]
         cells += [ci_cell(r[k], r.get("ci95", {}).get(k)) for k in SHOWN_METRICS]
-        cells += [_fmt(r["union_em"])] if with_union else []
+        cells += [_fmt(r["union_hits_at_1"])] if with_union else []
         body.append(cells)
     lines = _md_table(head, body)
     if hops:
@@ -777,7 +808,9 @@ def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
                 [
                     r["label"],
                     *(
-                        ci_cell(v["hits_at_1"], v.get("ci95", {}).get("hits_at_1")) if v else "–"
+                        ci_cell(v.get("hits_at_1"), v.get("ci95", {}).get("hits_at_1"))
+                        if v
+                        else "–"
                         for v in by
                     ),
                 ]
@@ -789,10 +822,12 @@ def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
                 ]
             )
         lines += ["", "## Hits@1 by hops with 95 % CI", "", *_md_table(hop_head, hits)]
-        lines += ["", "## EM / F1 / Hits@1 by hops", "", *_md_table(hop_head, points)]
+        shown = " / ".join(METRIC_NAMES[k] for k in SHOWN_METRICS)
+        lines += ["", f"## {shown} by hops", "", *_md_table(hop_head, points)]
     methods = list(dict.fromkeys(r["ci95_method"] for r in rows if r.get("ci95_method")))
     if methods:
         lines += ["", "`mean [lo, hi]`: the mean and its 95 % CI; " + "; ".join(methods) + "."]
+    lines += ["", METRIC_LEGEND]
     if any(not r.get("ci95") for r in rows):
         lines += ["", "A mean without an interval: its metrics.json predates intervals."]
     return "\n".join(lines) + "\n"
@@ -859,7 +894,7 @@ def eval_png(metrics: dict[str, Any], path: str | Path) -> None:
         f"{metrics['counts']['questions']} questions × {runs} run(s)"
         + (" (bars: mean over runs)" if runs > 1 else "")
     )
-    for ax, metric in ((axes[0][1], "em"), (axes[1][0], "f1")):
+    for ax, metric in ((axes[0][1], "hits_at_1"), (axes[1][0], "f1")):
         hop_groups = _sorted_groups(
             h for m in systems.values() for h in m.get("breakdowns", {}).get("hops", {})
         )
@@ -907,7 +942,7 @@ def compare_png(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
     _grouped_bars(
         axes[0],
         labels,
-        {METRIC_NAMES[k]: [r[k] for r in rows] for k in SHOWN_METRICS},
+        {METRIC_NAMES[k]: [r[k] or 0.0 for r in rows] for k in SHOWN_METRICS},
         {METRIC_NAMES[k]: [r.get("ci95", {}).get(k) for r in rows] for k in SHOWN_METRICS},
     )
     axes[0].set_title("overall (mean over runs; bars: 95 % CI)")

@@ -5,7 +5,7 @@ Output: the accepted rows and the rejected rows, each with a ``reject_reason`` (
 filter it failed), plus counts. Every input row ends up in exactly one of the two::
 
     kgsynth filter --in runs/x/trajectories.parquet --out runs/x/corpus
-    kgsynth filter --in t.parquet --out corpus --outcome em --balance structure --benchmark qa_dev.txt
+    kgsynth filter --in t.parquet --out corpus --outcome em_strict --balance structure --benchmark qa_dev.txt
 
     from kgsynth.filter import FilterConfig, run_filters
     accepted, rejected, stats = run_filters(table, FilterConfig(max_per_question=2))
@@ -19,9 +19,11 @@ cap filters:
 1. ``no_answer`` — the predicted answer set is empty after normalization (no ``<answer>``, an
    empty list, or only blank/punctuation answers). Checked when ``outcome`` is not ``none`` or
    ``grounding`` is on.
-2. ``wrong_answer`` (``outcome``) — ``em``: EM must be 1; ``f1``: EM = 1 or F1 >= ``f1_threshold``
-   (0.9, KBQA-R1); ``none``: off. EM and F1 are :mod:`kgsynth.metrics`'s (set metrics over
-   :func:`~kgsynth.metrics.normalize_answer` keys).
+2. ``wrong_answer`` (``outcome``, a metric of :mod:`kgsynth.metrics`) — ``em_strict``: the
+   predicted set must equal the gold set; ``hit``: some predicted answer must be gold
+   (KnowCoder-A1's rejection rule, "at least one answer is gold"); ``f1``: ``em_strict`` = 1 or
+   F1 >= ``f1_threshold`` (0.9, KBQA-R1); ``none``: off. Plain ``em`` is refused as ambiguous.
+   All are set metrics over :func:`~kgsynth.metrics.normalize_answer` keys.
 3. ``ungrounded_answer`` (``grounding``) — every predicted answer, normalized, must be the
    normalized form of a name in ``observed_entities``: names the environment returned (KnowCoder-A1,
    GraphWalker). Message text is never read here, so an ``<information>`` block the model
@@ -87,7 +89,7 @@ import pyarrow.compute as pc
 
 from kgsynth.agent.protocol import parse_turn
 from kgsynth.errors import ConfigError, InputFileError
-from kgsynth.metrics import normalize_answer
+from kgsynth.metrics import check_metric_name, normalize_answer
 from kgsynth.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -106,14 +108,15 @@ REASONS = (
 )
 """Every ``reject_reason``, in the order the filters run."""
 
-OUTCOMES = ("em", "f1", "none")
+OUTCOMES = ("em_strict", "hit", "f1", "none")
 BALANCE_BY = ("structure", "hops", "none")
 
-_METRIC_FIELDS = [pa.field("em", pa.float64()), pa.field("f1", pa.float64())]
+_METRIC_FIELDS = [pa.field(name, pa.float64()) for name in ("em_strict", "hit", "f1")]
 ACCEPTED_SCHEMA = pa.schema([*TRAJECTORY_SCHEMA, *_METRIC_FIELDS])
-"""``accepted.parquet``: a trajectory row plus its ``em`` and ``f1``."""
+"""``accepted.parquet``: a trajectory row plus its ``em_strict``, ``hit`` and ``f1``."""
 REJECTED_SCHEMA = pa.schema([*REJECTED_TRAJECTORY_SCHEMA, *_METRIC_FIELDS])
-"""``rejected.parquet``: a trajectory row, its ``reject_reason``, ``em`` and ``f1``."""
+"""``rejected.parquet``: a trajectory row, its ``reject_reason``, ``em_strict``, ``hit`` and
+``f1``."""
 
 MaxSimilarity = Callable[[list[str]], Sequence[float] | np.ndarray]
 """Question texts -> the maximum cosine similarity of each to a benchmark question."""
@@ -164,6 +167,8 @@ class FilterConfig:
     balance_factor: float = 2.0
 
     def __post_init__(self) -> None:
+        if self.outcome == "em":
+            check_metric_name("em", "--outcome")
         if self.outcome not in OUTCOMES:
             raise ConfigError(
                 f"--outcome must be one of {', '.join(OUTCOMES)} (got {self.outcome!r})"
@@ -346,7 +351,8 @@ def _distinct_keys(keys: np.ndarray, nids: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _AnswerChecks:
-    em: np.ndarray
+    em_strict: np.ndarray
+    hit: np.ndarray
     f1: np.ndarray
     has_answer: np.ndarray
     grounded: np.ndarray | None
@@ -354,10 +360,10 @@ class _AnswerChecks:
 
 
 def answer_checks(table: pa.Table, *, grounding: bool = True) -> _AnswerChecks:
-    """EM, F1, "has an answer" and "every answer observed" for every row, as arrays.
+    """em_strict, hit, F1, "has an answer" and "every answer observed" for every row, as arrays.
 
-    Equal to :func:`kgsynth.metrics.exact_match` / :func:`~kgsynth.metrics.f1` row by row
-    (same normalization, same float operations).
+    Equal to :func:`kgsynth.metrics.em_strict` / :func:`~kgsynth.metrics.hit` /
+    :func:`~kgsynth.metrics.f1` row by row (same normalization, same float operations).
     """
     n = table.num_rows
     names = ["predicted_answers", "gold_answers"] + (["observed_entities"] if grounding else [])
@@ -384,7 +390,7 @@ def answer_checks(table: pa.Table, *, grounding: bool = True) -> _AnswerChecks:
         observed = pl.DataFrame({"k": pair_keys[2]})
         unseen = pl.DataFrame({"k": pred}).join(observed, on="k", how="anti")["k"].to_numpy()
         grounded = _counts(unseen // keys, n) == 0
-    return _AnswerChecks(em, f1, n_pred > 0, grounded, distinct)
+    return _AnswerChecks(em, (hits > 0).astype(np.float64), f1, n_pred > 0, grounded, distinct)
 
 
 def _message_parts(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray, np.ndarray]:
@@ -553,10 +559,12 @@ def run_filters(
         details["distinct_answer_strings"] = answers.distinct_strings
     if "no_answer" in enabled:
         run.reject("no_answer", ~answers.has_answer)
-    if cfg.outcome == "em":
-        run.reject("wrong_answer", answers.em < 1.0)
+    if cfg.outcome == "em_strict":
+        run.reject("wrong_answer", answers.em_strict < 1.0)
+    elif cfg.outcome == "hit":
+        run.reject("wrong_answer", answers.hit < 1.0)
     elif cfg.outcome == "f1":
-        run.reject("wrong_answer", (answers.em < 1.0) & (answers.f1 < cfg.f1_threshold))
+        run.reject("wrong_answer", (answers.em_strict < 1.0) & (answers.f1 < cfg.f1_threshold))
     if answers.grounded is not None:
         run.reject("ungrounded_answer", ~answers.grounded)
 
@@ -645,19 +653,21 @@ def run_filters(
 
     with run.step("outputs"):
         kept_mask = run.alive
-        em = pa.array(answers.em, type=pa.float64())
-        f1 = pa.array(answers.f1, type=pa.float64())
+        scores = [
+            pa.array(values, type=pa.float64())
+            for values in (answers.em_strict, answers.hit, answers.f1)
+        ]
         keep_arr = pa.array(kept_mask)
         drop_arr = pa.array(~kept_mask)
         accepted = _filter_rows(table, kept_mask)
-        accepted = accepted.append_column(_METRIC_FIELDS[0], em.filter(keep_arr))
-        accepted = accepted.append_column(_METRIC_FIELDS[1], f1.filter(keep_arr))
+        for field_, values in zip(_METRIC_FIELDS, scores, strict=True):
+            accepted = accepted.append_column(field_, values.filter(keep_arr))
         codes = run.reason[~kept_mask].astype(np.int64) - 1
         reasons = pa.array(REASONS, type=pa.string()).take(pa.array(codes))
         rejected = _filter_rows(table, ~kept_mask)
         rejected = rejected.append_column(REJECTED_SCHEMA.field("reject_reason"), reasons)
-        rejected = rejected.append_column(_METRIC_FIELDS[0], em.filter(drop_arr))
-        rejected = rejected.append_column(_METRIC_FIELDS[1], f1.filter(drop_arr))
+        for field_, values in zip(_METRIC_FIELDS, scores, strict=True):
+            rejected = rejected.append_column(field_, values.filter(drop_arr))
         stats = _stats(table, run, enabled, answers)
     assert accepted.num_rows + rejected.num_rows == n, "every input row is accepted or rejected"
     stats.update(details)
@@ -753,7 +763,8 @@ def _stats(
         "rejects": {r: int(counts[i + 1]) for i, r in enumerate(REASONS) if r in enabled},
         "acceptance": acceptance,
         "answers": {
-            "mean_em": round(float(answers.em.mean()), 4) if n else None,
+            "mean_em_strict": round(float(answers.em_strict.mean()), 4) if n else None,
+            "mean_hit": round(float(answers.hit.mean()), 4) if n else None,
             "mean_f1": round(float(answers.f1.mean()), 4) if n else None,
         },
     }

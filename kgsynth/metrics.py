@@ -1,6 +1,20 @@
-"""Answer metrics shared by filters, rewards and eval: EM, set F1 / F-beta, Hits@1, and the
+"""Answer metrics shared by filters, rewards and eval, each named for what it measures, and the
 confidence intervals eval reports for their means (:func:`wilson_interval`,
 :func:`bootstrap_interval`).
+
+The papers use "EM" and "Hit" for different things, so no metric here is called plain "EM".
+With P the predicted set and G the gold set (both normalized, below):
+
+- ``em_strict``: 1 when P = G (and G is not empty). The strict reading of "exact match".
+- ``hit``: 1 when P ∩ G is not empty: at least one predicted answer is gold. This is
+  KnowCoder-A1's "EM" (and GraphWalker's, which reports EM above F1, so it cannot be the strict
+  one), and ISP's and KG-R1's "Hit".
+- ``hits_at_1``: 1 when the *first* predicted answer is gold (order matters).
+- ``rhits_at_1``: KnowCoder-A1's RHits@1, "a randomly chosen predicted answer is gold", as its
+  expected value |P ∩ G| / |P| (so no random draw: the same prediction always scores the same).
+- ``f1`` and ``fbeta``: set F1 and F-beta over P and G; ``precision`` and ``recall``.
+
+:data:`OUTCOME_METRICS` names the ones a filter or reward can take as its outcome.
 
 Answers are compared as *sets of normalized strings*. Normalization (:func:`normalize_answer`):
 
@@ -12,8 +26,8 @@ Answers are compared as *sets of normalized strings*. Normalization (:func:`norm
 
 A prediction is a list of names, parsed from the model's ``<answer>`` as a JSON list (see
 :func:`kgsynth.agent.protocol.parse_answer`) — never split on commas, so "Washington, D.C." is
-one answer. Duplicates after normalization count once. Anything looser than EM (substring
-matching) is reported as ``relaxed_match``, never as EM.
+one answer. Duplicates after normalization count once. Substring matching is reported as
+``relaxed_match``, never under any of the names above.
 """
 
 from __future__ import annotations
@@ -21,11 +35,13 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+
+from kgsynth.errors import ConfigError
 
 _ARTICLE = re.compile(r"^(the|a|an)\s+")
 
@@ -66,10 +82,23 @@ def f1(predicted: Iterable[str], gold: Iterable[str]) -> float:
     return f_beta(predicted, gold, 1.0)
 
 
-def exact_match(predicted: Iterable[str], gold: Iterable[str]) -> float:
+def em_strict(predicted: Iterable[str], gold: Iterable[str]) -> float:
     """1.0 when the normalized predicted set equals the normalized gold set (both non-empty)."""
     pred, ref = answer_set(predicted), answer_set(gold)
     return float(bool(ref) and pred == ref)
+
+
+def hit(predicted: Iterable[str], gold: Iterable[str]) -> float:
+    """1.0 when at least one predicted answer is gold (KnowCoder-A1's and GraphWalker's "EM",
+    ISP's and KG-R1's "Hit")."""
+    return float(bool(answer_set(predicted) & answer_set(gold)))
+
+
+def rhits_at_1(predicted: Iterable[str], gold: Iterable[str]) -> float:
+    """KnowCoder-A1's RHits@1: the chance that a predicted answer drawn at random is gold,
+    |P ∩ G| / |P| over the normalized, de-duplicated sets (0.0 with no prediction)."""
+    pred, ref = answer_set(predicted), answer_set(gold)
+    return len(pred & ref) / len(pred) if pred else 0.0
 
 
 def hits_at_1(predicted: Sequence[str], gold: Iterable[str]) -> float:
@@ -88,13 +117,38 @@ def relaxed_match(predicted: Iterable[str], gold: Iterable[str]) -> float:
     return float(any(p in g or g in p for p in pred for g in ref))
 
 
+OUTCOME_METRICS: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {
+    "em_strict": em_strict,
+    "hit": hit,
+    "hits_at_1": hits_at_1,
+    "rhits_at_1": rhits_at_1,
+    "f1": f1,
+}
+"""The answer metrics a filter (``--outcome``) or a reward can name."""
+
+
+def check_metric_name(name: str, what: str) -> str:
+    """``name`` when it is one of :data:`OUTCOME_METRICS`, else ConfigError; plain "em" is
+    refused as ambiguous, with the two metrics it may mean."""
+    if name in OUTCOME_METRICS:
+        return name
+    if name == "em":
+        raise ConfigError(
+            f"{what}: 'em' is ambiguous: say em_strict (the predicted set equals the gold set) "
+            "or hit (some predicted answer is gold: KnowCoder-A1's and GraphWalker's EM)"
+        )
+    raise ConfigError(f"{what}: unknown metric {name!r}; valid: {', '.join(OUTCOME_METRICS)}")
+
+
 @dataclass(frozen=True)
 class AnswerScores:
-    em: float
+    em_strict: float
+    hit: float
     f1: float
     precision: float
     recall: float
     hits_at_1: float
+    rhits_at_1: float
     relaxed_match: float
 
 
@@ -102,11 +156,13 @@ def score(predicted: Sequence[str], gold: Sequence[str]) -> AnswerScores:
     """All metrics for one prediction."""
     p, r = precision_recall(predicted, gold)
     return AnswerScores(
-        em=exact_match(predicted, gold),
+        em_strict=em_strict(predicted, gold),
+        hit=hit(predicted, gold),
         f1=f1(predicted, gold),
         precision=p,
         recall=r,
         hits_at_1=hits_at_1(predicted, gold),
+        rhits_at_1=rhits_at_1(predicted, gold),
         relaxed_match=relaxed_match(predicted, gold),
     )
 

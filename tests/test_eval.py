@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from kgsynth.cli import app
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.eval import (
+    METRIC_LEGEND,
     UNION_LABEL,
     EvalConfig,
     check_records,
@@ -75,9 +76,11 @@ def _row(qid: str, run: int, predicted: list[str], gold: list[str], **extra) -> 
         "run": run,
         "predicted": predicted,
         "gold": gold,
-        "em": s.em,
+        "em_strict": s.em_strict,
+        "hit": s.hit,
         "f1": s.f1,
         "hits_at_1": s.hits_at_1,
+        "rhits_at_1": s.rhits_at_1,
         "precision": s.precision,
         "recall": s.recall,
         **extra,
@@ -100,41 +103,51 @@ def hand_rows() -> list[dict]:
 def test_summarize_hand_made_predictions():
     m = summarize(hand_rows())
     assert m["counts"] == {"questions": 2, "runs": 3, "predictions": 6}
-    assert m["overall"]["em"] == pytest.approx(2 / 6)
+    assert m["overall"]["em_strict"] == pytest.approx(2 / 6)
+    assert m["overall"]["hit"] == pytest.approx(3 / 6)  # q1 runs 0 and 1, q2 run 2
     assert m["overall"]["f1"] == pytest.approx((2 / 3 + 1 + 1) / 6)
     assert m["overall"]["hits_at_1"] == pytest.approx(3 / 6)
-    assert [r["em"] for r in m["per_run"]] == [0.0, 0.5, 0.5]
+    assert m["overall"]["rhits_at_1"] == pytest.approx(3 / 6)
+    assert [r["em_strict"] for r in m["per_run"]] == [0.0, 0.5, 0.5]
     assert m["per_run"][0]["f1"] == pytest.approx(1 / 3)
     assert m["first_run"] == {k: m["per_run"][0][k] for k in m["first_run"]}
-    assert m["std_over_runs"]["em"] == pytest.approx(0.288675, abs=1e-6)
+    assert m["std_over_runs"]["em_strict"] == pytest.approx(0.288675, abs=1e-6)
     # majority: q1 is a three-way tie -> run 0 ["A"]; q2: the empty run 0 does not vote,
     # {Y} and {X} tie -> run 1 ["Y"]
-    assert m["majority"]["em"] == 0.0
+    assert m["majority"]["em_strict"] == 0.0
     assert m["majority"]["f1"] == pytest.approx((2 / 3 + 0) / 2)
     assert m["majority"]["hits_at_1"] == pytest.approx(0.5)
-    # union: q1 [A, B, C] -> P 2/3, R 1, F1 0.8; q2 [Y, X] -> F1 2/3, Hits@1 0 (Y first)
+    # union: q1 [A, B, C] -> P 2/3, R 1, F1 0.8; q2 [Y, X] -> F1 2/3. KG-R1's N-run Hits@1
+    # counts a question when any answer of the union is gold: both do (Y coming first in q2's
+    # union does not matter; the union has no first answer)
     assert m["union"]["label"] == UNION_LABEL
-    assert m["union"]["em"] == 0.0
+    assert m["union"]["em_strict"] == 0.0
     assert m["union"]["f1"] == pytest.approx((0.8 + 2 / 3) / 2, abs=1e-6)
-    assert m["union"]["hits_at_1"] == pytest.approx(0.5)
+    assert m["union"]["hits_at_1"] == 1.0 and m["union"]["hit"] == 1.0
+    assert m["union"]["rhits_at_1"] == pytest.approx((2 / 3 + 1 / 2) / 2, abs=1e-6)
     assert m["union"]["mean_answers"] == pytest.approx(2.5)
-    # each question: n = 3 runs, c = 1 EM-correct
+    # pass@k by hit: q1 n = 3, c = 2 (runs 0 and 1); q2 n = 3, c = 1.
+    # pass@1 = (2/3 + 1/3) / 2; pass@2 = (1 + (1 - C(2,2)/C(3,2))) / 2 = (1 + 2/3) / 2
+    assert m["pass_at_k_metric"] == "hit"
     assert m["pass_at_k"] == {
-        "1": pytest.approx(1 / 3, abs=1e-6),
-        "2": pytest.approx(2 / 3, abs=1e-6),
+        "1": pytest.approx(0.5, abs=1e-6),
+        "2": pytest.approx(5 / 6, abs=1e-6),
         "3": 1.0,
     }
     by_hops = m["breakdowns"]["hops"]
     assert list(by_hops) == ["1", "2"]
     assert by_hops["1"]["questions"] == 1
     assert by_hops["1"]["f1"] == pytest.approx((2 / 3 + 1) / 3, abs=1e-6)
-    assert by_hops["2"]["em"] == pytest.approx(1 / 3, abs=1e-6)
-    # 95 % CI, the question as the unit: both questions' mean EM over runs is 1/3 (no spread
-    # to resample); F1 5/9 and 1/3, Hits@1 2/3 and 1/3: a two-question bootstrap spans both
+    assert by_hops["2"]["em_strict"] == pytest.approx(1 / 3, abs=1e-6)
+    # 95 % CI, the question as the unit: both questions' mean strict EM over runs is 1/3 (no
+    # spread to resample); F1 5/9 and 1/3, Hits@1 (and Hit, RHits@1) 2/3 and 1/3: a
+    # two-question bootstrap spans both
     assert m["ci95"] == {
-        "em": [0.333333, 0.333333],
+        "em_strict": [0.333333, 0.333333],
+        "hit": [0.333333, 0.666667],
         "f1": [0.333333, 0.555556],
         "hits_at_1": [0.333333, 0.666667],
+        "rhits_at_1": [0.333333, 0.666667],
     }
     assert "bootstrap" in m["ci95_method"] and "Wilson" in m["ci95_method"]
     # one question per hop group: its interval is its mean
@@ -157,9 +170,10 @@ def test_single_run_aggregates_agree():
     assert {k: m["union"][k] for k in m["overall"]} == m["overall"]
     # one run of 0/1 scores (q1 right, q2 wrong): Wilson score intervals, 1 of 2 and by hops
     # 1 of 1 and 0 of 1
-    assert m["ci95"] == {k: [0.094531, 0.905469] for k in ("em", "f1", "hits_at_1")}
-    assert m["breakdowns"]["hops"]["1"]["ci95"]["em"] == [0.206549, 1.0]
-    assert m["breakdowns"]["hops"]["2"]["ci95"]["em"] == [0.0, 0.793451]
+    shown = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1")
+    assert m["ci95"] == {k: [0.094531, 0.905469] for k in shown}
+    assert m["breakdowns"]["hops"]["1"]["ci95"]["em_strict"] == [0.206549, 1.0]
+    assert m["breakdowns"]["hops"]["2"]["ci95"]["hit"] == [0.0, 0.793451]
 
 
 # --- the shipped dev sample --------------------------------------------------------------
@@ -258,7 +272,12 @@ def test_agent_runs_scored_with_tools_errors_and_tokens():
     by = {(r["question_id"], r["run"]): r for r in rows}
     assert len(rows) == 4
     k0, k1 = by[("line-1", 0)], by[("line-1", 1)]
-    assert (k0["em"], k0["num_turns"], k0["tool_errors"], k0["answered"]) == (1.0, 2, 0, True)
+    assert (k0["em_strict"], k0["num_turns"], k0["tool_errors"], k0["answered"]) == (
+        1.0,
+        2,
+        0,
+        True,
+    )
     assert k0["tool_calls"] == ['get_triples("Kismet", ["directed_by"])']
     assert [msg["role"] for msg in k0["messages"]] == [
         "system",
@@ -269,14 +288,16 @@ def test_agent_runs_scored_with_tools_errors_and_tokens():
     ]
     # tokens: the backend's completion counts, summed over the episode's turns
     assert k0["generated_tokens"] == len(q.split()) + 2
-    assert (k1["em"], k1["tool_errors"], k1["predicted"]) == (0.0, 1, ["Ronald Colman"])
+    assert (k1["em_strict"], k1["tool_errors"], k1["predicted"]) == (0.0, 1, ["Ronald Colman"])
     j0 = by[("line-2", 0)]
     assert (j0["answered"], j0["forced_answer"], j0["num_turns"]) == (False, True, 4)
     assert j0["format_errors"] == 4 and j0["predicted"] == []
-    assert by[("line-2", 1)]["em"] == 1.0  # normalized: "drama" == "Drama"
-    assert m["overall"]["em"] == 0.5 and m["first_run"]["em"] == 0.5
-    assert m["majority"]["em"] == 1.0  # Kismet: tie -> run 0; Juarez: only run 1 answered
-    assert m["union"]["em"] == 0.5 and m["union"]["f1"] == pytest.approx((2 / 3 + 1) / 2)
+    assert by[("line-2", 1)]["em_strict"] == 1.0  # normalized: "drama" == "Drama"
+    assert m["overall"]["em_strict"] == 0.5 and m["first_run"]["em_strict"] == 0.5
+    assert m["majority"]["em_strict"] == 1.0  # Kismet: tie -> run 0; Juarez: only run 1 answered
+    assert m["union"]["em_strict"] == 0.5 and m["union"]["f1"] == pytest.approx((2 / 3 + 1) / 2)
+    # Kismet's union [William Dieterle, Ronald Colman] holds the gold director: a hit
+    assert m["union"]["hits_at_1"] == 1.0
     assert m["pass_at_k"] == {"1": 0.5, "2": 1.0}
     assert m["process"]["tool_errors_per_question"] == 0.25
     assert m["speed"]["questions_per_s"] > 0 and m["system"] == "model"
@@ -298,9 +319,9 @@ def test_no_tools_baseline_answers_directly():
     kismet, juarez = rows
     # the API's stop sequence removed </answer>; it is restored before parsing
     assert kismet["messages"][-1]["content"].endswith("</answer>")
-    assert (kismet["em"], kismet["num_turns"], kismet["tool_calls"]) == (1.0, 1, [])
-    assert (juarez["answered"], juarez["format_errors"], juarez["em"]) == (False, 1, 0.0)
-    assert m["overall"]["em"] == 0.5 and m["tools"] is None and m["system"] == "no-tools"
+    assert (kismet["em_strict"], kismet["num_turns"], kismet["tool_calls"]) == (1.0, 1, [])
+    assert (juarez["answered"], juarez["format_errors"], juarez["em_strict"]) == (False, 1, 0.0)
+    assert m["overall"]["em_strict"] == 0.5 and m["tools"] is None and m["system"] == "no-tools"
 
 
 def test_config_and_record_checks_name_the_field(tmp_path):
@@ -386,11 +407,13 @@ def _without_intervals(path: Path) -> Path:
 
 
 COMPARE_MD = f"""\
-| run | questions | runs | EM | F1 | Hits@1 | {UNION_LABEL} EM |
-|---|---|---|---|---|---|---|
-| stage1 | 2 | 1 | 0.000 [0.000, 0.658] | 0.333 [0.000, 0.667] | 0.500 [0.095, 0.905] | – |
-| stage2 | 2 | 3 | 0.333 [0.333, 0.333] | 0.444 [0.333, 0.556] | 0.500 [0.333, 0.667] | 0.000 |
-| old | 2 | 3 | 0.333 | 0.444 | 0.500 | 0.000 |
+| run | questions | runs | EM (strict) | Hit | F1 | Hits@1 | RHits@1 | {UNION_LABEL} Hits@1 |
+|---|---|---|---|---|---|---|---|---|
+| stage1 | 2 | 1 | 0.000 [0.000, 0.658] | 0.500 [0.095, 0.905] | 0.333 [0.000, 0.667] | \
+0.500 [0.095, 0.905] | 0.500 [0.095, 0.905] | – |
+| stage2 | 2 | 3 | 0.333 [0.333, 0.333] | 0.500 [0.333, 0.667] | 0.444 [0.333, 0.556] | \
+0.500 [0.333, 0.667] | 0.500 [0.333, 0.667] | 1.000 |
+| old | 2 | 3 | 0.333 | 0.500 | 0.444 | 0.500 | 0.500 | 1.000 |
 
 ## Hits@1 by hops with 95 % CI
 
@@ -400,17 +423,19 @@ COMPARE_MD = f"""\
 | stage2 | 0.667 [0.667, 0.667] | 0.333 [0.333, 0.333] |
 | old | 0.667 | 0.333 |
 
-## EM / F1 / Hits@1 by hops
+## EM (strict) / Hit / F1 / Hits@1 / RHits@1 by hops
 
 | run | 1-hop | 2-hop |
 |---|---|---|
-| stage1 | 0.000 / 0.667 / 1.000 | 0.000 / 0.000 / 0.000 |
-| stage2 | 0.333 / 0.556 / 0.667 | 0.333 / 0.333 / 0.333 |
-| old | 0.333 / 0.556 / 0.667 | 0.333 / 0.333 / 0.333 |
+| stage1 | 0.000 / 1.000 / 0.667 / 1.000 / 1.000 | 0.000 / 0.000 / 0.000 / 0.000 / 0.000 |
+| stage2 | 0.333 / 0.667 / 0.556 / 0.667 / 0.667 | 0.333 / 0.333 / 0.333 / 0.333 / 0.333 |
+| old | 0.333 / 0.667 / 0.556 / 0.667 / 0.667 | 0.333 / 0.333 / 0.333 / 0.333 / 0.333 |
 
 `mean [lo, hi]`: the mean and its 95 % CI; Wilson score interval over questions where every \
 question scores 0 or 1, else percentile bootstrap over questions with all their runs (2000 \
 resamples, seed 0).
+
+{METRIC_LEGEND}
 
 A mean without an interval: its metrics.json predates intervals.
 """
@@ -422,9 +447,9 @@ def test_compare_table_reads_folders_and_nested_eval(tmp_path):
     old = _without_intervals(_metrics_dir(tmp_path / "old", "old", hand_rows()))
     rows = compare_runs([one, two, old])
     assert [r["label"] for r in rows] == ["stage1", "stage2", "old"]
-    assert rows[0]["union_em"] is None and rows[1]["union_em"] == 0.0
-    assert rows[1]["em"] == pytest.approx(1 / 3, abs=1e-6)
-    assert rows[1]["by_hops"]["2"]["em"] == pytest.approx(1 / 3, abs=1e-6)
+    assert rows[0]["union_hits_at_1"] is None and rows[1]["union_hits_at_1"] == 1.0
+    assert rows[1]["em_strict"] == pytest.approx(1 / 3, abs=1e-6)
+    assert rows[1]["by_hops"]["2"]["em_strict"] == pytest.approx(1 / 3, abs=1e-6)
     assert rows[0]["ci95"]["hits_at_1"] == [0.094531, 0.905469]  # Wilson, 1 of 2
     assert rows[2]["ci95"] == {} and rows[2]["by_hops"]["1"]["ci95"] == {}
     assert compare_markdown(rows) == COMPARE_MD

@@ -29,7 +29,7 @@ from kgsynth.filter import (
     format_checks,
     run_filters,
 )
-from kgsynth.metrics import exact_match, f1
+from kgsynth.metrics import em_strict, f1, hit
 from kgsynth.schema import TRAJECTORY_SCHEMA
 
 SYSTEM = {"role": "system", "content": "You answer questions with tools."}
@@ -218,7 +218,13 @@ def test_f1_threshold_edges():
     above = FilterConfig(f1_threshold=np.nextafter(exact_f1, 1.0))
     assert reasons_of([partial], above)[0] == {"p": "wrong_answer"}
     assert reasons_of([partial])[0] == {"p": "wrong_answer"}  # default 0.9
-    assert reasons_of([partial], FilterConfig(outcome="em"))[0] == {"p": "wrong_answer"}
+    assert reasons_of([partial], FilterConfig(outcome="em_strict"))[0] == {"p": "wrong_answer"}
+    # KnowCoder-A1's rule: one gold answer among the predicted ones is enough
+    assert reasons_of([partial], FilterConfig(outcome="hit"))[0] == {"p": None}
+    miss = traj("m", answers=["Z"], gold_answers=gold, observed_entities=["Z"])
+    assert reasons_of([miss], FilterConfig(outcome="hit"))[0] == {"m": "wrong_answer"}
+    with pytest.raises(ConfigError, match="ambiguous"):
+        FilterConfig(outcome="em")
     assert reasons_of([partial], FilterConfig(outcome="none"))[0] == {"p": None}
     # EM after normalization: case, articles, punctuation, duplicates
     same = traj(
@@ -227,9 +233,10 @@ def test_f1_threshold_edges():
         gold_answers=["The Matrix", "Washington D.C."],
         observed_entities=["The Matrix", "Washington D.C"],
     )
-    got, accepted, _, _ = reasons_of([same], FilterConfig(outcome="em", f1_threshold=1.0))
+    got, accepted, _, _ = reasons_of([same], FilterConfig(outcome="em_strict", f1_threshold=1.0))
     assert got == {"s": None}
-    assert accepted.column("em").to_pylist() == [1.0] and accepted.column("f1").to_pylist() == [1.0]
+    for name in ("em_strict", "hit", "f1"):
+        assert accepted.column(name).to_pylist() == [1.0]
     # a threshold of 0 still needs an answer that overlaps... no: F1 >= 0 always holds
     wrong = traj("w", answers=["Kismet"])
     assert reasons_of([wrong], FilterConfig(f1_threshold=0.0))[0] == {"w": None}
@@ -257,7 +264,8 @@ def test_vectorized_metrics_equal_kgsynth_metrics():
     table = as_trajectory_table(rows)
     checks = answer_checks(table)
     for i, row in enumerate(rows):
-        assert checks.em[i] == exact_match(row["predicted_answers"], row["gold_answers"]), row
+        assert checks.em_strict[i] == em_strict(row["predicted_answers"], row["gold_answers"]), row
+        assert checks.hit[i] == hit(row["predicted_answers"], row["gold_answers"]), row
         assert checks.f1[i] == f1(row["predicted_answers"], row["gold_answers"]), row
 
 

@@ -45,10 +45,10 @@ def test_group_advantages_by_hand():
 
 def test_token_advantages_with_turns():
     turn_of = [-1, -1, 0, 0, -1, 1, 1]
-    assert token_advantages(0.5, turn_of, None) == [0, 0, 0.5, 0.5, 0, 0.5, 0.5]
-    assert token_advantages(0.5, turn_of, [0.25, -1.0]) == pytest.approx(
-        [0, 0, 0.75, 0.75, 0, -0.5, -0.5]
-    )
+    assert token_advantages(turn_of, None, 0.5) == [0, 0, 0.5, 0.5, 0, 0.5, 0.5]
+    # KG-R1: each turn's tokens carry that turn's own advantage (a turn beyond the list: 0)
+    assert token_advantages(turn_of, [0.25, -1.0]) == [0, 0, 0.25, 0.25, 0, -1.0, -1.0]
+    assert token_advantages(turn_of, [0.25]) == [0, 0, 0.25, 0.25, 0, 0.0, 0.0]
 
 
 def test_loss_matches_hand_computation():

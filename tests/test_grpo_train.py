@@ -123,7 +123,7 @@ def test_mean_reward_rises_on_a_learnable_task(task: Path, sft: Path):
     assert last > first + 0.1 and last > 0.8, (first, last)
     # every logged quantity is there and sane
     for r in rows:
-        assert 0.0 <= r["reward"] <= 1.0 and r["reward/em"] == pytest.approx(r["reward"])
+        assert 0.0 <= r["reward"] <= 1.0 and r["reward/hit"] == pytest.approx(r["reward"])
         assert r["kl"] >= 0 and 0 <= r["clip_fraction"] <= 1
         assert r["groups"] == 6 and 0 <= r["skipped_groups"] <= 6
         assert r["generated_tokens"] > 0 and r["step_s"] > 0
@@ -134,7 +134,9 @@ def test_mean_reward_rises_on_a_learnable_task(task: Path, sft: Path):
     assert (out / "checkpoints" / "step-10" / "model.safetensors").is_file()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "train rl" and manifest["steps"] == 20
-    assert manifest["config"]["reward"] == "em" and manifest["start_from"]["path"] == str(sft)
+    assert manifest["config"]["reward"] == "graphwalker" and manifest["start_from"]["path"] == str(
+        sft
+    )
 
 
 @pytest.mark.parametrize("zero", ["ds_zero2.json", "ds_zero3.json"])
@@ -159,7 +161,7 @@ def test_dry_run_and_errors(task: Path, sft: Path, tmp_path: Path):
     assert res.exit_code == 0, res.output
     assert '"recipe": "tiny"' in res.output and '"reward": "knowcoder-a1"' in res.output
     assert not (tmp_path / "x").exists()
-    res = _rl(task, tmp_path / "x", "--init", str(sft), "--reward", "em:1,bogus:2")
+    res = _rl(task, tmp_path / "x", "--init", str(sft), "--reward", "hit:1,bogus:2")
     assert res.exit_code != 0 and "bogus" in res.output
     res = _rl(task, tmp_path / "x", "--init", str(tmp_path / "none"))
     assert res.exit_code != 0 and "--init" in res.output

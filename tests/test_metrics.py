@@ -5,14 +5,18 @@ import pytest
 
 from kgsynth.agent.protocol import parse_answer
 from kgsynth.metrics import (
+    OUTCOME_METRICS,
     bootstrap_interval,
-    exact_match,
+    check_metric_name,
+    em_strict,
     f1,
     f_beta,
+    hit,
     hits_at_1,
     mean_interval,
     normalize_answer,
     relaxed_match,
+    rhits_at_1,
     score,
     wilson_interval,
 )
@@ -39,17 +43,17 @@ def test_normalization(raw, key):
 def test_comma_inside_a_name_is_one_answer():
     predicted = parse_answer('["Washington, D.C.", "Paris"]')
     assert predicted == ["Washington, D.C.", "Paris"]
-    assert exact_match(predicted, ["Paris", "washington dc."]) == 0.0  # "d c" vs "dc"
-    assert exact_match(predicted, ["Paris", "Washington, D.C."]) == 1.0
+    assert em_strict(predicted, ["Paris", "washington dc."]) == 0.0  # "d c" vs "dc"
+    assert em_strict(predicted, ["Paris", "Washington, D.C."]) == 1.0
 
 
 def test_set_metrics():
     gold = ["A", "B", "C", "D"]
-    assert exact_match(["d", "c", "b", "a", "A"], gold) == 1.0  # order and duplicates ignored
-    assert exact_match(["A", "B"], gold) == 0.0
+    assert em_strict(["d", "c", "b", "a", "A"], gold) == 1.0  # order and duplicates ignored
+    assert em_strict(["A", "B"], gold) == 0.0
     assert f1(["A", "B"], gold) == pytest.approx(2 * 1.0 * 0.5 / 1.5)
     assert f1(["A", "X"], gold) == pytest.approx(2 * 0.5 * 0.25 / 0.75)
-    assert f1([], gold) == 0.0 and f1(["A"], []) == 0.0 and exact_match([], []) == 0.0
+    assert f1([], gold) == 0.0 and f1(["A"], []) == 0.0 and em_strict([], []) == 0.0
     # beta < 1 leans to precision: one right answer out of four gold scores higher
     assert f_beta(["A"], gold, 0.5) > f1(["A"], gold) > f_beta(["A"], gold, 2.0)
     assert f_beta(["A"], gold, 0.5) == pytest.approx((1.25 * 1.0 * 0.25) / (0.25 * 1.0 + 0.25))
@@ -64,10 +68,53 @@ def test_hits_at_1_uses_the_first_answer():
     assert hits_at_1([], ["A"]) == 0.0
 
 
-def test_relaxed_match_is_not_em():
+def test_relaxed_match_is_no_named_metric():
     s = score(["The Matrix Reloaded"], ["The Matrix"])
-    assert s.relaxed_match == 1.0 and s.em == 0.0 and s.f1 == 0.0
+    assert s.relaxed_match == 1.0 and s.em_strict == 0.0 and s.hit == 0.0 and s.f1 == 0.0
     assert relaxed_match(["X"], ["Y"]) == 0.0
+
+
+# The papers' definitions, computed by hand. Gold {A, B, C, D}.
+#   P = [A, X]: strict EM 0 (sets differ); KnowCoder-A1 EM / KG-R1 Hit 1 (A is gold);
+#     Hits@1 1 (first is A); RHits@1 1/2 (a random pick of {A, X} is gold half the time);
+#     P 1/2, R 1/4, F1 2*(1/2)(1/4)/(3/4) = 1/3.
+#   P = [X, A]: as above but Hits@1 0 (first is X).
+#   P = [A, B, C, D]: all 1. P = [X, Y]: all 0. P = [A, a, the A]: one answer after
+#     normalization ("the A" drops the article): RHits@1 1, not 3/3 of three draws.
+@pytest.mark.parametrize(
+    ("predicted", "strict", "hit_", "h1", "rh1", "f1_"),
+    [
+        (["A", "X"], 0.0, 1.0, 1.0, 0.5, 1 / 3),
+        (["X", "A"], 0.0, 1.0, 0.0, 0.5, 1 / 3),
+        (["A", "B", "C", "D"], 1.0, 1.0, 1.0, 1.0, 1.0),
+        (["X", "Y"], 0.0, 0.0, 0.0, 0.0, 0.0),
+        (["A", "a", "the A"], 0.0, 1.0, 1.0, 1.0, 2 * 1.0 * 0.25 / 1.25),
+        (["X", "Y", "Z", "A"], 0.0, 1.0, 0.0, 0.25, 2 * 0.25 * 0.25 / 0.5),
+        ([], 0.0, 0.0, 0.0, 0.0, 0.0),
+    ],
+)
+def test_named_metrics_match_the_papers_definitions(predicted, strict, hit_, h1, rh1, f1_):
+    gold = ["A", "B", "C", "D"]
+    assert em_strict(predicted, gold) == strict
+    assert hit(predicted, gold) == hit_
+    assert hits_at_1(predicted, gold) == h1
+    assert rhits_at_1(predicted, gold) == pytest.approx(rh1)
+    assert f1(predicted, gold) == pytest.approx(f1_)
+    s = score(predicted, gold)
+    assert (s.em_strict, s.hit, s.hits_at_1) == (strict, hit_, h1)
+    assert s.rhits_at_1 == pytest.approx(rh1) and s.f1 == pytest.approx(f1_)
+    for name, fn in OUTCOME_METRICS.items():
+        assert fn(predicted, gold) == pytest.approx(getattr(s, name))
+
+
+def test_plain_em_is_refused_as_ambiguous():
+    from kgsynth.errors import ConfigError
+
+    assert check_metric_name("hit", "--outcome") == "hit"
+    with pytest.raises(ConfigError, match=r"ambiguous.*em_strict.*hit"):
+        check_metric_name("em", "--outcome")
+    with pytest.raises(ConfigError, match="unknown metric 'bleu'"):
+        check_metric_name("bleu", "--outcome")
 
 
 # --- confidence intervals -------------------------------------------------------------------

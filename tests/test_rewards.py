@@ -14,7 +14,8 @@ from kgsynth.agent.rewards import (
     RewardSpec,
     RewardState,
     distance_progress,
-    turn_group_advantages,
+    pooled_turn_advantages,
+    turn_returns,
 )
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
 from kgsynth.errors import ConfigError
@@ -77,15 +78,20 @@ def run(graph, texts, gold=GOLD):
 
 def test_answer_components_exact():
     partial = episode([answer('["William Dieterle"]')], ["william dieterle"])  # p=1, r=1/2
-    assert REWARDS["em"](partial, GOLD) == 0.0
+    assert REWARDS["em_strict"](partial, GOLD) == 0.0
     assert REWARDS["f1"](partial, GOLD) == pytest.approx(2 / 3)
     assert REWARDS["fbeta"](partial, GOLD, beta=0.5) == pytest.approx(5 / 6)
     assert REWARDS["fbeta"](partial, GOLD, beta=1.0) == pytest.approx(2 / 3)
     full = episode([answer("...")], ["The William Wyler", "William Dieterle"])
-    assert REWARDS["em"](full, GOLD) == 1.0
+    assert REWARDS["em_strict"](full, GOLD) == 1.0
     assert REWARDS["f1"](full, GOLD) == 1.0
     unanswered = episode([query('get_relations("X")')])
-    assert [REWARDS[n](unanswered, GOLD) for n in ("em", "f1", "fbeta")] == [0.0, 0.0, 0.0]
+    assert [REWARDS[n](unanswered, GOLD) for n in ("em_strict", "hit", "f1", "fbeta")] == [
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_format_reward():
@@ -115,9 +121,9 @@ def test_fabricated_information_earns_no_retrieval(graph):
     )
     assert "William Dieterle" in ep.turns[0].text  # the model wrote the answer itself
     assert ep.turns[0].tool_error is None and ep.turns[0].entities == ("Juarez",)
-    assert REWARDS["em"](ep, gold) == 1.0
+    assert REWARDS["em_strict"](ep, gold) == 1.0
     assert REWARDS["retrieval"](ep, gold) == 0.0
-    assert RewardSpec.parse("em:1,retrieval:0.5").score(ep, gold).total == 1.0
+    assert RewardSpec.parse("hit:1,retrieval:0.5").score(ep, gold).total == 1.0
 
 
 def test_retrieval_needs_the_environment_to_return_the_answer(graph):
@@ -183,9 +189,9 @@ def test_turn_rewards_per_turn_and_repeats():
     expected = [1.0, 0.0, 0.5, 0.0, 0.5, 0.0, 0.0, 0.5, 0.0, 1.0]
     assert TURN_REWARDS["turn"](ep, GOLD) == expected
     assert REWARDS["turn"](ep, GOLD) == pytest.approx(3.5 / 10)
-    res = RewardSpec.parse("em:1,turn:0.2").score(ep, GOLD)
+    res = RewardSpec.parse("em_strict:1,turn:0.2").score(ep, GOLD)
     assert res.turn_rewards == pytest.approx([0.2 * v for v in expected])
-    assert res.components == {"em": 0.0, "turn": pytest.approx(0.35)}
+    assert res.components == {"em_strict": 0.0, "turn": pytest.approx(0.35)}
     assert res.total == pytest.approx(0.07)
 
 
@@ -206,25 +212,35 @@ def test_llm_error_turn_is_no_assistant_turn():
     ep = episode([query('get_relations("X")'), TurnRecord("", None, None, None, llm_error="500")])
     res = RewardSpec.parse("turn").score(ep, GOLD)
     assert res.turn_rewards == [1.0]
-    assert RewardSpec.parse("em").score(ep, GOLD).turn_rewards == [0.0]
+    assert RewardSpec.parse("hit").score(ep, GOLD).turn_rewards == [0.0]
 
 
-def test_turn_group_advantages_hand_computed():
-    adv = turn_group_advantages([[1.0, 0.0, 2.0], [0.0, 0.0], [1.0]])
-    s = math.sqrt(2 / 9)  # population std of [1, 0, 1]
-    assert adv[0] == pytest.approx([(1 / 3) / s, 0.0, 0.0], abs=1e-5)
-    assert adv[1] == pytest.approx([(-2 / 3) / s, 0.0], abs=1e-5)
-    assert adv[2] == pytest.approx([(1 / 3) / s], abs=1e-5)
-    assert turn_group_advantages([[1.0], [3.0]], eps=0.0) == [[-1.0], [1.0]]
-    assert turn_group_advantages([]) == []
+def test_kgr1_turn_returns_and_pooled_advantages_hand_computed():
+    # KG-R1: G_t = r_t + lambda * R. Rollout a: turn rewards [1, 0.5], R = 1; rollout b:
+    # [0], R = 0; rollout c: no turn. lambda = 0.5 -> G: a [1.5, 1.0], b [0.0], c [].
+    returns = [turn_returns([1.0, 0.5], 1.0, 0.5), turn_returns([0.0], 0.0, 0.5), []]
+    assert returns == [[1.5, 1.0], [0.0], []]
+    # one baseline pooled over the three turns: mean 2.5 / 3, population std
+    # sqrt(((1.5 - m)^2 + (1 - m)^2 + m^2) / 3)
+    m = 2.5 / 3
+    sd = math.sqrt(((1.5 - m) ** 2 + (1.0 - m) ** 2 + m**2) / 3)
+    adv = pooled_turn_advantages(returns, eps=0.0)
+    assert adv[0] == pytest.approx([(1.5 - m) / sd, (1.0 - m) / sd])
+    assert adv[1] == pytest.approx([-m / sd]) and adv[2] == []
+    # without std scaling (r - mean): the same baseline, no division
+    assert pooled_turn_advantages(returns, scale=False)[0] == pytest.approx([1.5 - m, 1.0 - m])
+    # not normalized per turn index: a rollout's second turn shares the baseline of all turns
+    flat = pooled_turn_advantages([[1.0, 3.0], [1.0]], eps=0.0, scale=False)
+    assert flat[0] == pytest.approx([-2 / 3, 4 / 3]) and flat[1] == pytest.approx([-2 / 3])
+    assert pooled_turn_advantages([[], []]) == [[], []]
 
 
 # --- presets: gating, cap, curriculum --------------------------------------------------------
 
 
 def test_presets_parse_to_their_components():
-    assert str(RewardSpec.parse("graphwalker")) == "em:1"
-    assert RewardSpec.parse("graphwalker") == RewardSpec.parse("em")
+    assert str(RewardSpec.parse("graphwalker")) == "hit:1"
+    assert RewardSpec.parse("graphwalker") == RewardSpec.parse("hit")
     assert RewardSpec.parse("KBQA-R1") == RewardSpec.parse("f1:1,format:0.1", gate_format=True)
     assert RewardSpec.parse("knowcoder-a1") == RewardSpec.parse("fbeta,format:0.1", cap=1.0)
     assert str(RewardSpec.parse("kg-r1")) == "f1:1,retrieval:0.5,turn:0.2"
@@ -262,24 +278,49 @@ def test_knowcoder_a1_cap_at_one():
 
 
 @pytest.mark.parametrize(
-    ("step", "mean", "beta"),
-    [(0, None, 0.5), (99, 0.79, 0.5), (100, None, 1.0), (5, 0.8, 1.0), (500, 0.0, 1.0)],
+    ("step", "mean", "switched_at", "beta"),
+    [
+        (0, None, None, 0.5),
+        (99, 0.79, None, 0.5),
+        (100, None, None, 1.0),  # the step switch
+        (5, 0.2, 3, 1.0),  # switched at step 3: stays switched, whatever the mean now
+        (500, 0.0, None, 1.0),
+    ],
 )
-def test_fbeta_curriculum(step, mean, beta):
+def test_fbeta_curriculum(step, mean, switched_at, beta):
     spec = RewardSpec.parse("fbeta:1", fbeta_switch_step=100, fbeta_switch_reward=0.8)
-    res = spec.score(episode([answer("[]")], ["William Dieterle"]), GOLD, RewardState(step, mean))
+    state = RewardState(step, mean, switched_at)
+    res = spec.score(episode([answer("[]")], ["William Dieterle"]), GOLD, state)
     assert res.fbeta_beta == beta
+    # P 1, R 1/2: F0.5 = 1.25 * 0.5 / (0.25 + 0.5) = 5/6, F1 = 2/3
     assert res.components["fbeta"] == pytest.approx(5 / 6 if beta == 0.5 else 2 / 3)
     assert res.outcome == res.components["fbeta"]
 
 
-def test_fbeta_curriculum_defaults():
-    spec = RewardSpec.parse("knowcoder-a1")
-    assert spec.fbeta_beta(RewardState(10**6, 0.49)) == 0.5  # no step switch by default
-    assert spec.fbeta_beta(RewardState(0, 0.5)) == 1.0
-    never = RewardSpec.parse("fbeta", fbeta_switch_reward=2.0, fbeta_switch_step=3)
-    assert never.fbeta_beta(RewardState(2, 1.0)) == 0.5
-    assert never.fbeta_beta(RewardState(3, 0.0)) == 1.0
+def test_fbeta_switch_reads_the_outcome_mean_and_is_monotone():
+    spec = RewardSpec.parse("knowcoder-a1")  # switch once the outcome's running mean >= 0.5
+    s0 = RewardState()
+    s1 = spec.advance(s0, [0.4, 0.4])  # first step: the mean is the step's mean
+    assert (s1.step, s1.outcome_mean, s1.fbeta_switched_at) == (1, 0.4, None)
+    assert spec.fbeta_beta(s1) == 0.5
+    s2 = spec.advance(s1, [1.0, 1.0])  # 0.9 * 0.4 + 0.1 * 1.0 = 0.46: not yet
+    assert s2.outcome_mean == pytest.approx(0.46) and s2.fbeta_switched_at is None
+    s3 = spec.advance(s2, [1.0])  # 0.9 * 0.46 + 0.1 = 0.514: switched from step 3 on
+    assert s3.outcome_mean == pytest.approx(0.514) and s3.fbeta_switched_at == 3
+    assert spec.fbeta_beta(s3) == 1.0
+    s4 = spec.advance(s3, [0.0, 0.0])  # the mean falls back under 0.5: beta stays 1
+    assert s4.outcome_mean < 0.5 and spec.fbeta_beta(s4) == 1.0 and s4.fbeta_switched_at == 3
+    # a step switch is recorded at the step it came
+    by_step = RewardSpec.parse("fbeta", fbeta_switch_reward=2.0, fbeta_switch_step=2)
+    state = RewardState()
+    for _ in range(4):
+        state = by_step.advance(state, [0.0])
+    assert state.fbeta_switched_at == 2 and by_step.fbeta_beta(state) == 1.0
+    never = RewardSpec.parse("fbeta", fbeta_switch_reward=2.0)  # a level above 1: no switch
+    assert never.fbeta_beta(never.advance(RewardState(10**6, 1.0), [1.0])) == 0.5
+    # without an fbeta component nothing switches
+    assert RewardSpec.parse("f1").advance(s3, [1.0]).fbeta_switched_at == 3
+    assert RewardSpec.parse("f1").advance(s0, [1.0]).fbeta_switched_at is None
 
 
 # --- ISP distance progress -------------------------------------------------------------------
@@ -313,8 +354,8 @@ def test_distance_reward_on_the_fixture_kg(graph):
             '<think>e</think><answer>["William Wyler", "William Dieterle"]</answer>',
         ],
     )
-    assert ep.turns[1].entities == ("Bette Davis", "Jezebel", "Juarez")  # distance 1: +1
-    assert ep.turns[3].entities == ("Jezebel", "William Wyler")  # distance 0: +1
+    assert set(ep.turns[1].entities) == {"Bette Davis", "Jezebel", "Juarez"}  # distance 1: +1
+    assert set(ep.turns[3].entities) == {"Jezebel", "William Wyler"}  # distance 0: +1
     gd = GraphDistance(graph)
     assert distance_progress(ep, GOLD, gd) == [0.0, 1.0, -1.0, 1.0, 0.0]
     assert REWARDS["distance"](ep, GOLD, distance=gd) == pytest.approx(0.25)
@@ -332,14 +373,32 @@ def test_distance_reward_on_the_fixture_kg(graph):
 
 def test_distance_empty_observation_and_no_queries(graph):
     gd = GraphDistance(graph)
-    empty = query('get_relations("X")', entities=())
+    empty = query('get_relations("X")', entities=())  # no entity returned: no progress, no error
     unrun = TurnRecord("<kg-query>q</kg-query>", None, "kg-query", "q")  # the forced final turn
-    errored = query('get_relations("X")', error=ErrorType.TIMEOUT.value)
+    errored = query('get_triples("Y")', error=ErrorType.TIMEOUT.value)
     errored.entities = ("William Wyler",)  # an error is -1 whatever the record names
     ep = episode([empty, unrun, errored, answer("[]")], ["A"])
-    assert distance_progress(ep, GOLD, gd) == [-1.0, 0.0, -1.0, 0.0]
-    assert REWARDS["distance"](ep, GOLD, distance=gd) == -1.0
+    assert distance_progress(ep, GOLD, gd) == [0.0, 0.0, -1.0, 0.0]
+    assert REWARDS["distance"](ep, GOLD, distance=gd) == -0.5  # mean over the 2 queries run
     assert REWARDS["distance"](episode([answer("[]")], ["A"]), GOLD, distance=gd) == 0.0
+
+
+def test_distance_gives_no_credit_for_echoed_guesses_and_punishes_repeats(graph):
+    # the trick the old reward paid for: name the answer yourself, let the environment echo it
+    ep = run(
+        graph,
+        [
+            '<think>guess</think><kg-query>get_relations("William Wyler")</kg-query>',
+            '<think>again</think><kg-query>get_relations("william wyler")</kg-query>',
+            '<think>a</think><kg-query>get_triples("Bette Davis", ["starred_actors"])</kg-query>',
+            '<think>b</think><kg-query>get_triples("Bette Davis", ["starred_actors"])</kg-query>',
+            '<think>e</think><answer>["William Wyler"]</answer>',
+        ],
+    )
+    assert ep.turns[0].entities == ("William Wyler",) and ep.turns[0].tool_error is None
+    gd = GraphDistance(graph)
+    # guess echoed: 0; the same call again: -1; films reached (distance 1 < 2): +1; repeat: -1
+    assert distance_progress(ep, GOLD, gd) == [0.0, -1.0, 1.0, -1.0, 0.0]
 
 
 # --- the registry ----------------------------------------------------------------------------
@@ -348,15 +407,15 @@ def test_distance_empty_observation_and_no_queries(graph):
 @pytest.mark.parametrize(
     ("text", "opts", "needle"),
     [
-        ("em,bogus:1", {}, "'bogus'"),
+        ("hit,bogus:1", {}, "'bogus'"),
         ("graphwalkr", {}, "'graphwalkr'"),
-        ("em:abc", {}, "not a number"),
-        ("em:nan", {}, "finite"),
-        ("em,em:0.5", {}, "more than once"),
-        ("em,,f1", {}, "empty component"),
+        ("hit:abc", {}, "not a number"),
+        ("hit:nan", {}, "finite"),
+        ("hit,hit:0.5", {}, "more than once"),
+        ("hit,,f1", {}, "empty component"),
         ("", {}, "empty component"),
         ("format:0.1", {"gate_format": True}, "gate_format"),
-        ("em", {"cap": -1.0}, "cap"),
+        ("hit", {"cap": -1.0}, "cap"),
         ("fbeta", {"fbeta_switch_step": -1}, "fbeta_switch_step"),
     ],
 )
@@ -368,7 +427,7 @@ def test_spec_errors(text, opts, needle):
 
 def test_unknown_component_lists_valid_names():
     with pytest.raises(ConfigError) as err:
-        RewardSpec.parse("em,bogus")
+        RewardSpec.parse("hit,bogus")
     message = str(err.value)
     for name in [*REWARDS, *PRESETS]:
         assert name in message

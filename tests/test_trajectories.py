@@ -13,6 +13,7 @@ from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.llm.template import TemplateLLM
+from kgsynth.metrics import normalize_answer
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import (
     TrajectoryConfig,
@@ -69,8 +70,21 @@ def test_oracle_trajectories_replay_to_the_walk_answers(kg, questions):
         questions, TrajectoryConfig(), graph=graph, llm=TemplateLLM()
     )
     assert stats["trajectories"] == len(rows) > 20 and len(rows) + len(rejected) == len(questions)
+    # no chain is lost to the display cap: the replay goes on from an entity it was shown
+    by_id = {q["question_id"]: q for q in questions}
+    assert not [
+        r for r in rejected
+        if r["reject_reason"] == "gold_entity_not_retrievable"
+        and by_id[r["question_id"]]["structure"].startswith("chain")
+    ]  # fmt: skip
+    whole = 0
     for row in rows:
-        assert row["predicted_answers"] == row["gold_answers"]
+        # the oracle answers the gold answers it was shown (all of them when it saw them all)
+        observed = {normalize_answer(e) for e in row["observed_entities"]}
+        assert row["predicted_answers"] == [
+            a for a in row["gold_answers"] if normalize_answer(a) in observed
+        ]
+        whole += row["predicted_answers"] == row["gold_answers"]
         # the stored observations are exactly what the environment returns for the calls
         env = ToolEnvironment(graph, row["question"], ToolConfig())
         tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
@@ -82,9 +96,10 @@ def test_oracle_trajectories_replay_to_the_walk_answers(kg, questions):
         assert all(a.startswith("<think>") for a in assistant)
         assert (
             json.loads(assistant[-1].split("<answer>")[1].split("</answer>")[0])
-            == row["gold_answers"]
+            == row["predicted_answers"]
         )
         assert row["num_turns"] == len(assistant) and row["tool_errors"] == 0
+    assert whole > len(rows) / 2
 
 
 def test_thoughts_do_not_leak_the_future(kg, questions):

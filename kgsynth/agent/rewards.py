@@ -21,8 +21,10 @@ query, the query's own argument echoed back).
 
 Components (``REWARDS``, each ``fn(episode, gold, **params) -> float``)
 --------------------------------------------------------------------------------------------
-``em`` (GraphWalker): 1.0 when the normalized predicted answer set equals the gold set
-    (:func:`kgsynth.metrics.exact_match`), else 0.0.
+``em_strict``: 1.0 when the normalized predicted answer set equals the gold set
+    (:func:`kgsynth.metrics.em_strict`), else 0.0.
+``hit`` (GraphWalker's and KnowCoder-A1's "EM"): 1.0 when some predicted answer is gold
+    (:func:`kgsynth.metrics.hit`). Plain ``em`` is refused as ambiguous.
 ``f1`` (KBQA-R1; Interactive Semantic Parsing): set F1 of prediction against gold
     (:func:`kgsynth.metrics.f1`).
 ``fbeta`` (KnowCoder-A1 §4.3.2): set F-beta with a curriculum: beta 0.5 (precision-leaning)
@@ -83,13 +85,21 @@ from typing import Any
 from kgsynth.agent.loop import Episode, TurnRecord
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import LRU, KGGraph
-from kgsynth.metrics import answer_set, exact_match, f1, f_beta, normalize_answer
+from kgsynth.metrics import (
+    answer_set,
+    check_metric_name,
+    em_strict,
+    f1,
+    f_beta,
+    hit,
+    normalize_answer,
+)
 
 FBETA_EARLY = 0.5
 FBETA_LATE = 1.0
 TURN_FORMAT_WEIGHT = 0.5
 TURN_ACTION_WEIGHT = 0.5
-ANSWER_COMPONENTS = ("em", "f1", "fbeta")
+ANSWER_COMPONENTS = ("em_strict", "hit", "f1", "fbeta")
 
 
 @dataclass(frozen=True)
@@ -101,28 +111,42 @@ class Gold:
     topic_names: Sequence[str] = ()
 
 
-@dataclass
-class RewardState:
-    """Training progress that curricula read; the trainer updates it between steps.
+OUTCOME_MEAN_DECAY = 0.9
+"""The running mean of the outcome reward: ``m <- 0.9 m + 0.1 * (the step's mean outcome)``."""
 
-    ``reward_mean`` is the running mean of the outcome reward (``RewardResult.outcome``), None
-    before the first batch.
+
+@dataclass(frozen=True)
+class RewardState:
+    """Training progress that curricula read; :meth:`RewardSpec.advance` makes the next one
+    after each step.
+
+    ``outcome_mean`` is the running mean of the outcome reward (``RewardResult.outcome``, never
+    the weighted total), None before the first step. ``fbeta_switched_at`` is the step from
+    which the F-beta curriculum uses beta 1; once set it stays set (the switch is monotone).
     """
 
     step: int = 0
-    reward_mean: float | None = None
+    outcome_mean: float | None = None
+    fbeta_switched_at: int | None = None
 
 
 @dataclass(frozen=True)
 class RewardResult:
-    """One rollout's rewards. ``outcome`` is the raw answer reward (the first of em/f1/fbeta
-    configured, 0.0 when none is); ``fbeta_beta`` the beta ``fbeta`` used (None without it)."""
+    """One rollout's rewards.
+
+    ``total``: the weighted sum of every component (turn-level ones by their mean), the one
+    number a trajectory-level advantage uses. ``trajectory_total``: the same without the
+    turn-level components, KG-R1's global ``R`` in ``G_t = r_t + lam * R``. ``turn_rewards``:
+    the weighted turn-level components at each assistant turn (``r_t``). ``outcome``: the raw
+    answer reward (the first of em_strict/hit/f1/fbeta configured, 0.0 when none is);
+    ``fbeta_beta`` the beta ``fbeta`` used (None without it)."""
 
     total: float
     components: dict[str, float]
     turn_rewards: list[float]
     outcome: float = 0.0
     fbeta_beta: float | None = None
+    trajectory_total: float = 0.0
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -152,22 +176,33 @@ def _query_key(turn: TurnRecord) -> tuple[Any, ...]:
     return ("", " ".join((turn.query or "").split()))
 
 
+def _returned_names(turn: TurnRecord) -> list[str]:
+    """Entity names a successful observation returned, the call's own subject excluded: the
+    environment echoing a name the model wrote (a guess) is no evidence of anything."""
+    if not _is_query_turn(turn) or turn.tool_error is not None:
+        return []
+    subject = (
+        normalize_answer(turn.args[0]) if turn.args and isinstance(turn.args[0], str) else None
+    )
+    return [e for e in turn.entities if normalize_answer(e) != subject]
+
+
 def _retrieved(turn: TurnRecord) -> set[str]:
     """Normalized names a successful observation returned, the call's own subject excluded."""
-    if not _is_query_turn(turn) or turn.tool_error is not None:
-        return set()
-    found = answer_set(turn.entities)
-    if turn.args and isinstance(turn.args[0], str):
-        found.discard(normalize_answer(turn.args[0]))
-    return found
+    return answer_set(_returned_names(turn))
 
 
 # --- outcome components ----------------------------------------------------------------------
 
 
-def em_reward(episode: Episode, gold: Gold) -> float:
-    """GraphWalker: exact match of the predicted answer set."""
-    return exact_match(episode.predicted_answers, gold.answers)
+def em_strict_reward(episode: Episode, gold: Gold) -> float:
+    """The predicted answer set equals the gold set."""
+    return em_strict(episode.predicted_answers, gold.answers)
+
+
+def hit_reward(episode: Episode, gold: Gold) -> float:
+    """GraphWalker's EM: some predicted answer is gold."""
+    return hit(episode.predicted_answers, gold.answers)
 
 
 def f1_reward(episode: Episode, gold: Gold) -> float:
@@ -303,19 +338,31 @@ class GraphDistance:
         return best
 
 
-def distance_progress(episode: Episode, gold: Gold, distance: GraphDistance) -> list[float]:
-    """ISP progress per assistant turn: +1 / 0 / -1 on query turns, 0.0 on other turns."""
+def distance_progress(
+    episode: Episode, gold: Gold, distance: GraphDistance | None = None
+) -> list[float]:
+    """ISP's per-step progress, one value per assistant turn (see the module doc): on a query
+    the environment ran, -1 for a tool or format error or a repeated query, +1 when the
+    entities the environment returned (the call's own subject excluded) come closer to the
+    gold answers than any step before, else 0; 0.0 on answer turns and unrun queries."""
+    if distance is None:
+        raise ConfigError("the distance reward needs a GraphDistance over the KG (distance=...)")
     topics = list(gold.topic_names) or list(episode.task.topic_names)
     best = distance.distance(topics, gold.answers) if topics else None
+    seen: set[tuple[Any, ...]] = set()
     out: list[float] = []
     for t in assistant_turns(episode):
         if not _is_query_turn(t):
             out.append(0.0)
             continue
-        if t.tool_error is not None or not t.entities:
+        key = _query_key(t)
+        repeated = key in seen
+        seen.add(key)
+        if t.tool_error is not None or t.format_error is not None or repeated:
             out.append(-1.0)
             continue
-        d = distance.distance(t.entities, gold.answers)
+        found = _returned_names(t)
+        d = distance.distance(found, gold.answers) if found else None
         if d is not None and (best is None or d < best):
             best = d
             out.append(1.0)
@@ -325,16 +372,16 @@ def distance_progress(episode: Episode, gold: Gold, distance: GraphDistance) -> 
 
 
 def distance_reward(episode: Episode, gold: Gold, distance: GraphDistance | None = None) -> float:
-    """ISP progress reward: the mean of :func:`distance_progress` over query turns."""
-    if distance is None:
-        raise ConfigError("the distance reward needs a GraphDistance over the KG (distance=...)")
+    """ISP progress as one number (logged; the trajectory-level fallback): the mean of
+    :func:`distance_progress` over the queries the environment ran."""
     steps = distance_progress(episode, gold, distance)
     values = [v for v, t in zip(steps, assistant_turns(episode), strict=True) if _is_query_turn(t)]
     return sum(values) / len(values) if values else 0.0
 
 
 REWARDS: dict[str, Callable[..., float]] = {
-    "em": em_reward,
+    "em_strict": em_strict_reward,
+    "hit": hit_reward,
     "f1": f1_reward,
     "fbeta": fbeta_reward,
     "format": format_reward,
@@ -342,34 +389,40 @@ REWARDS: dict[str, Callable[..., float]] = {
     "turn": turn_reward,
     "distance": distance_reward,
 }
-TURN_REWARDS: dict[str, Callable[..., list[float]]] = {"turn": turn_rewards_kgr1}
+TURN_REWARDS: dict[str, Callable[..., list[float]]] = {
+    "turn": turn_rewards_kgr1,
+    "distance": distance_progress,
+}
+"""The turn-level components: one value per assistant turn (their component value is the mean)."""
 
 
-def turn_group_advantages(
-    turn_rewards_per_rollout: list[list[float]], eps: float = 1e-6
+def turn_returns(
+    turn_rewards: Sequence[float], trajectory_reward: float, lam: float = 1.0
+) -> list[float]:
+    """KG-R1's turn-wise return of one rollout: ``G_t = r_t + lam * R`` for each assistant turn
+    t, with ``r_t`` the turn's reward and ``R`` the rollout's trajectory-level reward."""
+    return [r + lam * trajectory_reward for r in turn_rewards]
+
+
+def pooled_turn_advantages(
+    returns_per_rollout: Sequence[Sequence[float]], *, scale: bool = True, eps: float = 1e-6
 ) -> list[list[float]]:
-    """KG-R1's turn-wise group-normalized advantage.
-
-    For each turn index t, the rewards at t of the rollouts that have a turn t (a rollout
-    lacking it is skipped for that index) are normalized: ``(r - mean) / (std + eps)``, with
-    the population standard deviation. Returns the advantages in the input's shape.
-    """
-    depth = max((len(r) for r in turn_rewards_per_rollout), default=0)
-    out = [[0.0] * len(r) for r in turn_rewards_per_rollout]
-    for t in range(depth):
-        idx = [i for i, r in enumerate(turn_rewards_per_rollout) if len(r) > t]
-        values = [turn_rewards_per_rollout[i][t] for i in idx]
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-        for i, v in zip(idx, values, strict=True):
-            out[i][t] = (v - mean) / (std + eps)
-    return out
+    """Advantages of the turn returns of one group with one baseline pooled over every turn of
+    every rollout (KG-R1; ISP's step-level GRPO): ``A = G - mean(all G)``, divided by the
+    population std of all G (+ ``eps``) when ``scale``. A rollout without turns gets []."""
+    pool = [g for returns in returns_per_rollout for g in returns]
+    if not pool:
+        return [[] for _ in returns_per_rollout]
+    mean = sum(pool) / len(pool)
+    std = math.sqrt(sum((g - mean) ** 2 for g in pool) / len(pool))
+    div = std + eps if scale else 1.0
+    return [[(g - mean) / div for g in returns] for returns in returns_per_rollout]
 
 
 # --- the weighted sum ------------------------------------------------------------------------
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "graphwalker": {"weights": (("em", 1.0),)},
+    "graphwalker": {"weights": (("hit", 1.0),)},
     "kbqa-r1": {"weights": (("f1", 1.0), ("format", 0.1)), "gate_format": True},
     "knowcoder-a1": {"weights": (("fbeta", 1.0), ("format", 0.1)), "cap": 1.0},
     "kg-r1": {"weights": (("f1", 1.0), ("retrieval", 0.5), ("turn", 0.2))},
@@ -386,7 +439,7 @@ def _valid_names() -> str:
 class RewardSpec:
     """Which rewards, with what weights, and the options of the presets (see module doc)."""
 
-    weights: tuple[tuple[str, float], ...] = (("em", 1.0),)
+    weights: tuple[tuple[str, float], ...] = (("hit", 1.0),)
     gate_format: bool = False
     cap: float | None = None
     fbeta_switch_step: int | None = None
@@ -449,6 +502,8 @@ class RewardSpec:
                     )
                 name, sep, weight = part.partition(":")
                 name = name.strip().lower()
+                if name == "em":
+                    check_metric_name(name, f"reward spec {text!r}")
                 if name not in REWARDS:
                     raise ConfigError(
                         f"reward spec {text!r}: unknown component {name!r}; valid: {_valid_names()}"
@@ -483,16 +538,34 @@ class RewardSpec:
         return "distance" in self.components
 
     def fbeta_beta(self, state: RewardState | None) -> float:
-        """The curriculum's beta at ``state``: 0.5 until a switch threshold is reached, then 1."""
+        """The curriculum's beta at ``state``: 0.5 until the switch, then 1 for good. The
+        switch comes at step ``fbeta_switch_step``, or after the first step at whose end the
+        outcome's running mean reached ``fbeta_switch_reward`` (see :meth:`advance`)."""
         if state is None:
             return FBETA_EARLY
-        by_step = self.fbeta_switch_step is not None and state.step >= self.fbeta_switch_step
-        by_reward = (
-            self.fbeta_switch_reward is not None
-            and state.reward_mean is not None
-            and state.reward_mean >= self.fbeta_switch_reward
+        if state.fbeta_switched_at is not None:
+            return FBETA_LATE
+        if self.fbeta_switch_step is not None and state.step >= self.fbeta_switch_step:
+            return FBETA_LATE
+        return FBETA_EARLY
+
+    def advance(self, state: RewardState, outcomes: Sequence[float]) -> RewardState:
+        """The state for the step after ``state.step``, given the outcome rewards of that
+        step's rollouts: the running mean updated, the F-beta switch set when it is reached
+        (and never unset), the step counted."""
+        step_mean = sum(outcomes) / len(outcomes) if outcomes else 0.0
+        mean = (
+            step_mean
+            if state.outcome_mean is None
+            else OUTCOME_MEAN_DECAY * state.outcome_mean + (1 - OUTCOME_MEAN_DECAY) * step_mean
         )
-        return FBETA_LATE if by_step or by_reward else FBETA_EARLY
+        switched = state.fbeta_switched_at
+        if switched is None and "fbeta" in self.components:
+            if self.fbeta_beta(state) == FBETA_LATE:
+                switched = state.step
+            elif self.fbeta_switch_reward is not None and mean >= self.fbeta_switch_reward:
+                switched = state.step + 1
+        return RewardState(step=state.step + 1, outcome_mean=mean, fbeta_switched_at=switched)
 
     def score(
         self,
@@ -507,28 +580,37 @@ class RewardSpec:
                 f"reward spec {self}: the distance component needs a GraphDistance (distance=...)"
             )
         beta = self.fbeta_beta(state) if "fbeta" in self.components else None
+        n_turns = len(assistant_turns(episode))
         components: dict[str, float] = {}
-        for name, _ in self.weights:
+        turn = [0.0] * n_turns
+        for name, weight in self.weights:
             if name == "fbeta":
                 components[name] = fbeta_reward(episode, gold, beta=self.fbeta_beta(state))
-            elif name == "distance":
-                components[name] = distance_reward(episode, gold, distance)
+            elif name in TURN_REWARDS:
+                extra = {"distance": distance} if name == "distance" else {}
+                values = TURN_REWARDS[name](episode, gold, **extra)
+                for i, value in enumerate(values):
+                    turn[i] += weight * value
+                if name == "distance":  # the mean over the queries run, as distance_reward
+                    components[name] = distance_reward(episode, gold, distance)
+                else:
+                    components[name] = sum(values) / len(values) if values else 0.0
             else:
                 components[name] = REWARDS[name](episode, gold)
         outcome = next((components[n] for n in self.components if n in ANSWER_COMPONENTS), 0.0)
-        total = 0.0
+        trajectory = 0.0
+        turn_level = 0.0
         for name, weight in self.weights:
             if name == "format" and self.gate_format and outcome <= 0.0:
                 continue
-            total += weight * components[name]
-        if self.cap is not None:
-            total = min(total, self.cap)
-        turn = [0.0] * len(assistant_turns(episode))
-        for name, weight in self.weights:
             if name in TURN_REWARDS:
-                for i, value in enumerate(TURN_REWARDS[name](episode, gold)):
-                    turn[i] += weight * value
-        return RewardResult(total, components, turn, outcome, beta)
+                turn_level += weight * components[name]
+            else:
+                trajectory += weight * components[name]
+        total = trajectory + turn_level
+        if self.cap is not None:
+            total, trajectory = min(total, self.cap), min(trajectory, self.cap)
+        return RewardResult(total, components, turn, outcome, beta, trajectory)
 
 
 __all__ = [
@@ -544,12 +626,14 @@ __all__ = [
     "assistant_turns",
     "distance_progress",
     "distance_reward",
-    "em_reward",
+    "em_strict_reward",
     "f1_reward",
     "fbeta_reward",
     "format_reward",
+    "hit_reward",
+    "pooled_turn_advantages",
     "retrieval_reward",
-    "turn_group_advantages",
+    "turn_returns",
     "turn_reward",
     "turn_rewards_kgr1",
 ]

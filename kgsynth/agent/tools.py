@@ -10,7 +10,15 @@ Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
 ``kgr1`` (KG-R1): ``get_tail_relations(e)`` relations with ``e`` as head (``e -r-> ?``),
   ``get_head_relations(e)`` relations with ``e`` as tail (``? -r-> e``),
   ``get_tail_entities(e, r)`` the tails of ``(e, r, ?)``, ``get_head_entities(e, r)`` the heads
-  of ``(?, r, e)``.
+  of ``(?, r, e)``. As in the paper, each returns the full set: relations by name, entities in
+  the neighbour order below. ``kgr1_max_relations`` / ``kgr1_max_entities`` cap them; a cap
+  that applies says so in the observation ("showing 10 of 37 (capped)").
+
+Which neighbours a capped list shows (``neighbor_order``): ``relevance`` (default) puts those
+whose names share words with the question first, then a seeded order (a hash of the question,
+the entity, the relation and the neighbour, so synthesis, RL and eval see the same list for the
+same question); ``alphabetical`` is the order before, which skewed oracle data toward names
+early in the alphabet.
 
 Tools never raise into the agent: every failure becomes a :class:`ToolResult` with an
 :class:`ErrorType` that rewards and filters read, and a short text the agent reads.
@@ -18,6 +26,7 @@ Tools never raise into the agent: every failure becomes a :class:`ToolResult` wi
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +40,8 @@ from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 
 ToolSetName = Literal["graphwalker", "kgr1"]
+NeighborOrder = Literal["relevance", "alphabetical"]
+NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 
 
 class ErrorType(StrEnum):
@@ -71,6 +82,20 @@ class ToolConfig:
     top_k_relations: int = 10
     max_triples_per_relation: int = 5
     max_observation_chars: int = 2_000
+    neighbor_order: NeighborOrder = "relevance"
+    kgr1_max_relations: int | None = None  # None: the full set, as KG-R1 returns it
+    kgr1_max_entities: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.neighbor_order not in NEIGHBOR_ORDERS:
+            raise ValueError(
+                f"neighbor_order must be one of {', '.join(NEIGHBOR_ORDERS)} "
+                f"(got {self.neighbor_order!r})"
+            )
+        for name in ("kgr1_max_relations", "kgr1_max_entities"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None (got {value})")
 
 
 _TOKEN_RE = re.compile(r"[A-Za-z][a-z]*|[0-9]+|[^\W\d_]+", re.UNICODE)
@@ -90,6 +115,26 @@ def rank_relations(question: str, relations: Sequence[Relation]) -> list[Relatio
     scores = bm25.get_scores(query)
     order = sorted(range(len(relations)), key=lambda i: -scores[i])
     return [relations[i] for i in order]
+
+
+def _seeded_key(*parts: str) -> bytes:
+    return hashlib.blake2b("\x00".join(parts).encode("utf-8"), digest_size=8).digest()
+
+
+def order_neighbors(
+    question: str, entity_iri: str, relation: Relation, neighbors: Sequence[Neighbor]
+) -> list[Neighbor]:
+    """Neighbours whose names share more words with the question first, ties in a seeded
+    order: a hash of (question, entity, relation, neighbour), the same on every call and in
+    every process."""
+    words = set(tokenize(question))
+
+    def key(n: Neighbor) -> tuple[int, bytes]:
+        overlap = len(words & set(tokenize(n.name))) if words else 0
+        seeded = _seeded_key(question, entity_iri, relation.name, relation.direction, n.term.value)
+        return (-overlap, seeded)
+
+    return sorted(neighbors, key=key)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -222,25 +267,45 @@ class ToolEnvironment:
     ) -> ToolResult:
         if not rels:
             raise _Failure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
-        ranked = rank_relations(self.question, rels)[: self.config.top_k_relations]
-        head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
-        head += ", most relevant first):" if self.question else "):"
+        if self.config.toolset == "kgr1":  # the full set, by name; a cap is an option
+            cap = self.config.kgr1_max_relations
+            ranked = sorted(rels, key=lambda r: (r.name, r.direction))[:cap]
+            head = f'Relations of "{entity.name}"'
+            if len(ranked) < len(rels):
+                head += f" (showing {len(ranked)} of {len(rels)} (capped))"
+            head += ":"
+        else:
+            ranked = rank_relations(self.question, rels)[: self.config.top_k_relations]
+            head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
+            head += ", most relevant first):" if self.question else "):"
         lines = [*notes, head, *(self._pattern(entity.name, r) for r in ranked)]
         return ToolResult("\n".join(lines), entities=(entity.name,), notes=notes)
+
+    def shown_neighbors(self, entity: Entity, rel: Relation) -> tuple[list[Neighbor], int]:
+        """The neighbours an observation shows along ``rel``, in display order, and how many
+        there are in all (see ``neighbor_order`` and the caps in the module doc)."""
+        neighbors = self.graph.neighbors(entity.iri, rel)
+        if self.config.toolset == "kgr1":
+            limit = self.config.kgr1_max_entities
+        else:
+            limit = self.config.max_triples_per_relation
+        if self.config.neighbor_order == "relevance" and (limit is None or len(neighbors) > 1):
+            neighbors = order_neighbors(self.question, entity.iri, rel, neighbors)
+        return neighbors[:limit], len(neighbors)
 
     def _triples_text(
         self, entity: Entity, rels: list[Relation], notes: tuple[str, ...], missing: list[str]
     ) -> ToolResult:
-        limit = self.config.max_triples_per_relation
         lines: list[str] = list(notes)
         seen: list[str] = [entity.name]
         for rel in rels:
-            neighbors = self.graph.neighbors(entity.iri, rel)
-            for n in neighbors[:limit]:
+            shown, total = self.shown_neighbors(entity, rel)
+            for n in shown:
                 lines.append(self._triple(entity.name, rel, n))
                 seen.append(n.name)
-            if len(neighbors) > limit:
-                lines.append(f"... {len(neighbors) - limit} more {self._pattern(entity.name, rel)}")
+            if total > len(shown):
+                more = f"... {total - len(shown)} more {self._pattern(entity.name, rel)}"
+                lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
         if len(seen) == 1:
             raise _Failure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
         if missing:

@@ -408,17 +408,17 @@ def _evaluate(
 def _print_results(out: Any, metrics: dict[str, Any]) -> None:
     from rich.table import Column, Table
 
-    from kgsynth.eval import SHOWN_METRICS
+    from kgsynth.eval import METRIC_NAMES, SHOWN_METRICS
 
     runs = metrics["counts"]["runs"]
     systems = {metrics["label"]: metrics, **metrics["baselines"]}
-    columns: list[Any] = [Column("system", no_wrap=True), "EM", "F1", "Hits@1"]
+    columns: list[Any] = [Column("system", no_wrap=True), *(METRIC_NAMES[k] for k in SHOWN_METRICS)]
     if runs > 1:
-        columns += ["majority EM", "first-run EM", "KG-R1 union EM", f"pass@{runs}"]
+        columns += ["majority Hits@1", "first-run Hits@1", "KG-R1 union Hits@1", f"pass@{runs}"]
     table = Table(
         *columns,
         title=f"{metrics['label']}: {metrics['counts']['questions']} questions × {runs} run(s)"
-        + (" (EM/F1/Hits@1: mean over runs)" if runs > 1 else ""),
+        + (" (means over runs)" if runs > 1 else ""),
     )
     process = Table(
         "system", "turns/q", "tool err/q", "format err/q", "tokens/q", "q/s", title="process"
@@ -427,9 +427,9 @@ def _print_results(out: Any, metrics: dict[str, Any]) -> None:
         cells = [name, *(f"{m['overall'][k]:.3f}" for k in SHOWN_METRICS)]
         if runs > 1:
             cells += [
-                f"{m['majority']['em']:.3f}",
-                f"{m['first_run']['em']:.3f}",
-                f"{m['union']['em']:.3f}",
+                f"{m['majority']['hits_at_1']:.3f}",
+                f"{m['first_run']['hits_at_1']:.3f}",
+                f"{m['union']['hits_at_1']:.3f}",
                 f"{m['pass_at_k'].get(str(runs), 0.0):.3f}",
             ]
         table.add_row(*cells)
@@ -447,7 +447,12 @@ def _print_results(out: Any, metrics: dict[str, Any]) -> None:
     for col, groups in metrics["breakdowns"].items():
         if col != "hops" and len(groups) > 12:
             continue  # long type lists are in metrics.json and eval.png
-        by = Table(col, "questions", "EM", "F1", "Hits@1", title=f"{metrics['label']} by {col}")
+        by = Table(
+            col,
+            "questions",
+            *(METRIC_NAMES[k] for k in SHOWN_METRICS),
+            title=f"{metrics['label']} by {col}",
+        )
         for key, v in groups.items():
             by.add_row(key, str(v["questions"]), *(f"{v[k]:.3f}" for k in SHOWN_METRICS))
         out.print(by)
@@ -457,6 +462,7 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
     from rich.table import Column, Table
 
     from kgsynth.eval import (
+        METRIC_NAMES,
         SHOWN_METRICS,
         UNION_LABEL,
         compare_markdown,
@@ -472,33 +478,35 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
             raise InputFileError(d, "no such folder")
     rows = compare_runs(dirs)
     hops = hop_columns(rows)
-    with_union = any(r["union_em"] is not None for r in rows)
+    with_union = any(r["union_hits_at_1"] is not None for r in rows)
     table = Table(
         Column("run", no_wrap=True),
         "questions",
         "runs",
-        "EM",
-        "F1",
-        "Hits@1",
-        *(["union EM"] if with_union else []),
+        *(METRIC_NAMES[k] for k in SHOWN_METRICS),
+        *(["union Hits@1"] if with_union else []),
         title="evaluations compared (means over runs)",
-        caption=f"union EM: {UNION_LABEL}" if with_union else None,
+        caption=f"union Hits@1: {UNION_LABEL}" if with_union else None,
     )
     by_hop = Table(
         Column("run", no_wrap=True),
         *[f"{h}-hop" for h in hops],
-        title="by hops: EM/F1/Hits@1",
+        title="by hops: " + "/".join(METRIC_NAMES[k] for k in SHOWN_METRICS),
     )
+
+    def cell(value: float | None, digits: int = 3) -> str:
+        return "–" if value is None else f"{value:.{digits}f}"
+
     for r in rows:
         cells = [r["label"], str(r["questions"]), str(r["runs"])]
-        cells += [f"{r[k]:.3f}" for k in SHOWN_METRICS]
+        cells += [cell(r[k]) for k in SHOWN_METRICS]
         if with_union:
-            cells.append("–" if r["union_em"] is None else f"{r['union_em']:.3f}")
+            cells.append(cell(r["union_hits_at_1"]))
         table.add_row(*cells)
         by_hop.add_row(
             r["label"],
             *(
-                "/".join(f"{r['by_hops'][h][k]:.2f}" for k in SHOWN_METRICS)
+                "/".join(cell(r["by_hops"][h][k], 2) for k in SHOWN_METRICS)
                 if h in r["by_hops"]
                 else "–"
                 for h in hops

@@ -41,7 +41,9 @@ def filter_cmd(
     outcome: Annotated[
         str | None,
         typer.Option(
-            help="em (EM = 1), f1 (EM = 1 or F1 >= --f1-threshold) or none. \\[default: f1]"
+            help="The answer check: em_strict (predicted set = gold set), hit (some predicted "
+            "answer is gold; KnowCoder-A1), f1 (em_strict or F1 >= --f1-threshold; KBQA-R1) or "
+            "none. \\[default: f1]"
         ),
     ] = None,
     f1_threshold: Annotated[

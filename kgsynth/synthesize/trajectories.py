@@ -40,6 +40,7 @@ from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
+from kgsynth.metrics import normalize_answer
 from kgsynth.prompts import prompt_hash, render
 
 MODES = ("oracle", "referenced", "free")
@@ -157,8 +158,13 @@ def replay(
 ) -> list[tuple[OracleCall, Any]]:
     """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
     :class:`OracleReject` when a gold relation is not among the relations shown (same BM25
-    ranking and top-k as inference) or an entity the path continues from is not among the
+    ranking and top-k as inference), or when a conjunction's meeting entity is not among the
     triples shown.
+
+    On a chain, when the walked entity is not among the neighbours the observation shows (the
+    display cap), the replay goes on from the first shown entity (in display order) from which
+    the next hop's relation leads on, so no chain is lost to the cap; only when none does is it
+    rejected (``gold_entity_not_retrievable``).
 
     On a chain, a hop often reaches several entities (the films a person directed), and the
     answers are what the next hop reaches from all of them. With ``fan_out`` > 1, after the
@@ -167,13 +173,17 @@ def replay(
     observes the whole answer set instead of the part reached through the walked entity.
     The default (1) replays the walk alone: on the tiny CPU recipe, fan-out 4 made the agent
     go on after 1-hop answers and copy worse (benchmarks/README.md, learning sweep)."""
-    calls = oracle_calls(row, env.config.toolset)
+    toolset = env.config.toolset
+    calls = oracle_calls(row, toolset)
     continues_from = {c.entity for c in calls}
     chain = len(row["branches"]) == 1
     topics = set(row["topic_names"])
     steps = []
     others: list[str] = []  # the other entities the walked one's hop reached
-    for c in calls:
+    instead: dict[str, str] = {}  # walked entity -> the shown one the replay goes on from
+    for k, c in enumerate(calls):
+        if c.entity in instead:
+            c = _calls_for(instead[c.entity], c.hop, toolset)[0 if c.kind == "relations" else 1]
         result = env.execute(c.call)
         if result.error is not None:
             raise OracleReject(f"oracle_{result.error.value}")
@@ -191,7 +201,11 @@ def replay(
             steps.append((c, result))
             continue
         if c.hop["entity"] in continues_from and c.hop["entity"] not in result.entities:
-            raise OracleReject("gold_entity_not_retrievable")
+            nxt_hop = calls[k + 2].hop if chain and k + 2 < len(calls) else None
+            sub = _shown_substitute(env, result, c, nxt_hop, topics) if nxt_hop else None
+            if sub is None:
+                raise OracleReject("gold_entity_not_retrievable")
+            instead[c.hop["entity"]] = sub
         steps.append((c, result))
         if not chain:
             continue
@@ -204,7 +218,7 @@ def replay(
                 steps.append((extra, got))
                 sources.append(other)
                 reached.extend(got.entities)
-        nxt = c.hop["entity"]
+        nxt = instead.get(c.hop["entity"], c.hop["entity"])
         seen = {nxt, *sources, *topics}
         others = []
         for entity in reached:
@@ -212,6 +226,29 @@ def replay(
                 others.append(entity)
             seen.add(entity)
     return steps
+
+
+def _shown_substitute(
+    env: ToolEnvironment, result: Any, call: OracleCall, next_hop: dict[str, Any], topics: set[str]
+) -> str | None:
+    """The first entity ``result`` shows (display order; not the call's own entity or a topic)
+    from which ``next_hop``'s relation returns triples."""
+    for name in result.entities:
+        if name == call.entity or name in topics:
+            continue
+        probe = _calls_for(name, next_hop, env.config.toolset)[1]
+        if env.execute(probe.call).error is None:
+            return name
+    return None
+
+
+def oracle_answers(row: dict[str, Any], observed: Sequence[str]) -> list[str]:
+    """The oracle's answer: the gold answers its observations showed, in gold order (a display
+    cap or a replay through one of several entities can show only part of the set; the
+    filter's outcome check then decides), or the whole gold set when none was shown."""
+    seen = {normalize_answer(name) for name in observed}
+    shown = [a for a in row["answer_names"] if normalize_answer(a) in seen]
+    return shown or list(row["answer_names"])
 
 
 def _history_text(messages: list[dict[str, str]]) -> str:
@@ -306,16 +343,17 @@ def synthesize_oracle(
             )
             messages.append({"role": "tool", "content": render_observation(result.text)})
             observed.extend(result.entities)
+        answers = oracle_answers(row, observed)
         messages.append(
             {
                 "role": "assistant",
-                "content": f"<think>{texts[-1]}</think>\n<answer>{_q_list(row['answer_names'])}</answer>",
+                "content": f"<think>{texts[-1]}</think>\n<answer>{_q_list(answers)}</answer>",
             }
         )
         accepted.append(
             {
                 "messages": messages,
-                "predicted_answers": list(row["answer_names"]),
+                "predicted_answers": answers,
                 "answered": True,
                 "forced_answer": False,
                 "num_turns": len(steps) + 1,

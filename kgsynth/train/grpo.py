@@ -16,9 +16,13 @@ of about the size of those adapters keeps the core readable. Each step:
 1. ``questions_per_step`` questions, ``group_size`` rollouts each, sampled together.
 2. Rewards (:mod:`kgsynth.agent.rewards`): the configured weighted sum, every component logged.
 3. Advantages: ``A_i = R_i - mean(R)`` of the group, divided by the group's std when
-   ``scale_rewards`` (GRPO; Dr. GRPO turns it off); groups whose rewards are all equal carry
-   no signal and are skipped (counted). With ``turn_advantage`` (KG-R1) each assistant turn's
-   tokens also get that turn's group-normalized turn reward.
+   ``scale_rewards`` (GRPO; Dr. GRPO and KBQA-R1 turn it off); groups whose rewards are all
+   equal carry no signal and are skipped (counted). With ``turn_advantage`` (KG-R1; ISP's
+   step-level GRPO) each assistant turn t of rollout i gets its own return
+   ``G_it = r_it + turn_lambda * R_i`` (``r_it``: the turn-level rewards; ``R_i``: the
+   trajectory-level ones) and the advantage ``G_it - mean(G)`` (over every turn of every
+   rollout of the group: one pooled baseline), divided by the pooled std when
+   ``scale_rewards``; the tokens of turn t carry it.
 4. Loss, token-level over assistant tokens only (DAPO):
    ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * k3`` summed over every
    assistant token of the step and divided by their number, with ``r = exp(logp - logp_old)``
@@ -70,7 +74,7 @@ class GRPOConfig:
 
     init: str = ""  # an SFT output folder (or any local HF checkpoint)
     recipe: str | None = None  # default | tiny (auto: tiny when init was a tiny SFT run)
-    reward: str = "em"  # RewardSpec text: a preset or name:weight,...
+    reward: str = "graphwalker"  # RewardSpec text: a preset or name:weight,...
     fbeta_switch_step: int | None = None
     fbeta_switch_reward: float | None = None
     group_size: int | None = None
@@ -81,7 +85,8 @@ class GRPOConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     scale_rewards: bool = True  # divide advantages by the group's std
-    turn_advantage: bool = False  # KG-R1 turn-wise group-normalized advantage added
+    turn_advantage: bool = False  # KG-R1: G_t = r_t + turn_lambda * R, pooled group baseline
+    turn_lambda: float = 1.0  # KG-R1's lambda: the weight of the trajectory reward R in G_t
     updates_per_step: int = 1  # 1: on-policy single update (KnowCoder-A1)
     micro_batch_size: int = 8  # rollouts per forward pass in the update
     max_grad_norm: float = 1.0
@@ -143,6 +148,10 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
     need(c.max_steps >= 1, f"max_steps must be >= 1 (got {c.max_steps})")
     need(c.lr is not None and 0 < c.lr < 1, f"lr must be in (0, 1) (got {c.lr})")
     need(c.kl_coef >= 0, f"kl_coef must be >= 0 (got {c.kl_coef})")
+    need(
+        math.isfinite(c.turn_lambda) and c.turn_lambda >= 0,
+        f"turn_lambda must be >= 0 (got {c.turn_lambda})",
+    )
     need(0 <= c.clip_low < 1, f"clip_low must be in [0, 1) (got {c.clip_low})")
     need(c.clip_high >= 0, f"clip_high must be >= 0 (got {c.clip_high})")
     need(c.updates_per_step >= 1, f"updates_per_step must be >= 1 (got {c.updates_per_step})")
@@ -207,17 +216,19 @@ def degenerate(rewards: Sequence[float], tol: float = 1e-9) -> bool:
 
 
 def token_advantages(
-    advantage: float, turn_of: Sequence[int], turn_adv: Sequence[float] | None
+    turn_of: Sequence[int], turn_adv: Sequence[float] | None, advantage: float = 0.0
 ) -> list[float]:
-    """Per-token advantage of one rollout: the sequence's advantage on every token, plus the
-    token's turn advantage (KG-R1) when given; zero on tokens outside assistant turns."""
+    """Per-token advantage of one rollout: the token's turn advantage when ``turn_adv`` is
+    given (KG-R1's turn-wise advantage; a turn beyond it gets 0), else the sequence's
+    ``advantage`` on every assistant token; zero on tokens outside assistant turns."""
     out = []
     for t in turn_of:
         if t < 0:
             out.append(0.0)
+        elif turn_adv is not None:
+            out.append(turn_adv[t] if t < len(turn_adv) else 0.0)
         else:
-            extra = turn_adv[t] if turn_adv is not None and t < len(turn_adv) else 0.0
-            out.append(advantage + extra)
+            out.append(advantage)
     return out
 
 
@@ -441,7 +452,13 @@ def _train(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from kgsynth.agent.loop import EpisodeTask, stored_system_prompt
-    from kgsynth.agent.rewards import Gold, GraphDistance, RewardState, turn_group_advantages
+    from kgsynth.agent.rewards import (
+        Gold,
+        GraphDistance,
+        RewardState,
+        pooled_turn_advantages,
+        turn_returns,
+    )
     from kgsynth.agent.rollout import RolloutConfig, TokenPolicy, check_alignment, run_rollouts
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.kg.open import open_kg
@@ -490,7 +507,7 @@ def _train(
         timeout_s=cfg.rollout_timeout_s,
         system_text=stored_system_prompt(cfg.init),
     )
-    state = RewardState(step=0, reward_mean=None)
+    state = RewardState(step=0)
     metrics_path = out / METRICS
     metrics_path.unlink(missing_ok=True)
     history: list[dict[str, Any]] = []
@@ -526,8 +543,7 @@ def _train(
         t_roll = time.perf_counter() - t0
         for r in rollouts:
             check_alignment(r)
-        # rewards
-        state = dataclasses.replace(state, step=step_i - 1)
+        # rewards (state.step = step_i - 1: the steps done before this one)
         results = []
         for k, r in enumerate(rollouts):
             q = batch[k // g]
@@ -539,30 +555,34 @@ def _train(
         skipped = 0
         for gi in range(len(batch)):
             idx = list(range(gi * g, (gi + 1) * g))
+            if cfg.turn_advantage:  # KG-R1: G_t = r_t + lambda R, one pooled baseline
+                returns = [
+                    turn_returns(
+                        results[i].turn_rewards, results[i].trajectory_total, cfg.turn_lambda
+                    )
+                    for i in idx
+                ]
+                if degenerate([v for r in returns for v in r] or [0.0]):
+                    skipped += 1
+                    continue
+                turn_adv = pooled_turn_advantages(returns, scale=cfg.scale_rewards)
+                for j, i in enumerate(idx):
+                    per_token_adv[i] = token_advantages(rollouts[i].turn_of, turn_adv[j])
+                continue
             group_r = [rewards[i] for i in idx]
-            turn_adv = None
-            if cfg.turn_advantage:
-                turn_adv = turn_group_advantages([results[i].turn_rewards for i in idx])
-            flat_turn = [v for ta in (turn_adv or []) for v in ta]
-            if degenerate(group_r) and not any(abs(v) > 1e-9 for v in flat_turn):
+            if degenerate(group_r):
                 skipped += 1
                 continue
             adv = group_advantages(group_r, scale=cfg.scale_rewards)
             for j, i in enumerate(idx):
-                per_token_adv[i] = token_advantages(
-                    adv[j], rollouts[i].turn_of, turn_adv[j] if turn_adv else None
-                )
+                per_token_adv[i] = token_advantages(rollouts[i].turn_of, None, adv[j])
         keep = [i for i, a in enumerate(per_token_adv) if a is not None]
         upd = _update(policy, ref, rollouts, per_token_adv, keep, cfg, device, autocast)
         t_step = time.perf_counter() - t0
-        # running mean of the outcome reward, read by the F-beta curriculum
         mean_r = sum(rewards) / len(rewards)
-        state = dataclasses.replace(
-            state,
-            reward_mean=mean_r
-            if state.reward_mean is None
-            else 0.9 * state.reward_mean + 0.1 * mean_r,
-        )
+        beta = results[0].fbeta_beta
+        # the running mean of the outcome reward and the F-beta switch, for the next step
+        state = rspec.advance(state, [res.outcome for res in results])
         gen_tokens = sum(r.generated_tokens for r in rollouts)
         totals["rollouts"] += len(rollouts)
         totals["skipped_groups"] += skipped
@@ -578,6 +598,8 @@ def _train(
             "reward": mean_r,
             "reward_std": float(torch.tensor(rewards).std(unbiased=False)),
             **{f"reward/{k}": v for k, v in sorted(comps.items())},
+            "outcome_mean": state.outcome_mean,
+            **({"fbeta_beta": beta} if beta is not None else {}),
             **upd,
             "lr": policy.sched.get_last_lr()[0],
             "turns": sum(len([t for t in e.turns if not t.llm_error]) for e in eps) / len(eps),
