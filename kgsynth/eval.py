@@ -65,6 +65,7 @@ from kgsynth.agent.loop import (
     user_prompt,
 )
 from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.rerank import LLMReranker
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
@@ -162,6 +163,7 @@ class EvalConfig:
     toolset: str = "graphwalker"
     top_k_relations: int = 10
     max_triples: int = 5
+    rerank: str = "none"  # none | llm: GraphWalker's LLM rerank of the BM25 top-20 relations
     seed: int = 0
     system_text: str | None = None  # the checkpoint's stored system prompt (hf), if any
 
@@ -178,6 +180,8 @@ class EvalConfig:
             )
         if self.toolset not in ("graphwalker", "kgr1"):
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
+        if self.rerank not in ("none", "llm"):
+            raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
         if self.top_k_relations < 1 or self.max_triples < 1:
             raise ConfigError("--top-k-relations and --max-triples must be >= 1")
 
@@ -186,6 +190,7 @@ class EvalConfig:
             toolset=self.toolset,  # type: ignore[arg-type]
             top_k_relations=self.top_k_relations,
             max_triples_per_relation=self.max_triples,
+            rerank=self.rerank,  # type: ignore[arg-type]
         )
 
     def params(self, run: int) -> GenerationParams:
@@ -290,9 +295,12 @@ def run_agent(
     tasks = [EpisodeTask(rec.question, list(rec.topic_names)) for rec in records]
     index = {id(t): i for i, t in enumerate(tasks)}
 
+    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+
     def make_env(task: EpisodeTask) -> ToolEnvironment:
         # a fresh environment per episode: the question ranks the relations shown
-        return ToolEnvironment(graph, records[index[id(task)]].question, cfg.tool_config())
+        question = records[index[id(task)]].question
+        return ToolEnvironment(graph, question, cfg.tool_config(), reranker)
 
     for run in range(cfg.runs):
 

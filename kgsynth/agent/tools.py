@@ -83,10 +83,13 @@ class ToolConfig:
     max_triples_per_relation: int = 5
     max_observation_chars: int = 2_000
     neighbor_order: NeighborOrder = "relevance"
+    rerank: Literal["none", "llm"] = "none"  # GraphWalker Table 8: an LLM reorders the BM25 top 20
     kgr1_max_relations: int | None = None  # None: the full set, as KG-R1 returns it
     kgr1_max_entities: int | None = None
 
     def __post_init__(self) -> None:
+        if self.rerank not in ("none", "llm"):
+            raise ValueError(f"rerank must be none or llm (got {self.rerank!r})")
         if self.neighbor_order not in NEIGHBOR_ORDERS:
             raise ValueError(
                 f"neighbor_order must be one of {', '.join(NEIGHBOR_ORDERS)} "
@@ -161,8 +164,12 @@ class ToolEnvironment:
     graph: KGGraph
     question: str = ""
     config: ToolConfig = field(default_factory=ToolConfig)
+    # (question, entity name, BM25-ranked relations) -> reordered; needed with rerank="llm"
+    reranker: Callable[[str, str, Sequence[Relation]], list[Relation]] | None = None
 
     def __post_init__(self) -> None:
+        if self.config.rerank == "llm" and self.reranker is None:
+            raise ValueError("rerank='llm' needs a reranker (kgsynth.agent.rerank.LLMReranker)")
         tools: dict[str, tuple[int, Callable[..., ToolResult]]]
         if self.config.toolset == "graphwalker":
             tools = {"get_relations": (1, self.get_relations), "get_triples": (2, self.get_triples)}
@@ -275,7 +282,10 @@ class ToolEnvironment:
                 head += f" (showing {len(ranked)} of {len(rels)} (capped))"
             head += ":"
         else:
-            ranked = rank_relations(self.question, rels)[: self.config.top_k_relations]
+            ranked = rank_relations(self.question, rels)
+            if self.config.rerank == "llm" and self.reranker is not None:
+                ranked = self.reranker(self.question, entity.name, ranked)
+            ranked = ranked[: self.config.top_k_relations]
             head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
             head += ", most relevant first):" if self.question else "):"
         lines = [*notes, head, *(self._pattern(entity.name, r) for r in ranked)]

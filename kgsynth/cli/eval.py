@@ -32,6 +32,7 @@ from kgsynth.cli.options import (
     MaxTurnsOption,
     OverwriteOption,
     ProfileOption,
+    RerankOption,
     TimeoutOption,
     ToolsOption,
     TurnTokensOption,
@@ -117,6 +118,7 @@ def eval_cmd(
     max_triples: Annotated[
         int | None, typer.Option(help="Triples shown per relation. \\[default: 5]")
     ] = None,
+    rerank: RerankOption = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed of run 0. \\[default: 0]")] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
     baseline: Annotated[
@@ -181,6 +183,7 @@ def eval_cmd(
                 toolset=tools,
                 top_k_relations=top_k_relations,
                 max_triples=max_triples,
+                rerank=rerank,
                 seed=seed,
             ),
             limit=limit,

@@ -70,6 +70,15 @@ ToolsOption = Annotated[
     typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
 ]
 
+RerankOption = Annotated[
+    str | None,
+    typer.Option(
+        "--rerank",
+        help="none, or llm: the LLM (--llm) reorders get_relations' BM25 top 20 before the top "
+        "k is kept (GraphWalker, Table 8); cached like every request. \\[default: none]",
+    ),
+]
+
 # the stage config file (walk, synthesize, filter, eval; the train commands declare their own)
 ConfigOption = Annotated[
     Path | None, typer.Option(help="YAML file with these options (flags override it).")

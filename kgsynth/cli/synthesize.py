@@ -36,6 +36,7 @@ from kgsynth.cli.options import (
     NoCacheOption,
     OverwriteOption,
     ProfileOption,
+    RerankOption,
     TimeoutOption,
     ToolsOption,
     TurnTokensOption,
@@ -142,7 +143,9 @@ def synthesize_questions_cmd(
                 WALK_SCHEMA,
             )
             if limit is not None:
-                rows = rows[:limit]
+                from kgsynth.synthesize.trajectories import select_questions
+
+                rows = select_questions(rows, limit, cfg.stratify, cfg.seed)
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
@@ -287,6 +290,15 @@ def synthesize_trajectories_cmd(
             "hop before reached, so the replay observes the whole answer set. \\[default: 1]"
         ),
     ] = None,
+    rerank: RerankOption = None,
+    stratify: Annotated[
+        str | None,
+        typer.Option(
+            help="With --limit: draw the K questions stratified by structure or hops (equal "
+            "shares, seeded; GraphRoll's sampling for expert rollouts) instead of the first K; "
+            "none takes the first K. \\[default: none]"
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
@@ -314,6 +326,8 @@ def synthesize_trajectories_cmd(
                 seed=seed,
                 system_prompt=system_prompt,
                 fan_out=fan_out,
+                rerank=rerank,
+                stratify=stratify,
                 split=split,
                 heldout_fraction=heldout_fraction,
             ),
@@ -346,7 +360,9 @@ def synthesize_trajectories_cmd(
                     r for r in rows if split_of(r["question_id"], cfg.heldout_fraction) == cfg.split
                 ]
             if limit is not None:
-                rows = rows[:limit]
+                from kgsynth.synthesize.trajectories import select_questions
+
+                rows = select_questions(rows, limit, cfg.stratify, cfg.seed)
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,

@@ -446,7 +446,17 @@ def rl_cmd(
     ] = None,
     fbeta_switch_reward: Annotated[
         float | None,
-        typer.Option(help="fbeta curriculum: switch to beta 1 once the mean reward reaches this."),
+        typer.Option(
+            help="fbeta curriculum: beta 1 from the step after the outcome reward's running mean "
+            "reaches this (the switch never goes back)."
+        ),
+    ] = None,
+    phase2_questions: Annotated[
+        Path | None,
+        typer.Option(
+            help="fbeta curriculum: questions of the second phase (after the switch); "
+            "KnowCoder-A1's per-phase question sets. \\[default: --questions throughout]"
+        ),
     ] = None,
     group_size: Annotated[
         int | None, typer.Option(help="Rollouts per question (G). \\[default: recipe's]")
@@ -479,9 +489,14 @@ def rl_cmd(
         bool | None,
         typer.Option(
             "--turn-advantage/--no-turn-advantage",
-            help="Add KG-R1's turn-wise group-normalized advantage of the turn rewards. "
-            "\\[default: no-turn-advantage]",
+            help="KG-R1's turn-wise advantage: each turn's tokens get G_t = r_t + lambda R (turn "
+            "rewards plus the trajectory reward) against one baseline pooled over every turn "
+            "of the group. \\[default: no-turn-advantage; on in the kg-r1 and isp presets]",
         ),
+    ] = None,
+    turn_lambda: Annotated[
+        float | None,
+        typer.Option(help="KG-R1's lambda: the trajectory reward's weight in G_t. \\[default: 1]"),
     ] = None,
     updates_per_step: Annotated[
         int | None,
@@ -540,7 +555,9 @@ def rl_cmd(
     started = time.perf_counter()
     overrides = dict(
         init=init, recipe=recipe, reward=reward, fbeta_switch_step=fbeta_switch_step,
-        fbeta_switch_reward=fbeta_switch_reward, group_size=group_size,
+        fbeta_switch_reward=fbeta_switch_reward,
+        phase2_questions=str(phase2_questions) if phase2_questions else None,
+        group_size=group_size, turn_lambda=turn_lambda,
         questions_per_step=questions_per_step, max_steps=max_steps, lr=lr, kl_coef=kl,
         clip_low=clip_low, clip_high=clip_high, scale_rewards=scale_rewards,
         turn_advantage=turn_advantage, updates_per_step=updates_per_step,
@@ -565,6 +582,7 @@ def rl_cmd(
                 ("--kg", kg),
                 ("--init", cfg.init),
                 ("--config", config),
+                ("--phase2-questions", cfg.phase2_questions),
             ],
         )
         with staged:

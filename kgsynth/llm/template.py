@@ -17,6 +17,7 @@ still gives the single canonical form of ``rules-v1``.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Sequence
@@ -520,6 +521,19 @@ def walk_rng(seed: int | None, walk_id: str) -> random.Random:
     return random.Random(f"{seed}|{walk_id}")
 
 
+def rule_relation_order(question: str, relations: Sequence[str]) -> list[int]:
+    """The template backend's answer to a relation rerank (1-based numbers): relations with
+    more of their words in the question first, ties in the given (BM25) order. A rule, not a
+    model: it reads words, never meaning."""
+    words = set(re.findall(r"[a-z0-9]+", question.lower()))
+
+    def overlap(name: str) -> int:
+        return len(words & set(re.findall(r"[a-z0-9]+", relation_words(name).lower())))
+
+    ranked = sorted(range(len(relations)), key=lambda i: (-overlap(relations[i]), i))
+    return [i + 1 for i in ranked]
+
+
 def template_thought(
     kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
 ) -> str:
@@ -554,6 +568,8 @@ class TemplateLLM(LLM):
             return f"<question>{question_from_walk(ctx, rng)}</question>"
         if request.task == "thought":
             return f"<think>{template_thought(ctx['kind'], ctx['entity'], ctx.get('hop'), ctx.get('answers', []))}</think>"
+        if request.task == "rerank_relations":
+            return f"<order>{json.dumps(rule_relation_order(ctx['question'], ctx['relations']))}</order>"
         raise ValueError(f"the template backend has no rule for task {request.task!r}")
 
     def generate_batch(

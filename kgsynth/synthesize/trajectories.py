@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from kgsynth.agent.loop import (
     user_prompt,
 )
 from kgsynth.agent.protocol import render_observation
+from kgsynth.agent.rerank import LLMReranker
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
@@ -44,6 +46,7 @@ from kgsynth.metrics import normalize_answer
 from kgsynth.prompts import prompt_hash, render
 
 MODES = ("oracle", "referenced", "free")
+STRATA = ("none", "structure", "hops")
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,11 @@ class TrajectoryConfig:
     toolset: str = "graphwalker"
     top_k_relations: int = 10
     max_triples: int = 5
+    rerank: str = "none"  # none | llm: GraphWalker's LLM rerank of the BM25 top-20 relations
     seed: int = 0
     system_prompt: str = "full"  # full | short (see kgsynth.agent.loop.system_prompt)
     fan_out: int = 1  # oracle: follow a chain's next hop from up to this many entities (replay)
+    stratify: str = "none"  # none | structure | hops: how --limit draws its questions
     split: str = "all"  # all | train | heldout: a stable split by question_id hash (split_of)
     heldout_fraction: float = 0.1
 
@@ -73,6 +78,8 @@ class TrajectoryConfig:
             raise ConfigError(f"--mode must be one of {', '.join(MODES)} (got {self.mode!r})")
         if self.toolset not in ("graphwalker", "kgr1"):
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
+        if self.rerank not in ("none", "llm"):
+            raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
         if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
             raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")
         if self.split not in ("all", "train", "heldout"):
@@ -81,12 +88,17 @@ class TrajectoryConfig:
             raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {self.heldout_fraction})")
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
+        if self.stratify not in STRATA:
+            raise ConfigError(
+                f"--stratify must be one of {', '.join(STRATA)} (got {self.stratify!r})"
+            )
 
     def tool_config(self) -> ToolConfig:
         return ToolConfig(
             toolset=self.toolset,  # type: ignore[arg-type]
             top_k_relations=self.top_k_relations,
             max_triples_per_relation=self.max_triples,
+            rerank=self.rerank,  # type: ignore[arg-type]
         )
 
 
@@ -271,10 +283,11 @@ def synthesize_oracle(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Oracle trajectories (accepted rows, rejected rows)."""
     sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
+    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
     plans = []
     rejected = []
     for row in rows:
-        env = ToolEnvironment(graph, row["question"], cfg.tool_config())
+        env = ToolEnvironment(graph, row["question"], cfg.tool_config(), reranker)
         try:
             steps = replay(row, env, fan_out=cfg.fan_out)
         except OracleReject as rej:
@@ -419,8 +432,10 @@ def synthesize_rollouts(
             meta.append((row, sample, ref))
     by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
 
+    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+
     def make_env(task: EpisodeTask) -> ToolEnvironment:
-        return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config())
+        return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config(), reranker)
 
     # one seed per sample, so that N samples are N different requests (and cache entries)
     accepted: list[dict[str, Any]] = []
@@ -455,6 +470,33 @@ def synthesize_rollouts(
                 continue
             accepted.append({**episode_summary(ep), "_row": row, "_sample": s, "_reference": ref})
     return accepted, rejected
+
+
+def select_questions(
+    rows: Sequence[dict[str, Any]], limit: int, stratify: str = "none", seed: int = 0
+) -> list[dict[str, Any]]:
+    """``limit`` questions: the first ones (``stratify="none"``), or a stratified sample
+    (GraphRoll's stratified sampling for expert rollouts): the rows grouped by ``structure``
+    or ``hops``, each group shuffled with ``seed``, then taken round-robin over the groups (in
+    sorted order) until ``limit``, so every stratum gets an equal share as far as it has rows.
+    The result keeps the input order."""
+    if stratify == "none" or limit >= len(rows):
+        return list(rows[:limit])
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(str(row.get(stratify)), []).append(i)
+    rng = random.Random(seed)
+    queues = []
+    for key in sorted(groups):
+        members = groups[key][:]
+        rng.shuffle(members)
+        queues.append(members)
+    picked: list[int] = []
+    while len(picked) < limit:
+        for q in queues:
+            if q and len(picked) < limit:
+                picked.append(q.pop())
+    return [rows[i] for i in sorted(picked)]
 
 
 def split_of(question_id: str, heldout_fraction: float) -> str:

@@ -77,6 +77,8 @@ class GRPOConfig:
     reward: str = "graphwalker"  # RewardSpec text: a preset or name:weight,...
     fbeta_switch_step: int | None = None
     fbeta_switch_reward: float | None = None
+    # KnowCoder-A1's per-phase question sets: after the F-beta switch, questions come from here
+    phase2_questions: str | None = None
     group_size: int | None = None
     questions_per_step: int | None = None
     max_steps: int = 50
@@ -174,6 +176,13 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
         f"precision must be auto, bf16 or fp32 (got {c.precision!r})",
     )
     reward_spec(c)  # names and weights checked
+    if c.phase2_questions is not None:
+        need(
+            "fbeta" in reward_spec(c).components,
+            "phase2_questions needs the fbeta reward (its switch starts the second phase)",
+        )
+        if not Path(c.phase2_questions).is_file():
+            raise InputFileError(Path(c.phase2_questions), "does not exist (--phase2-questions)")
     if c.deepspeed is not None:
         from kgsynth.train.sft import load_deepspeed_config
 
@@ -453,6 +462,7 @@ def _train(
 
     from kgsynth.agent.loop import EpisodeTask, stored_system_prompt
     from kgsynth.agent.rewards import (
+        FBETA_LATE,
         Gold,
         GraphDistance,
         RewardState,
@@ -470,6 +480,7 @@ def _train(
     out.mkdir(parents=True, exist_ok=True)
     qs = list(questions) if questions is not None else read_rl_questions(spec.questions)
     rspec = reward_spec(cfg)
+    phase2 = read_rl_questions(cfg.phase2_questions) if cfg.phase2_questions else None
     use_cpu, bf16 = resolve_precision(cfg.precision)
     device = "cpu" if use_cpu else "cuda"
     dtype = torch.bfloat16 if bf16 else torch.float32
@@ -514,6 +525,7 @@ def _train(
     order = list(range(len(qs)))
     rng.shuffle(order)
     cursor = 0
+    phase = 1
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16)
         if dtype == torch.bfloat16
@@ -522,6 +534,12 @@ def _train(
     totals = {"rollouts": 0, "skipped_groups": 0, "groups": 0, "generated_tokens": 0}
     for step_i in range(1, cfg.max_steps + 1):
         t0 = time.perf_counter()
+        if phase2 is not None and phase == 1 and rspec.fbeta_beta(state) == FBETA_LATE:
+            # the switch came: the second phase draws from its own questions
+            phase, qs = 2, phase2
+            order = list(range(len(qs)))
+            rng.shuffle(order)
+            cursor = 0
         batch: list[RLQuestion] = []
         for _ in range(int(cfg.questions_per_step or 1)):
             if cursor == len(order):
@@ -599,6 +617,7 @@ def _train(
             "reward_std": float(torch.tensor(rewards).std(unbiased=False)),
             **{f"reward/{k}": v for k, v in sorted(comps.items())},
             "outcome_mean": state.outcome_mean,
+            "phase": phase,
             **({"fbeta_beta": beta} if beta is not None else {}),
             **upd,
             "lr": policy.sched.get_last_lr()[0],
