@@ -466,6 +466,16 @@ def rl_cmd(
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Optimizer steps. \\[default: 50]")] = None,
     lr: LrOption = None,
+    warmup_steps: Annotated[
+        int | None, typer.Option(help="Linear learning-rate warm-up steps. \\[default: 0]")
+    ] = None,
+    rl_warmup_ratio: Annotated[
+        float | None,
+        typer.Option(
+            "--warmup-ratio",
+            help="Warm-up as a share of --max-steps (KBQA-R1: 0.3); wins over --warmup-steps.",
+        ),
+    ] = None,
     kl: Annotated[
         float | None,
         typer.Option(
@@ -557,7 +567,8 @@ def rl_cmd(
         init=init, recipe=recipe, reward=reward, fbeta_switch_step=fbeta_switch_step,
         fbeta_switch_reward=fbeta_switch_reward,
         phase2_questions=str(phase2_questions) if phase2_questions else None,
-        group_size=group_size, turn_lambda=turn_lambda,
+        group_size=group_size, turn_lambda=turn_lambda, warmup_steps=warmup_steps,
+        warmup_ratio=rl_warmup_ratio,
         questions_per_step=questions_per_step, max_steps=max_steps, lr=lr, kl_coef=kl,
         clip_low=clip_low, clip_high=clip_high, scale_rewards=scale_rewards,
         turn_advantage=turn_advantage, updates_per_step=updates_per_step,
