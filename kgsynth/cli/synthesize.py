@@ -143,9 +143,7 @@ def synthesize_questions_cmd(
                 WALK_SCHEMA,
             )
             if limit is not None:
-                from kgsynth.synthesize.trajectories import select_questions
-
-                rows = select_questions(rows, limit, cfg.stratify, cfg.seed)
+                rows = rows[:limit]
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
