@@ -30,8 +30,9 @@ import pyoxigraph as ox
 from kgsynth import __version__
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg import sparql
+from kgsynth.kg.arrow_import import DelimitedResult, NeedsLineReader, delimited_to_ntriples
 from kgsynth.kg.embedded import META_FILE, NAMES_FILE, STORE_SUBDIR, is_store_dir
-from kgsynth.kg.names import build_name_index
+from kgsynth.kg.names import NameIndexWriter, build_name_index
 from kgsynth.kg.profiles import KGProfile, get_profile, guess_profile_from_relations
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,32 @@ def _delimited_to_ntriples(
                 raise InputFileError(src, f"cannot be written as RDF: {exc}", lineno) from None
 
 
+def _convert_delimited(
+    src: Path,
+    dest: Path,
+    delimiter: str,
+    profile: KGProfile,
+    names: dict[str, str] | None,
+    names_index: Path,
+) -> DelimitedResult | None:
+    """Convert in Arrow batches, writing the name index as it goes; a file that needs the
+    line-by-line reader (see :mod:`kgsynth.kg.arrow_import`) is converted by it and None is
+    returned (the counts and names then come from the store)."""
+    writer = NameIndexWriter(names_index)
+    try:
+        result = delimited_to_ntriples(src, dest, delimiter, profile, names, writer.add)
+    except NeedsLineReader as why:
+        writer.discard()
+        log.info("%s: converting line by line (%s)", src, why)
+        _delimited_to_ntriples(src, dest, delimiter, profile, names)
+        return None
+    except BaseException:
+        writer.discard()
+        raise
+    writer.close()
+    return result
+
+
 def _sample_relations(src: Path, fmt: ImportFormat, delimiter: str) -> list[str]:
     rels: list[str] = []
     if fmt == "tsv":
@@ -263,9 +290,10 @@ def import_kg(
     tmp.mkdir()
     try:
         store = ox.Store(str(tmp / STORE_SUBDIR))
+        fast: DelimitedResult | None = None
         if fmt == "tsv":
             nt = tmp / "import.nt"
-            _delimited_to_ntriples(src, nt, delimiter or "\t", prof, names)
+            fast = _convert_delimited(src, nt, delimiter or "\t", prof, names, tmp / NAMES_FILE)
             store.bulk_load(path=str(nt), format=ox.RdfFormat.N_TRIPLES)
             nt.unlink()
         else:
@@ -281,8 +309,20 @@ def import_kg(
         label_filter = (
             f"FILTER(?p NOT IN ({', '.join(sparql.iri(p) for p in prof.label_predicates)}))"
         )
-        triples = _count(store, "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }")
-        facts = _count(store, f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s ?p ?o {label_filter} }}")
+        if fast is not None and not fast.relation_iris & set(prof.label_predicates):
+            # the conversion wrote one name triple per named entity and no fact along a
+            # name predicate: the counts follow without scanning the store again
+            triples = len(store)
+            facts = triples - fast.names_written
+            entities = fast.entities
+            relations = len(fast.relation_iris)
+            named = fast.names_written
+        else:
+            if fast is not None:  # names written by the conversion may be joined by others
+                (tmp / NAMES_FILE).unlink(missing_ok=True)
+            triples = _count(store, "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }")
+            facts = _count(store, f"SELECT (COUNT(*) AS ?n) WHERE {{ ?s ?p ?o {label_filter} }}")
+            entities = relations = named = -1
         if facts == 0:  # a store without facts has no walks, no tools, nothing to learn
             raise InputFileError(
                 src,
@@ -290,22 +330,23 @@ def import_kg(
                 if triples
                 else "holds no triples (an empty or blank file)",
             )
-        entities = _count(
-            store,
-            "SELECT (COUNT(DISTINCT ?e) AS ?n) WHERE { { ?e ?p ?o "
-            f"{label_filter} }} UNION {{ ?s ?p ?e {label_filter} FILTER(!isLiteral(?e)) }} }}",
-        )
-        relations = _count(
-            store, f"SELECT (COUNT(DISTINCT ?p) AS ?n) WHERE {{ ?s ?p ?o {label_filter} }}"
-        )
-        pairs = [
-            (sol["e"].value, sol["l"].value)
-            for sol in store.query(
-                f"SELECT ?e ?l WHERE {{ VALUES ?lp {{ {label_values} }} ?e ?lp ?l FILTER(isIRI(?e)) }}"
+        if entities < 0:
+            entities = _count(
+                store,
+                "SELECT (COUNT(DISTINCT ?e) AS ?n) WHERE { { ?e ?p ?o "
+                f"{label_filter} }} UNION {{ ?s ?p ?e {label_filter} FILTER(!isLiteral(?e)) }} }}",
             )
-            if (sol["l"].language or "") in prof.label_langs
-        ]
-        named = build_name_index(tmp / NAMES_FILE, pairs)
+            relations = _count(
+                store, f"SELECT (COUNT(DISTINCT ?p) AS ?n) WHERE {{ ?s ?p ?o {label_filter} }}"
+            )
+            pairs = [
+                (sol["e"].value, sol["l"].value)
+                for sol in store.query(
+                    f"SELECT ?e ?l WHERE {{ VALUES ?lp {{ {label_values} }} ?e ?lp ?l FILTER(isIRI(?e)) }}"
+                )
+                if (sol["l"].language or "") in prof.label_langs
+            ]
+            named = build_name_index(tmp / NAMES_FILE, pairs)
         del store
         gc.collect()
 
@@ -315,7 +356,9 @@ def import_kg(
             "format": fmt,
             "delimiter": delimiter if fmt == "tsv" else None,
             "source": str(src),
-            "source_sha256": file_sha256(src),
+            "source_sha256": fast.source_sha256
+            if fast and fast.source_sha256
+            else file_sha256(src),
             "names_file": str(names_file) if names_file else None,
             "triples": triples,
             "facts": facts,

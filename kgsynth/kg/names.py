@@ -21,31 +21,58 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
 
 
+class NameIndexWriter:
+    """Writes the index in batches of ``(normalized name, name, IRI)`` rows (bulk inserts, the
+    lookup index made once at the end) to a temporary file, moved into place by :meth:`close`
+    (nothing is left behind when it is not called: :meth:`discard`)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        self.tmp.unlink(missing_ok=True)
+        self.rows = 0
+        self._con = sqlite3.connect(self.tmp)
+        # a file built once and then only read: no journal, no syncs while it is written
+        self._con.execute("PRAGMA journal_mode=OFF")
+        self._con.execute("PRAGMA synchronous=OFF")
+        self._con.executescript(_SCHEMA)
+
+    def add(self, rows: list[tuple[str, str, str]]) -> None:
+        self._con.executemany("INSERT INTO names VALUES (?, ?, ?)", rows)
+        self.rows += len(rows)
+
+    def close(self) -> int:
+        """Index, commit and move into place; returns the row count."""
+        try:
+            self._con.execute("CREATE INDEX names_norm ON names(norm)")
+            self._con.execute("INSERT INTO meta VALUES ('rows', ?)", (str(self.rows),))
+            self._con.commit()
+        finally:
+            self._con.close()
+        os.replace(self.tmp, self.path)
+        return self.rows
+
+    def discard(self) -> None:
+        self._con.close()
+        self.tmp.unlink(missing_ok=True)
+
+
 def build_name_index(path: Path, pairs: Iterable[tuple[str, str]]) -> int:
     """Write the index for ``(iri, label)`` pairs to ``path`` atomically; returns the row count."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
+    writer = NameIndexWriter(path)
     try:
-        con.executescript(_SCHEMA)
-        n = 0
         batch: list[tuple[str, str, str]] = []
         for iri, label in pairs:
             batch.append((normalize_name(label), label, iri))
             if len(batch) >= 50_000:
-                con.executemany("INSERT INTO names VALUES (?, ?, ?)", batch)
-                n += len(batch)
-                batch.clear()
-        con.executemany("INSERT INTO names VALUES (?, ?, ?)", batch)
-        n += len(batch)
-        con.execute("CREATE INDEX names_norm ON names(norm)")
-        con.execute("INSERT INTO meta VALUES ('rows', ?)", (str(n),))
-        con.commit()
-    finally:
-        con.close()
-    os.replace(tmp, path)
-    return n
+                writer.add(batch)
+                batch = []
+        writer.add(batch)
+    except BaseException:
+        writer.discard()
+        raise
+    return writer.close()
 
 
 class NameIndex:

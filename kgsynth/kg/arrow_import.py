@@ -1,0 +1,273 @@
+"""Delimited triple files (``s|r|o``, TSV) -> N-Triples in Arrow batches, for ``kg import``.
+
+The file is read once, in blocks, by Arrow's CSV reader (quoting off, three columns); each
+block becomes N-Triples with vectorized string operations (polars): IRIs minted exactly as
+:meth:`KGProfile.entity_iri` and :meth:`KGProfile.relation_iri` mint them, a name triple for
+each entity the first time it is seen, and the rows of the case-insensitive name index. No
+Python code runs per line; per entity, only names that are not printable ASCII are normalized
+in Python. Memory holds one block and the set of entity IRIs seen so far.
+
+A file this reader cannot take exactly as the line-by-line reader would (a malformed line, an
+empty field, a name no SPARQL literal can hold, an IRI that is not valid, text that is not
+UTF-8, a byte-order mark) raises :class:`NeedsLineReader`; the importer then converts it line
+by line, which names the file and line of the fault, or succeeds where that reader does (it
+skips lines of whitespace, for one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+from urllib.parse import quote
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from kgsynth.kg import sparql
+from kgsynth.kg.profiles import FREEBASE_NS, KGProfile
+
+BLOCK_BYTES = 4 << 20  # text per batch: ~120k lines of 35 bytes
+# what Python's str.strip() strips (str.isspace), which the line-by-line reader applies
+PY_WHITESPACE = "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
+_ASCII_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+_ASCII_UNSAFE = [chr(c) for c in range(128) if chr(c) not in _ASCII_SAFE]
+_ECHAR = ["\\", '"', "'", "\n", "\r", "\t", "\b", "\f"]
+_ECHAR_OUT = ["\\\\", '\\"', "\\'", "\\n", "\\r", "\\t", "\\b", "\\f"]
+# sparql.literal's unsendable characters (lone surrogates cannot occur in decoded text)
+_UNSENDABLE = r"[\x00-\x08\x0B\x0E-\x1F\x7F\x{FFFE}\x{FFFF}]"
+_BAD_IRI = r'[\x00-\x20<>"{}|^`\\]'
+_NON_ASCII = r"[^\x00-\x7F]"
+
+
+class NeedsLineReader(Exception):
+    """The file must be converted line by line (see the module docstring)."""
+
+
+@dataclass
+class DelimitedResult:
+    """What the conversion saw: name triples written, distinct entity IRIs, relation IRIs."""
+
+    names_written: int = 0
+    entities: int = 0
+    relation_iris: set[str] = field(default_factory=set)
+    source_sha256: str = ""
+
+
+def percent_encode(values: pl.Series) -> pl.Series:
+    """``urllib.parse.quote(v, safe="")`` of every value, vectorized."""
+    patterns = list(_ASCII_UNSAFE)
+    replacements = [f"%{ord(c):02X}" for c in patterns]
+    if (values.str.len_bytes() != values.str.len_chars()).any():
+        for ch in values.str.extract_all(_NON_ASCII).explode().drop_nulls().unique().to_list():
+            patterns.append(ch)
+            replacements.append(quote(ch, safe=""))
+    return values.str.replace_many(patterns, replacements)
+
+
+def freebase_ids(values: pl.Series) -> pl.Series:
+    """:func:`kgsynth.kg.profiles.freebase_id` of every value, vectorized."""
+    dotted = (
+        values.str.split("./")
+        .list.eval(pl.element().str.strip_chars("/").str.replace_all("/", ".", literal=True))
+        .list.join(".")
+    )
+    return pl.select(
+        pl.when(values.str.starts_with("/")).then(dotted).otherwise(values)
+    ).to_series()
+
+
+def entity_iris(values: pl.Series, profile: KGProfile) -> pl.Series:
+    """:meth:`KGProfile.entity_iri` of every value, vectorized; an IRI that
+    :func:`sparql.iri` would refuse raises :class:`NeedsLineReader`."""
+    if profile.name == "freebase":
+        iris = FREEBASE_NS + freebase_ids(values)
+        if iris.str.contains(_BAD_IRI).any():
+            raise NeedsLineReader("an entity id is not a valid IRI")
+        return iris
+    # percent-encoded text holds no character an IRI may not
+    return profile.entity_namespace + percent_encode(values)
+
+
+def normalized_names(names: pl.Series) -> pl.Series:
+    """:func:`sparql.normalize_name` of every name: vectorized for printable ASCII (where NFKC
+    changes nothing and case-folding is lower-casing), in Python for the rest."""
+    ascii_ = names.str.contains(r"^[\x20-\x7E]*$")
+    fast = names.str.to_lowercase().str.replace_all(" +", " ").str.strip_chars(" ")
+    if ascii_.all():
+        return fast
+    slow = names.map_elements(sparql.normalize_name, return_dtype=pl.String, skip_nulls=True)
+    return pl.select(pl.when(ascii_).then(fast).otherwise(slow)).to_series()
+
+
+def nt_literals(names: pl.Series, lang: str | None) -> pl.Series:
+    """:func:`sparql.literal` of every name (ECHAR escapes, optional language tag)."""
+    if names.str.contains(_UNSENDABLE).any():
+        raise NeedsLineReader("a name holds control characters")
+    body = '"' + names.str.replace_many(_ECHAR, _ECHAR_OUT) + '"'
+    return body + f"@{lang}" if lang else body
+
+
+class _HashingReader(io.RawIOBase):
+    """Reads ``raw`` and hashes what it read (the source is read once)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        n = self.raw.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+        return n
+
+
+def _first_keys(
+    s_iri: pl.Series, s: pl.Series, o_iri: pl.Series, o: pl.Series, *, exact: bool
+) -> pl.DataFrame:
+    """Each IRI of the batch once, with the key that first minted it in line order (subject
+    before object). Only the freebase profile mints one IRI from two keys (``/m/0x`` and
+    ``m.0x``), so only there the order is kept (``exact``): elsewhere any key is the first."""
+    n = s.len()
+    subjects = pl.DataFrame({"iri": s_iri, "key": s, "pos": pl.int_range(0, 2 * n, 2, eager=True)})
+    objects = pl.DataFrame({"iri": o_iri, "key": o, "pos": pl.int_range(1, 2 * n, 2, eager=True)})
+    both = pl.concat([subjects, objects])
+    if exact:  # keep="first" is the first row only when the rows keep their order
+        return both.sort("pos").unique("iri", keep="first", maintain_order=True).drop("pos")
+    return both.unique("iri").drop("pos")
+
+
+def delimited_to_ntriples(
+    src: Path,
+    dest: Path,
+    delimiter: str,
+    profile: KGProfile,
+    names: dict[str, str] | None,
+    on_names: Callable[[list[tuple[str, str, str]]], None],
+) -> DelimitedResult:
+    """Write ``src``'s facts and its entities' name triples to ``dest`` (N-Triples); each
+    batch's new name-index rows ``(normalized name, name, IRI)`` go to ``on_names``. The
+    triples are those the line-by-line reader writes (a name for the first key that mints an
+    IRI, in line order, subject before object)."""
+    with open(src, "rb") as raw:
+        hashing = _HashingReader(raw)
+        stream: pa.NativeFile = pa.PythonFile(io.BufferedReader(hashing, 1 << 20), mode="r")
+        if src.name.endswith(".gz"):
+            stream = pa.CompressedInputStream(stream, "gzip")
+        try:
+            result = _convert(stream, dest, delimiter, profile, names, on_names)
+        except (pa.ArrowException, OSError, EOFError, ValueError) as exc:
+            raise NeedsLineReader(str(exc)) from None
+        for block in iter(lambda: raw.read(1 << 20), b""):  # bytes the reader left unread
+            hashing.digest.update(block)
+        result.source_sha256 = hashing.digest.hexdigest()
+        return result
+
+
+def _convert(
+    stream: pa.NativeFile,
+    dest: Path,
+    delimiter: str,
+    profile: KGProfile,
+    names: dict[str, str] | None,
+    on_names: Callable[[list[tuple[str, str, str]]], None],
+) -> DelimitedResult:
+    reader = pacsv.open_csv(
+        stream,
+        read_options=pacsv.ReadOptions(
+            column_names=["s", "r", "o"], block_size=BLOCK_BYTES, use_threads=False
+        ),
+        parse_options=pacsv.ParseOptions(
+            delimiter=delimiter, quote_char=False, escape_char=False, ignore_empty_lines=True
+        ),
+        convert_options=pacsv.ConvertOptions(
+            column_types={c: pa.string() for c in "sro"}, strings_can_be_null=False
+        ),
+    )
+    result = DelimitedResult()
+    label = sparql.iri(profile.label_predicate)
+    names_df = (
+        pl.DataFrame({"key": list(names), "name": list(names.values())}, orient="col")
+        if names is not None
+        else None
+    )
+    seen: set[str] = set()  # entity IRIs written so far (exact: a name is never dropped)
+    relation_nt: dict[str, str] = {}
+    first = True
+    with open(dest, "wb") as out:
+        for batch in reader:
+            df = pl.from_arrow(batch)
+            assert isinstance(df, pl.DataFrame)
+            if first and df.height and df["s"][0].startswith("\ufeff"):
+                raise NeedsLineReader("a byte-order mark")  # kept in the name line by line
+            first = False
+            df = df.with_columns(pl.all().str.strip_chars(PY_WHITESPACE))
+            if df.select(pl.any_horizontal(pl.all().str.len_bytes() == 0).any()).item():
+                raise NeedsLineReader("an empty subject, relation or object")
+            for rel in df["r"].unique().to_list():
+                if rel not in relation_nt:
+                    try:
+                        iri = profile.relation_iri(rel)
+                        relation_nt[rel] = sparql.iri(iri)
+                    except ValueError as exc:
+                        raise NeedsLineReader(str(exc)) from None
+                    result.relation_iris.add(iri)
+            s_iri = entity_iris(df["s"], profile)
+            o_iri = entity_iris(df["o"], profile)
+            facts = pl.select(
+                pl.concat_str(
+                    [
+                        pl.lit("<"),
+                        s_iri,
+                        pl.lit("> "),
+                        df["r"].replace_strict(relation_nt, return_dtype=pl.String),
+                        pl.lit(" <"),
+                        o_iri,
+                        pl.lit("> ."),
+                    ]
+                ).alias("line")
+            )
+            entities = _first_keys(s_iri, df["s"], o_iri, df["o"], exact=profile.name == "freebase")
+            iris = entities["iri"].to_list()
+            new = [iri not in seen for iri in iris]
+            seen.update(iris)
+            entities = entities.filter(pl.Series(new, dtype=pl.Boolean))
+            if names_df is None:
+                named = entities.with_columns(pl.col("key").alias("name"))
+            else:
+                named = entities.join(names_df, on="key", how="left", maintain_order="left")
+                named = named.filter(pl.col("name").is_not_null())
+            lines = [facts]
+            if named.height:
+                name_lines = pl.select(
+                    pl.concat_str(
+                        [
+                            pl.lit("<"),
+                            named["iri"],
+                            pl.lit(f"> {label} "),
+                            nt_literals(named["name"], profile.label_lang),
+                            pl.lit(" ."),
+                        ]
+                    ).alias("line")
+                )
+                lines.append(name_lines)
+                on_names(
+                    pl.DataFrame(
+                        {
+                            "norm": normalized_names(named["name"]),
+                            "name": named["name"],
+                            "iri": named["iri"],
+                        }
+                    ).rows()
+                )
+                result.names_written += named.height
+            pl.concat(lines).write_csv(out, include_header=False, quote_style="never")
+    result.entities = len(seen)
+    return result
