@@ -347,6 +347,12 @@ def import_kg(
                 if (sol["l"].language or "") in prof.label_langs
             ]
             named = build_name_index(tmp / NAMES_FILE, pairs)
+        # what every walk run reads first (relation frequencies): one scan here instead of
+        # one per run
+        relation_triples = {
+            sol["p"].value: int(sol["n"].value)
+            for sol in store.query("SELECT ?p (COUNT(*) AS ?n) WHERE { ?s ?p ?o } GROUP BY ?p")
+        }
         del store
         gc.collect()
 
@@ -365,6 +371,7 @@ def import_kg(
             "entities": entities,
             "relations": relations,
             "named_entities": named,
+            "relation_triples": relation_triples,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
