@@ -90,6 +90,7 @@ class WalkConfig:
     shard: str = "0/1"
     chunk_size: int = 250
     max_attempts_per_walk: int = 500
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -104,6 +105,8 @@ class WalkConfig:
             raise ConfigError(f"--relation-balance must be >= 0 (got {self.relation_balance})")
         if self.chunk_size < 1 or self.max_attempts_per_walk < 1:
             raise ConfigError("--chunk-size and --max-attempts-per-walk must be >= 1")
+        if not 1 <= self.workers <= 256:
+            raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
         self.structure_weights()
         self.shard_index()
 
@@ -612,6 +615,7 @@ class WalkState:
 def _config_fingerprint(cfg: WalkConfig, kg: KG) -> str:
     data = dataclasses.asdict(cfg)
     data.pop("chunk_size")  # chunking does not change the walks
+    data.pop("workers")  # nor does the number of processes
     desc = kg.describe()
     data["kg"] = {k: desc.get(k) for k in ("location", "profile", "source_sha256", "triples")}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -628,6 +632,85 @@ def seed_entities(graph: KGGraph, cfg: WalkConfig) -> list[str]:
             iris.append(res.entity.iri)
         return sorted(set(iris))
     return graph.name_index().all_iris()
+
+
+# --- worker processes (--workers N) -----------------------------------------------------
+# Each worker opens the KG itself (a store directory read-only, or the endpoint) and samples
+# the attempts it is sent, answer sets included; the parent takes the outcomes in attempt order
+# exactly as it takes its own, so the walks are those of one process.
+
+_worker: WalkSampler | None = None
+
+
+def _worker_start(
+    location: str, profile: str, timeout: float, max_rows: int, cfg: WalkConfig
+) -> None:
+    global _worker
+    from kgsynth.kg.open import open_kg
+
+    kg = open_kg(location, profile=profile, timeout=timeout, max_rows=max_rows)
+    _worker = WalkSampler(KGGraph(kg), cfg, [])
+
+
+def _worker_sample(
+    attempts: list[tuple[int, str, random.Random, str]],
+) -> dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]]:
+    """Outcomes of ``attempts`` and, for each walk, its answer set (or why it has none)."""
+    assert _worker is not None
+    out: dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]] = {}
+    for j, outcome in _worker.sample_many(attempts).items():
+        answers: list[tuple[str, str]] | str | KGSynthError | None = None
+        if isinstance(outcome, Walk):
+            try:
+                answers = _worker.answer_set(outcome)
+            except Reject as rej:
+                answers = rej.reason
+            except KGSynthError as exc:
+                answers = exc.with_traceback(None)
+        out[j] = (outcome, answers)
+    return out
+
+
+class _WorkerPool:
+    """``n`` processes sampling attempts side by side (spawned: a forked RocksDB handle or
+    HTTP connection is not safe to share)."""
+
+    def __init__(self, kg: KG, cfg: WalkConfig, n: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        location = getattr(kg, "location", "")
+        if not location or location == ":memory:":
+            raise ConfigError(
+                "--workers: the worker processes open the KG themselves; give a store "
+                "directory, a triple file or an endpoint (not an in-memory store)"
+            )
+        self.n = n
+        self.pool = ProcessPoolExecutor(
+            max_workers=n,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_start,
+            initargs=(
+                location,
+                kg.profile.name,
+                float(getattr(kg, "timeout", 30.0)),
+                int(getattr(kg, "max_rows", 100_000)),
+                cfg,
+            ),
+        )
+
+    def sample(
+        self, attempts: list[tuple[int, str, random.Random, str]]
+    ) -> dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]]:
+        # interleaved shares: neighbouring attempts cost alike, so the shares do too
+        shares = [attempts[i :: self.n] for i in range(self.n)]
+        out: dict = {}
+        for part in self.pool.map(_worker_sample, [s for s in shares if s]):
+            out.update(part)
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def sample_walks(
@@ -655,6 +738,9 @@ def sample_walks(
     # a graph without a cache could not keep what a batch fetched: it runs one attempt at a time
     side_by_side = graph.cache_size > 0
     ahead: dict[int, tuple[str, Outcome]] = {}  # attempt -> (structure it assumed, outcome)
+    # attempt -> its walk's answer set as a worker found it (or why there is none)
+    answers_ahead: dict[int, list[tuple[str, str]] | str | KGSynthError | None] = {}
+    pool = _WorkerPool(kg, cfg, cfg.workers) if cfg.workers > 1 else None
 
     def seed_of(attempt: int) -> str:
         # its own random stream, so the start entities of coming attempts are known ahead
@@ -670,76 +756,98 @@ def sample_walks(
         # about as many attempts as the open quotas still need, at the rate seen so far
         done = state.next_attempt - first_attempt
         rate = (done + 1) / (sum(state.accepted.values()) - accepted_before + 1)
-        size = min(MAX_BLOCK, max(MIN_BLOCK, math.ceil(sum(weights) * rate * 1.1)))
+        # with workers, a round holds a block for each (fewer rounds for them to wait on)
+        most = MAX_BLOCK * cfg.workers
+        size = min(most, max(MIN_BLOCK, math.ceil(sum(weights) * rate * 1.1)))
         batch = []
         for k in range(first, first + size):
             rng = rng_of(k)
             structure = rng.choices(open_structures, weights=weights, k=1)[0]
             batch.append((k, structure, rng, seed_of(k)))
-        outcomes = sampler.sample_many(batch)
         ahead.clear()
+        answers_ahead.clear()
+        if pool is not None:
+            found = pool.sample(batch)
+            ahead.update({k: (structure, found[k][0]) for k, structure, _, _ in batch})
+            answers_ahead.update({k: found[k][1] for k, _, _, _ in batch})
+            return
+        outcomes = sampler.sample_many(batch)
         ahead.update({k: (structure, outcomes[k]) for k, structure, _, _ in batch})
 
     accepted_before = sum(state.accepted.values())
     first_attempt = state.next_attempt
-    while True:
-        open_structures = [
-            s for s in quotas if state.accepted[s] < quotas[s] and s not in state.exhausted
-        ]
-        if not open_structures:
-            return
-        j = state.next_attempt
-        weights = [quotas[s] - state.accepted[s] for s in open_structures]
-        if side_by_side and j not in ahead:
-            sample_ahead(j, open_structures, weights)
-        rng = rng_of(j)
-        structure = rng.choices(open_structures, weights=weights, k=1)[0]
-        state.next_attempt += 1
-        state.attempts[structure] += 1
-        reason: str | None = None
-        try:
-            assumed, outcome = ahead.pop(j, ("", None))
-            if assumed != structure:
-                outcome = finish(sampler.sample(structure, rng, seed_of(j)))
-            if isinstance(outcome, KGSynthError):
-                raise outcome
-            if isinstance(outcome, str):
-                reason = outcome
-            else:
-                walk = outcome
-                assert isinstance(walk, Walk)
-                walk.sampled_answer = walk.branches[0][-1].name
-                walk_id = walk_id_of(walk)
-                if (
-                    num_shards > 1
-                    and stable_hash(json.dumps(sorted(t[0] for t in walk.topics))) % num_shards
-                    != shard
-                ):
-                    raise Reject("other_shard")
-                if walk_id in state.keys:
-                    raise Reject("duplicate")
-                walk.answers = sampler.answer_set(walk)
-                if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
-                    raise Reject("inconsistent_answer")
-        except Reject as rej:
-            reason = rej.reason
-        if reason is not None:
-            state.rejects[reason] += 1
-            # a structure whose acceptance rate falls under 1/give_up is given up, so a KG that
-            # cannot yield it ends with the counts instead of sampling forever
-            if state.attempts[structure] > give_up * (state.accepted[structure] + 1):
-                log.warning(
-                    "giving up on %s after %d attempts", structure, state.attempts[structure]
-                )
-                state.exhausted.add(structure)
+    try:
+        while True:
+            open_structures = [
+                s for s in quotas if state.accepted[s] < quotas[s] and s not in state.exhausted
+            ]
+            if not open_structures:
+                return
+            j = state.next_attempt
+            weights = [quotas[s] - state.accepted[s] for s in open_structures]
+            if side_by_side and j not in ahead:
+                sample_ahead(j, open_structures, weights)
+            rng = rng_of(j)
+            structure = rng.choices(open_structures, weights=weights, k=1)[0]
+            state.next_attempt += 1
+            state.attempts[structure] += 1
+            reason: str | None = None
+            try:
+                assumed, outcome = ahead.pop(j, ("", None))
+                if assumed != structure:
+                    outcome = finish(sampler.sample(structure, rng, seed_of(j)))
+                if isinstance(outcome, KGSynthError):
+                    raise outcome
+                if isinstance(outcome, str):
+                    reason = outcome
+                else:
+                    walk = outcome
+                    assert isinstance(walk, Walk)
+                    walk.sampled_answer = walk.branches[0][-1].name
+                    walk_id = walk_id_of(walk)
+                    if (
+                        num_shards > 1
+                        and stable_hash(json.dumps(sorted(t[0] for t in walk.topics))) % num_shards
+                        != shard
+                    ):
+                        raise Reject("other_shard")
+                    if walk_id in state.keys:
+                        raise Reject("duplicate")
+                    found = answers_ahead.pop(j, None) if assumed == structure else None
+                    if found is None:
+                        walk.answers = sampler.answer_set(walk)
+                    elif isinstance(found, KGSynthError):
+                        raise found
+                    elif isinstance(found, str):
+                        raise Reject(found)
+                    else:  # a worker ran the answer query
+                        walk.sparql = sampler.to_sparql(walk)
+                        walk.answers = found
+                    if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
+                        raise Reject("inconsistent_answer")
+            except Reject as rej:
+                reason = rej.reason
+            if reason is not None:
+                state.rejects[reason] += 1
+                # a structure whose acceptance rate falls under 1/give_up is given up, so a KG that
+                # cannot yield it ends with the counts instead of sampling forever
+                if state.attempts[structure] > give_up * (state.accepted[structure] + 1):
+                    log.warning(
+                        "giving up on %s after %d attempts", structure, state.attempts[structure]
+                    )
+                    state.exhausted.add(structure)
+                if on_attempt:
+                    on_attempt(state)
+                continue
+            state.keys.add(walk_id)
+            state.accepted[structure] += 1
             if on_attempt:
                 on_attempt(state)
-            continue
-        state.keys.add(walk_id)
-        state.accepted[structure] += 1
-        if on_attempt:
-            on_attempt(state)
-        yield walk_to_row(walk, cfg.seed, j)
+            yield walk_to_row(walk, cfg.seed, j)
+
+    finally:
+        if pool is not None:
+            pool.close()
 
 
 def parts_dir(out: Path) -> Path:

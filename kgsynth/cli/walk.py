@@ -77,6 +77,13 @@ def walk_cmd(
             help="Give a structure up when its attempts exceed this many per accepted walk (+1). \\[default: 500]"
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes sampling attempts side by side; the output is the same as with 1. "
+            "\\[default: 1]"
+        ),
+    ] = None,
     config: ConfigOption = None,
     overwrite: Annotated[
         bool,
@@ -111,6 +118,7 @@ def walk_cmd(
                 shard=shard,
                 chunk_size=chunk_size,
                 max_attempts_per_walk=max_attempts_per_walk,
+                workers=workers,
             ),
             section="walk",
         )
