@@ -66,7 +66,7 @@ from kgsynth.agent.loop import (
 )
 from kgsynth.agent.protocol import parse_turn
 from kgsynth.agent.rerank import LLMReranker
-from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.agent.tools import RERANK_MODES, ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
@@ -180,7 +180,7 @@ class EvalConfig:
             )
         if self.toolset not in ("graphwalker", "kgr1"):
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
-        if self.rerank not in ("none", "llm"):
+        if self.rerank not in RERANK_MODES:
             raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
         if self.top_k_relations < 1 or self.max_triples < 1:
             raise ConfigError("--top-k-relations and --max-triples must be >= 1")
@@ -774,8 +774,9 @@ def hop_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     return _sorted_groups(h for r in rows for h in r["by_hops"])
 
 
-def _fmt(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
+def fmt_value(value: float | None, digits: int = 3) -> str:
+    """A metric cell: the value with ``digits`` decimals, ``–`` without a value."""
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def ci_cell(value: float | None, ci: Sequence[float] | None = None) -> str:
@@ -803,7 +804,7 @@ def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         cells = [r["label"], str(r["questions"]), str(r["runs"])]
         cells += [ci_cell(r[k], r.get("ci95", {}).get(k)) for k in SHOWN_METRICS]
-        cells += [_fmt(r["union_hits_at_1"])] if with_union else []
+        cells += [fmt_value(r["union_hits_at_1"])] if with_union else []
         body.append(cells)
     lines = _md_table(head, body)
     if hops:
@@ -826,7 +827,7 @@ def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
             points.append(
                 [
                     r["label"],
-                    *(" / ".join(_fmt(v[k]) for k in SHOWN_METRICS) if v else "–" for v in by),
+                    *(" / ".join(fmt_value(v[k]) for k in SHOWN_METRICS) if v else "–" for v in by),
                 ]
             )
         lines += ["", "## Hits@1 by hops with 95 % CI", "", *_md_table(hop_head, hits)]
@@ -986,6 +987,7 @@ __all__ = [
     "eval_png",
     "evaluate",
     "find_metrics",
+    "fmt_value",
     "load_metrics",
     "majority_choice",
     "pass_at_k",

@@ -21,16 +21,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kgsynth.agent.tools import relation_pattern
 from kgsynth.kg.graph import Relation
 from kgsynth.llm.base import LLM, GenerationParams, Request
 from kgsynth.prompts import render
 
 RERANK_CANDIDATES = 20  # GraphWalker: the BM25 top 20 go to the LLM
 _ORDER = re.compile(r"<order>\s*(\[.*?\])\s*</order>", re.DOTALL)
-
-
-def pattern(entity: str, rel: Relation) -> str:
-    return f"({entity}, {rel.name}, ?)" if rel.direction == "out" else f"(?, {rel.name}, {entity})"
 
 
 def parse_order(text: str, n: int) -> list[int] | None:
@@ -70,8 +67,10 @@ class LLMReranker:
     stats: RerankStats = field(default_factory=RerankStats)
     _memo: dict[tuple[str, str, tuple[str, ...]], list[int]] = field(default_factory=dict)
 
-    def request(self, question: str, entity: str, head: Sequence[Relation]) -> Request:
-        lines = [pattern(entity, r) for r in head]
+    def request(
+        self, question: str, entity: str, head: Sequence[Relation], lines: Sequence[str]
+    ) -> Request:
+        """The rerank prompt for ``head``, shown as ``lines`` (their patterns)."""
         prompt = render("rerank_relations", question=question, entity=entity, candidates=lines)
         return Request.make(
             [{"role": "user", "content": prompt}],
@@ -84,12 +83,12 @@ class LLMReranker:
         head = list(ranked[: self.candidates])
         if len(head) < 2:
             return list(ranked)
-        lines = tuple(pattern(entity, r) for r in head)
+        lines = tuple(relation_pattern(entity, r) for r in head)
         key = (question, entity, lines)
         order = self._memo.get(key)
         if order is None:
             self.stats.calls += 1
-            completion = self.llm.generate_batch([self.request(question, entity, head)])[0]
+            completion = self.llm.generate_batch([self.request(question, entity, head, lines)])[0]
             parsed = None
             if completion.error:
                 self.stats.errors += 1
@@ -105,4 +104,4 @@ class LLMReranker:
         return [head[i] for i in [*order, *rest]] + list(ranked[self.candidates :])
 
 
-__all__ = ["RERANK_CANDIDATES", "LLMReranker", "RerankStats", "parse_order", "pattern"]
+__all__ = ["RERANK_CANDIDATES", "LLMReranker", "RerankStats", "parse_order"]

@@ -5,7 +5,7 @@ Input: one finished :class:`~kgsynth.agent.loop.Episode` (a rollout) and its :cl
 every component's raw value by name (each is logged separately) and one turn-level reward per
 assistant turn. Use::
 
-    spec = RewardSpec.parse("kbqa-r1")          # or "f1:1,format:0.1", "em:1,retrieval:0.5"
+    spec = RewardSpec.parse("kbqa-r1")          # or "f1:1,format:0.1", "hit:1,retrieval:0.5"
     res = spec.score(episode, Gold(answers=["A"], topic_names=["X"]), RewardState(step=10))
     res.total, res.components, res.turn_rewards
 
@@ -28,11 +28,12 @@ Components (``REWARDS``, each ``fn(episode, gold, **params) -> float``)
 ``f1`` (KBQA-R1; Interactive Semantic Parsing): set F1 of prediction against gold
     (:func:`kgsynth.metrics.f1`).
 ``fbeta`` (KnowCoder-A1 §4.3.2): set F-beta with a curriculum: beta 0.5 (precision-leaning)
-    while ``state.step < fbeta_switch_step`` and ``state.reward_mean < fbeta_switch_reward``,
-    beta 1.0 as soon as either threshold is reached (an unset threshold never triggers; by
-    default only the reward level 0.5 is set; a level above 1 turns the reward switch off). The beta used is reported as
-    ``RewardResult.fbeta_beta``. The switch follows the state the trainer passes in, so a
-    reward mean that falls back under the threshold switches back.
+    until the switch, beta 1.0 from then on. The switch comes at step ``fbeta_switch_step``, or
+    from the step after the running mean of the *outcome* reward (``RewardState.outcome_mean``)
+    reached ``fbeta_switch_reward`` (an unset threshold never triggers; by default only the
+    level 0.5 is set; a level above 1 turns it off). It is monotone: once switched
+    (``RewardState.fbeta_switched_at``), a mean that falls back does not switch back
+    (:meth:`RewardSpec.advance`). The beta used is reported as ``RewardResult.fbeta_beta``.
 ``format``: 1.0 when the episode ended with a parsed ``<answer>`` and no assistant turn broke
     the protocol (``format_error`` is None on every one; an LLM error also leaves it 0), else
     0.0. KBQA-R1 variant (``gate_format``): the weighted format reward is added to the total
@@ -43,13 +44,14 @@ Components (``REWARDS``, each ``fn(episode, gold, **params) -> float``)
     environment echoing a guessed name back is not retrieval.
 ``turn`` (KG-R1 turn-level, see ``TURN_REWARDS``): the mean of the per-turn rewards below
     (0.0 for an episode with no assistant turn).
-``distance`` (Interactive Semantic Parsing, progress): for each query turn, +1 when the
-    smallest graph distance (hops, :class:`GraphDistance`) from that turn's observed entities
-    to the gold answer set is smaller than the best so far, 0 when not, -1 for a tool error or
-    an observation that names no entity. "Best so far" starts at the topic entities' distance;
+``distance`` (Interactive Semantic Parsing, progress per step; turn-level, see below): for
+    each query the environment ran, +1 when the smallest graph distance (hops,
+    :class:`GraphDistance`) from the entities the environment returned (the call's own subject
+    excluded) to the gold answer set is smaller than the best so far, 0 when not, -1 for a tool
+    or format error or a repeated query. "Best so far" starts at the topic entities' distance;
     a distance beyond the search bound is "unknown" and beats nothing, while any known distance
-    beats an unknown best. The reward is the **mean** over query turns (so it lies in [-1, 1];
-    0.0 with no query turn). Per-turn values: :func:`distance_progress`.
+    beats an unknown best. Its component value is the mean over the queries run (in [-1, 1];
+    0.0 with none). Per-turn values: :func:`distance_progress`.
 
 Turn-level rewards (``TURN_REWARDS``, ``fn(episode, gold) -> list[float]``, one per assistant turn)
 ------------------------------------------------------------------------------------------
@@ -58,18 +60,21 @@ Turn-level rewards (``TURN_REWARDS``, ``fn(episode, gold) -> list[float]``, one 
     error, or for a parsed answer, else 0. A query repeating an earlier query of the episode
     (same tool, same arguments up to case, whitespace and relation-list order; the raw text
     when the call did not parse) earns 0 for the whole turn, valid or not.
-KG-R1's turn-wise group-normalized advantage: :func:`turn_group_advantages`.
+``distance`` (ISP): the per-step progress above.
+KG-R1's turn-wise returns and their pooled group advantage: :func:`turn_returns`,
+:func:`pooled_turn_advantages`.
 
 The weighted sum
 ----------------
 ``total = sum(weight * value)`` over the configured components, the format term left out under
-``gate_format`` when the outcome reward (the first of ``em``/``f1``/``fbeta`` configured) is
-<= 0, then ``min(total, cap)`` when a cap is set. ``turn_rewards[i]`` is the weighted sum of the
+``gate_format`` when the outcome reward (the first of ``em_strict``/``hit``/``f1``/``fbeta``
+configured) is <= 0, then ``min(total, cap)`` when a cap is set; ``trajectory_total`` is the
+same sum without the turn-level components. ``turn_rewards[i]`` is the weighted sum of the
 turn-level components at assistant turn i (zeros when none is configured).
 
-Presets (:data:`PRESETS`; the default is GraphWalker's, EM only)
+Presets (:data:`PRESETS`; the default is GraphWalker's, its EM being ``hit``)
 --------------------------------------------------------------
-``graphwalker`` = ``em:1``; ``kbqa-r1`` = ``f1:1,format:0.1`` with format gating;
+``graphwalker`` = ``hit:1``; ``kbqa-r1`` = ``f1:1,format:0.1`` with format gating;
 ``knowcoder-a1`` = ``fbeta:1,format:0.1`` with the total capped at 1;
 ``kg-r1`` = ``f1:1,retrieval:0.5,turn:0.2``; ``isp`` = ``f1:1,distance:0.1``. The weights of
 the secondary terms in ``kg-r1`` and ``isp`` are kgsynth's choices, not the papers'.
@@ -371,12 +376,16 @@ def distance_progress(
     return out
 
 
+def _mean_over_queries(episode: Episode, steps: Sequence[float]) -> float:
+    """The mean of per-turn values over the queries the environment ran (0.0 with none)."""
+    values = [v for v, t in zip(steps, assistant_turns(episode), strict=True) if _is_query_turn(t)]
+    return sum(values) / len(values) if values else 0.0
+
+
 def distance_reward(episode: Episode, gold: Gold, distance: GraphDistance | None = None) -> float:
     """ISP progress as one number (logged; the trajectory-level fallback): the mean of
     :func:`distance_progress` over the queries the environment ran."""
-    steps = distance_progress(episode, gold, distance)
-    values = [v for v, t in zip(steps, assistant_turns(episode), strict=True) if _is_query_turn(t)]
-    return sum(values) / len(values) if values else 0.0
+    return _mean_over_queries(episode, distance_progress(episode, gold, distance))
 
 
 REWARDS: dict[str, Callable[..., float]] = {
@@ -579,20 +588,21 @@ class RewardSpec:
             raise ConfigError(
                 f"reward spec {self}: the distance component needs a GraphDistance (distance=...)"
             )
-        beta = self.fbeta_beta(state) if "fbeta" in self.components else None
+        curriculum_beta = self.fbeta_beta(state)
+        beta = curriculum_beta if "fbeta" in self.components else None
         n_turns = len(assistant_turns(episode))
         components: dict[str, float] = {}
         turn = [0.0] * n_turns
         for name, weight in self.weights:
             if name == "fbeta":
-                components[name] = fbeta_reward(episode, gold, beta=self.fbeta_beta(state))
+                components[name] = fbeta_reward(episode, gold, beta=curriculum_beta)
             elif name in TURN_REWARDS:
                 extra = {"distance": distance} if name == "distance" else {}
                 values = TURN_REWARDS[name](episode, gold, **extra)
                 for i, value in enumerate(values):
                     turn[i] += weight * value
                 if name == "distance":  # the mean over the queries run, as distance_reward
-                    components[name] = distance_reward(episode, gold, distance)
+                    components[name] = _mean_over_queries(episode, values)
                 else:
                     components[name] = sum(values) / len(values) if values else 0.0
             else:

@@ -27,6 +27,7 @@ Tools never raise into the agent: every failure becomes a :class:`ToolResult` wi
 from __future__ import annotations
 
 import hashlib
+import heapq
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 ToolSetName = Literal["graphwalker", "kgr1"]
 NeighborOrder = Literal["relevance", "alphabetical"]
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
+RERANK_MODES = ("none", "llm")
 
 
 class ErrorType(StrEnum):
@@ -88,7 +90,7 @@ class ToolConfig:
     kgr1_max_entities: int | None = None
 
     def __post_init__(self) -> None:
-        if self.rerank not in ("none", "llm"):
+        if self.rerank not in RERANK_MODES:
             raise ValueError(f"rerank must be none or llm (got {self.rerank!r})")
         if self.neighbor_order not in NEIGHBOR_ORDERS:
             raise ValueError(
@@ -120,16 +122,26 @@ def rank_relations(question: str, relations: Sequence[Relation]) -> list[Relatio
     return [relations[i] for i in order]
 
 
+def relation_pattern(entity: str, rel: Relation) -> str:
+    """How a relation of ``entity`` is shown: ``(entity, rel, ?)`` or ``(?, rel, entity)``."""
+    return f"({entity}, {rel.name}, ?)" if rel.direction == "out" else f"(?, {rel.name}, {entity})"
+
+
 def _seeded_key(*parts: str) -> bytes:
     return hashlib.blake2b("\x00".join(parts).encode("utf-8"), digest_size=8).digest()
 
 
 def order_neighbors(
-    question: str, entity_iri: str, relation: Relation, neighbors: Sequence[Neighbor]
+    question: str,
+    entity_iri: str,
+    relation: Relation,
+    neighbors: Sequence[Neighbor],
+    limit: int | None = None,
 ) -> list[Neighbor]:
     """Neighbours whose names share more words with the question first, ties in a seeded
     order: a hash of (question, entity, relation, neighbour), the same on every call and in
-    every process."""
+    every process. With ``limit``, only the first ``limit`` of that order (a partial sort:
+    an entity with thousands of films shows five)."""
     words = set(tokenize(question))
 
     def key(n: Neighbor) -> tuple[int, bytes]:
@@ -137,6 +149,8 @@ def order_neighbors(
         seeded = _seeded_key(question, entity_iri, relation.name, relation.direction, n.term.value)
         return (-overlap, seeded)
 
+    if limit is not None and limit < len(neighbors):
+        return heapq.nsmallest(limit, neighbors, key=key)
     return sorted(neighbors, key=key)
 
 
@@ -258,12 +272,6 @@ class ToolEnvironment:
         return resolution.entity, notes
 
     @staticmethod
-    def _pattern(entity: str, rel: Relation) -> str:
-        return (
-            f"({entity}, {rel.name}, ?)" if rel.direction == "out" else f"(?, {rel.name}, {entity})"
-        )
-
-    @staticmethod
     def _triple(entity: str, rel: Relation, other: Neighbor) -> str:
         if rel.direction == "out":
             return f"({entity}, {rel.name}, {other.name})"
@@ -288,7 +296,7 @@ class ToolEnvironment:
             ranked = ranked[: self.config.top_k_relations]
             head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
             head += ", most relevant first):" if self.question else "):"
-        lines = [*notes, head, *(self._pattern(entity.name, r) for r in ranked)]
+        lines = [*notes, head, *(relation_pattern(entity.name, r) for r in ranked)]
         return ToolResult("\n".join(lines), entities=(entity.name,), notes=notes)
 
     def shown_neighbors(self, entity: Entity, rel: Relation) -> tuple[list[Neighbor], int]:
@@ -299,9 +307,10 @@ class ToolEnvironment:
             limit = self.config.kgr1_max_entities
         else:
             limit = self.config.max_triples_per_relation
-        if self.config.neighbor_order == "relevance" and (limit is None or len(neighbors) > 1):
-            neighbors = order_neighbors(self.question, entity.iri, rel, neighbors)
-        return neighbors[:limit], len(neighbors)
+        total = len(neighbors)
+        if self.config.neighbor_order == "relevance" and total > 1:
+            neighbors = order_neighbors(self.question, entity.iri, rel, neighbors, limit)
+        return neighbors[:limit], total
 
     def _triples_text(
         self, entity: Entity, rels: list[Relation], notes: tuple[str, ...], missing: list[str]
@@ -314,7 +323,7 @@ class ToolEnvironment:
                 lines.append(self._triple(entity.name, rel, n))
                 seen.append(n.name)
             if total > len(shown):
-                more = f"... {total - len(shown)} more {self._pattern(entity.name, rel)}"
+                more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
                 lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
         if len(seen) == 1:
             raise _Failure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')

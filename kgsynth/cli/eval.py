@@ -471,6 +471,7 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
         compare_markdown,
         compare_png,
         compare_runs,
+        fmt_value,
         hop_columns,
     )
 
@@ -497,19 +498,16 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
         title="by hops: " + "/".join(METRIC_NAMES[k] for k in SHOWN_METRICS),
     )
 
-    def cell(value: float | None, digits: int = 3) -> str:
-        return "–" if value is None else f"{value:.{digits}f}"
-
     for r in rows:
         cells = [r["label"], str(r["questions"]), str(r["runs"])]
-        cells += [cell(r[k]) for k in SHOWN_METRICS]
+        cells += [fmt_value(r[k]) for k in SHOWN_METRICS]
         if with_union:
-            cells.append(cell(r["union_hits_at_1"]))
+            cells.append(fmt_value(r["union_hits_at_1"]))
         table.add_row(*cells)
         by_hop.add_row(
             r["label"],
             *(
-                "/".join(cell(r["by_hops"][h][k], 2) for k in SHOWN_METRICS)
+                "/".join(fmt_value(r["by_hops"][h][k], 2) for k in SHOWN_METRICS)
                 if h in r["by_hops"]
                 else "–"
                 for h in hops

@@ -38,7 +38,7 @@ from kgsynth.agent.loop import (
 )
 from kgsynth.agent.protocol import render_observation
 from kgsynth.agent.rerank import LLMReranker
-from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.agent.tools import RERANK_MODES, ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
@@ -78,7 +78,7 @@ class TrajectoryConfig:
             raise ConfigError(f"--mode must be one of {', '.join(MODES)} (got {self.mode!r})")
         if self.toolset not in ("graphwalker", "kgr1"):
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
-        if self.rerank not in ("none", "llm"):
+        if self.rerank not in RERANK_MODES:
             raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
         if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
             raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")

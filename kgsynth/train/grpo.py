@@ -181,10 +181,10 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
         c.precision in ("auto", "bf16", "fp32"),
         f"precision must be auto, bf16 or fp32 (got {c.precision!r})",
     )
-    reward_spec(c)  # names and weights checked
+    rewards = reward_spec(c)  # names and weights checked
     if c.phase2_questions is not None:
         need(
-            "fbeta" in reward_spec(c).components,
+            "fbeta" in rewards.components,
             "phase2_questions needs the fbeta reward (its switch starts the second phase)",
         )
         if not Path(c.phase2_questions).is_file():
