@@ -255,12 +255,18 @@ def _shown_substitute(
 
 
 def oracle_answers(row: dict[str, Any], observed: Sequence[str]) -> list[str]:
-    """The oracle's answer: the gold answers its observations showed, in gold order (a display
-    cap or a replay through one of several entities can show only part of the set; the
-    filter's outcome check then decides), or the whole gold set when none was shown."""
-    seen = {normalize_answer(name) for name in observed}
-    shown = [a for a in row["answer_names"] if normalize_answer(a) in seen]
-    return shown or list(row["answer_names"])
+    """The oracle's answer: the gold answers its observations showed, in the order and spelling
+    they were first shown (so the answer copies the observation line by line, whatever order
+    the tools list neighbours in), or the whole gold set when none was shown. A display cap or
+    a replay through one of several entities can show only part of the set; the filter's
+    outcome check then decides."""
+    gold = {normalize_answer(a) for a in row["answer_names"]}
+    shown: dict[str, str] = {}
+    for name in observed:
+        key = normalize_answer(name)
+        if key in gold and key not in shown:
+            shown[key] = name
+    return list(shown.values()) or list(row["answer_names"])
 
 
 def _history_text(messages: list[dict[str, str]]) -> str:
