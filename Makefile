@@ -67,7 +67,7 @@ FREE_LIMIT ?= $(if $(SMOKE),8,150)
 FREE_SAMPLES ?= $(if $(SMOKE),2,4)
 RL_STEPS ?= $(if $(SMOKE),2,40)
 EVAL_LIMIT ?= $(if $(SMOKE),9,300)
-EVAL := --questions $(DEV) --kg $(RUN)/kg --limit $(EVAL_LIMIT) --max-turns 8 --max-tokens 64 --batch-size 64
+EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --limit $(EVAL_LIMIT) --max-turns 8 --max-tokens 64 --batch-size 64
 
 all: install
 	@mkdir -p $(RUN) && date +%s > $(RUN)/.started

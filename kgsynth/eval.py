@@ -66,7 +66,13 @@ from kgsynth.agent.loop import (
 )
 from kgsynth.agent.protocol import parse_turn
 from kgsynth.agent.rerank import LLMReranker
-from kgsynth.agent.tools import RERANK_MODES, ToolConfig, ToolEnvironment
+from kgsynth.agent.tools import (
+    RELATION_RANKINGS,
+    RERANK_MODES,
+    ToolConfig,
+    ToolEnvironment,
+    prime_relation_ranking,
+)
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
@@ -164,6 +170,7 @@ class EvalConfig:
     top_k_relations: int = 10
     max_triples: int = 5
     rerank: str = "none"  # none | llm: GraphWalker's LLM rerank of the BM25 top-20 relations
+    relation_ranking: str = "bm25"  # bm25 | hybrid: BM25 plus sentence-encoder similarity
     seed: int = 0
     system_text: str | None = None  # the checkpoint's stored system prompt (hf), if any
 
@@ -182,6 +189,10 @@ class EvalConfig:
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
         if self.rerank not in RERANK_MODES:
             raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
+        if self.relation_ranking not in RELATION_RANKINGS:
+            raise ConfigError(
+                f"--relation-ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
+            )
         if self.top_k_relations < 1 or self.max_triples < 1:
             raise ConfigError("--top-k-relations and --max-triples must be >= 1")
 
@@ -191,6 +202,7 @@ class EvalConfig:
             top_k_relations=self.top_k_relations,
             max_triples_per_relation=self.max_triples,
             rerank=self.rerank,  # type: ignore[arg-type]
+            relation_ranking=self.relation_ranking,  # type: ignore[arg-type]
         )
 
     def params(self, run: int) -> GenerationParams:
@@ -296,6 +308,7 @@ def run_agent(
     index = {id(t): i for i, t in enumerate(tasks)}
 
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    prime_relation_ranking(cfg.tool_config(), (rec.question for rec in records))
 
     def make_env(task: EpisodeTask) -> ToolEnvironment:
         # a fresh environment per episode: the question ranks the relations shown

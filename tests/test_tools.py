@@ -214,3 +214,25 @@ def test_parse_turn():
 )
 def test_parse_answer(text, expected):
     assert parse_answer(text) == expected
+
+
+def test_hybrid_ranking_orders_relations_by_meaning(graph):
+    """BM25 sees no shared word between "acted" and starred_actors; the bundled sentence
+    encoder does. A shared word still wins, and bm25 stays the default."""
+    from kgsynth.agent.relrank import shared_scorer
+
+    hybrid = ToolConfig(relation_ranking="hybrid")
+    question = "who acted in Kismet"
+    bm25_first = ToolEnvironment(graph, question).execute('get_relations("Kismet")')
+    assert bm25_first.text.splitlines()[1] != "(Kismet, starred_actors, ?)"  # the store's order
+    lines = ToolEnvironment(graph, question, hybrid).execute('get_relations("Kismet")').text
+    assert lines.splitlines()[1] == "(Kismet, starred_actors, ?)"
+    lines = ToolEnvironment(graph, "who directed Kismet", hybrid).execute('get_relations("Kismet")')
+    assert lines.text.splitlines()[1] == "(Kismet, directed_by, ?)"
+    # primed questions are encoded once, in a batch, and give the same scores
+    scorer = shared_scorer()
+    scorer.prime(["when did Kismet come out"])
+    cached = scorer.question_vector("when did Kismet come out")
+    assert cached.shape == scorer.question_vector("who acted in Kismet").shape
+    with pytest.raises(ValueError, match="relation_ranking"):
+        ToolConfig(relation_ranking="dense")  # type: ignore[arg-type]

@@ -4,7 +4,8 @@ Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
 
 ``graphwalker`` (default, GraphWalker):
   ``get_relations("Entity")`` — the entity's outgoing and incoming relations, ranked by BM25
-  against the question, top-k; ``get_triples("Entity", ["rel", …])`` — triples along those
+  against the question (``relation_ranking="hybrid"``: plus a sentence encoder's similarity,
+  see :mod:`kgsynth.agent.relrank`), top-k; ``get_triples("Entity", ["rel", …])`` — triples along those
   relations (either direction), at most n per relation and direction, shown by name.
 
 ``kgr1`` (KG-R1): ``get_tail_relations(e)`` relations with ``e`` as head (``e -r-> ?``),
@@ -29,10 +30,10 @@ from __future__ import annotations
 import hashlib
 import heapq
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from rank_bm25 import BM25Okapi
 
@@ -41,9 +42,16 @@ from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 
 ToolSetName = Literal["graphwalker", "kgr1"]
+
+
+class DenseScorer(Protocol):
+    def scores(self, question: str, relation_texts: Sequence[str]) -> Any: ...
+
+
 NeighborOrder = Literal["relevance", "alphabetical"]
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
+RELATION_RANKINGS = ("bm25", "hybrid")
 
 
 class ErrorType(StrEnum):
@@ -86,12 +94,18 @@ class ToolConfig:
     max_observation_chars: int = 2_000
     neighbor_order: NeighborOrder = "relevance"
     rerank: Literal["none", "llm"] = "none"  # GraphWalker Table 8: an LLM reorders the BM25 top 20
+    # bm25 (GraphWalker), or hybrid: BM25 plus a sentence encoder's similarity (relrank.py)
+    relation_ranking: Literal["bm25", "hybrid"] = "bm25"
     kgr1_max_relations: int | None = None  # None: the full set, as KG-R1 returns it
     kgr1_max_entities: int | None = None
 
     def __post_init__(self) -> None:
         if self.rerank not in RERANK_MODES:
             raise ValueError(f"rerank must be none or llm (got {self.rerank!r})")
+        if self.relation_ranking not in RELATION_RANKINGS:
+            raise ValueError(
+                f"relation_ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
+            )
         if self.neighbor_order not in NEIGHBOR_ORDERS:
             raise ValueError(
                 f"neighbor_order must be one of {', '.join(NEIGHBOR_ORDERS)} "
@@ -111,15 +125,39 @@ def tokenize(text: str) -> list[str]:
     return [t.lower() for t in _TOKEN_RE.findall(text)]
 
 
-def rank_relations(question: str, relations: Sequence[Relation]) -> list[Relation]:
-    """Relations sorted by BM25 score of their name against the question (stable on ties)."""
+def relation_words(rel: Relation) -> str:
+    """A relation's name as words (``film.film.directed_by`` -> ``film film directed by``)."""
+    return " ".join(tokenize(rel.name)) or rel.name
+
+
+def rank_relations(
+    question: str, relations: Sequence[Relation], dense: DenseScorer | None = None
+) -> list[Relation]:
+    """Relations sorted by BM25 score of their name against the question (stable on ties).
+    With ``dense`` (``hybrid`` ranking), each score is BM25 scaled to [0, 1] by the best one
+    plus the cosine of the question and the relation's words (see ``kgsynth.agent.relrank``)."""
     query = tokenize(question)
     if not query or len(relations) < 2:
         return list(relations)
     bm25 = BM25Okapi([tokenize(r.name) or ["_"] for r in relations])
-    scores = bm25.get_scores(query)
+    scores = [float(s) for s in bm25.get_scores(query)]
+    if dense is not None:
+        top = max(scores)
+        cos = dense.scores(question, [relation_words(r) for r in relations])
+        scores = [
+            (s / top if top > 0 else 0.0) + float(c) for s, c in zip(scores, cos, strict=True)
+        ]
     order = sorted(range(len(relations)), key=lambda i: -scores[i])
     return [relations[i] for i in order]
+
+
+def prime_relation_ranking(config: ToolConfig, questions: Iterable[str]) -> None:
+    """Encode the questions in batches before the episodes when the ranking is ``hybrid``
+    (one by one they cost about twice as much); nothing otherwise."""
+    if config.relation_ranking == "hybrid" and config.toolset == "graphwalker":
+        from kgsynth.agent.relrank import shared_scorer
+
+        shared_scorer().prime(questions)
 
 
 def relation_pattern(entity: str, rel: Relation) -> str:
@@ -180,6 +218,7 @@ class ToolEnvironment:
     config: ToolConfig = field(default_factory=ToolConfig)
     # (question, entity name, BM25-ranked relations) -> reordered; needed with rerank="llm"
     reranker: Callable[[str, str, Sequence[Relation]], list[Relation]] | None = None
+    dense: DenseScorer | None = None  # hybrid ranking's scorer (default: relrank.shared_scorer)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -254,6 +293,15 @@ class ToolEnvironment:
 
     # --- shared pieces -------------------------------------------------------------------
 
+    def _dense(self) -> DenseScorer | None:
+        if self.config.relation_ranking != "hybrid" or not self.question:
+            return None
+        if self.dense is None:
+            from kgsynth.agent.relrank import shared_scorer
+
+            self.dense = shared_scorer()
+        return self.dense
+
     def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]:
         resolution = self.graph.resolve(name)
         if resolution is None:
@@ -290,7 +338,7 @@ class ToolEnvironment:
                 head += f" (showing {len(ranked)} of {len(rels)} (capped))"
             head += ":"
         else:
-            ranked = rank_relations(self.question, rels)
+            ranked = rank_relations(self.question, rels, self._dense())
             if self.config.rerank == "llm" and self.reranker is not None:
                 ranked = self.reranker(self.question, entity.name, ranked)
             ranked = ranked[: self.config.top_k_relations]

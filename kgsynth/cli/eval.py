@@ -32,6 +32,7 @@ from kgsynth.cli.options import (
     MaxTurnsOption,
     OverwriteOption,
     ProfileOption,
+    RelationRankingOption,
     RerankOption,
     TimeoutOption,
     ToolsOption,
@@ -119,6 +120,7 @@ def eval_cmd(
         int | None, typer.Option(help="Triples shown per relation. \\[default: 5]")
     ] = None,
     rerank: RerankOption = None,
+    relation_ranking: RelationRankingOption = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed of run 0. \\[default: 0]")] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
     baseline: Annotated[
@@ -184,6 +186,7 @@ def eval_cmd(
                 top_k_relations=top_k_relations,
                 max_triples=max_triples,
                 rerank=rerank,
+                relation_ranking=relation_ranking,
                 seed=seed,
             ),
             limit=limit,

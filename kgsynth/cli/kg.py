@@ -21,6 +21,7 @@ from kgsynth.cli.common import (
 from kgsynth.cli.options import (
     KGOption,
     ProfileOption,
+    RelationRankingOption,
 )
 from kgsynth.errors import KGSynthError
 
@@ -133,10 +134,11 @@ def kg_tool(
     call: Annotated[str, typer.Argument(help="A tool call, e.g. 'get_relations(\"Kismet\")'.")],
     kg: KGOption = None,
     profile: ProfileOption = None,
-    question: Annotated[str, typer.Option(help="Question used to rank relations (BM25).")] = "",
+    question: Annotated[str, typer.Option(help="Question used to rank the relations.")] = "",
     tools: Annotated[str, typer.Option(help="Tool set: graphwalker or kgr1.")] = "graphwalker",
     top_k: Annotated[int, typer.Option(help="Relations shown by get_relations.")] = 10,
     max_triples: Annotated[int, typer.Option(help="Triples shown per relation.")] = 5,
+    relation_ranking: RelationRankingOption = None,
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
     from kgsynth.agent.protocol import render_observation
@@ -145,6 +147,8 @@ def kg_tool(
 
     if tools not in ("graphwalker", "kgr1"):
         fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose graphwalker or kgr1"))
+    if relation_ranking not in (None, "bm25", "hybrid"):
+        fail(KGSynthError(f"--relation-ranking must be bm25 or hybrid (got {relation_ranking!r})"))
     # argv holds a non-UTF-8 byte as a lone surrogate
     call, question = clean_text(call), clean_text(question)
     try:
@@ -154,7 +158,12 @@ def kg_tool(
         env = ToolEnvironment(
             graph,
             question,
-            ToolConfig(toolset=tools, top_k_relations=top_k, max_triples_per_relation=max_triples),  # type: ignore[arg-type]
+            ToolConfig(
+                toolset=tools,  # type: ignore[arg-type]
+                top_k_relations=top_k,
+                max_triples_per_relation=max_triples,
+                relation_ranking=relation_ranking or "bm25",  # type: ignore[arg-type]
+            ),
         )
         result = env.execute(call)
     except KGSynthError as exc:

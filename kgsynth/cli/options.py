@@ -79,6 +79,16 @@ RerankOption = Annotated[
     ),
 ]
 
+RelationRankingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--relation-ranking",
+        help="How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: "
+        "BM25 plus the question's similarity to the relation's words under the bundled "
+        "all-MiniLM-L6-v2 encoder. Use the same in synthesis, RL and eval. \\[default: bm25]",
+    ),
+]
+
 # the stage config file (walk, synthesize, filter, eval; the train commands declare their own)
 ConfigOption = Annotated[
     Path | None, typer.Option(help="YAML file with these options (flags override it).")

@@ -36,6 +36,7 @@ from kgsynth.cli.options import (
     NoCacheOption,
     OverwriteOption,
     ProfileOption,
+    RelationRankingOption,
     RerankOption,
     TimeoutOption,
     ToolsOption,
@@ -289,6 +290,7 @@ def synthesize_trajectories_cmd(
         ),
     ] = None,
     rerank: RerankOption = None,
+    relation_ranking: RelationRankingOption = None,
     stratify: Annotated[
         str | None,
         typer.Option(
@@ -325,6 +327,7 @@ def synthesize_trajectories_cmd(
                 system_prompt=system_prompt,
                 fan_out=fan_out,
                 rerank=rerank,
+                relation_ranking=relation_ranking,
                 stratify=stratify,
                 split=split,
                 heldout_fraction=heldout_fraction,

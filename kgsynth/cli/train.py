@@ -17,7 +17,13 @@ from typing import Annotated, Any
 import typer
 
 from kgsynth.cli.common import err, fail, out, progress_bar
-from kgsynth.cli.options import KGOption, MaxTurnsOption, ProfileOption, ToolsOption
+from kgsynth.cli.options import (
+    KGOption,
+    MaxTurnsOption,
+    ProfileOption,
+    RelationRankingOption,
+    ToolsOption,
+)
 from kgsynth.errors import KGSynthError
 
 train_app = typer.Typer(
@@ -532,6 +538,7 @@ def rl_cmd(
         typer.Option(help="Seconds per rollout before it is ended where it is. \\[default: 300]"),
     ] = None,
     tools: ToolsOption = None,
+    relation_ranking: RelationRankingOption = None,
     save_steps: Annotated[
         int | None, typer.Option(help="Checkpoint every N steps. \\[default: 25]")
     ] = None,
@@ -574,7 +581,7 @@ def rl_cmd(
         turn_advantage=turn_advantage, updates_per_step=updates_per_step,
         micro_batch_size=micro_batch_size, temperature=temperature, max_turns=max_turns,
         max_turn_tokens=max_turn_tokens, max_obs_tokens=max_obs_tokens,
-        rollout_timeout_s=rollout_timeout, toolset=tools, save_steps=save_steps, seed=seed,
+        rollout_timeout_s=rollout_timeout, toolset=tools, relation_ranking=relation_ranking, save_steps=save_steps, seed=seed,
         deepspeed=deepspeed, precision=precision,
     )  # fmt: skip
     try:

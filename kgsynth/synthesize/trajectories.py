@@ -38,7 +38,13 @@ from kgsynth.agent.loop import (
 )
 from kgsynth.agent.protocol import render_observation
 from kgsynth.agent.rerank import LLMReranker
-from kgsynth.agent.tools import RERANK_MODES, ToolConfig, ToolEnvironment
+from kgsynth.agent.tools import (
+    RELATION_RANKINGS,
+    RERANK_MODES,
+    ToolConfig,
+    ToolEnvironment,
+    prime_relation_ranking,
+)
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
@@ -62,6 +68,7 @@ class TrajectoryConfig:
     top_k_relations: int = 10
     max_triples: int = 5
     rerank: str = "none"  # none | llm: GraphWalker's LLM rerank of the BM25 top-20 relations
+    relation_ranking: str = "bm25"  # bm25 | hybrid: BM25 plus sentence-encoder similarity
     seed: int = 0
     system_prompt: str = "full"  # full | short (see kgsynth.agent.loop.system_prompt)
     fan_out: int = 1  # oracle: follow a chain's next hop from up to this many entities (replay)
@@ -80,6 +87,10 @@ class TrajectoryConfig:
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
         if self.rerank not in RERANK_MODES:
             raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
+        if self.relation_ranking not in RELATION_RANKINGS:
+            raise ConfigError(
+                f"--relation-ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
+            )
         if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
             raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")
         if self.split not in ("all", "train", "heldout"):
@@ -99,6 +110,7 @@ class TrajectoryConfig:
             top_k_relations=self.top_k_relations,
             max_triples_per_relation=self.max_triples,
             rerank=self.rerank,  # type: ignore[arg-type]
+            relation_ranking=self.relation_ranking,  # type: ignore[arg-type]
         )
 
 
@@ -290,6 +302,7 @@ def synthesize_oracle(
     """Oracle trajectories (accepted rows, rejected rows)."""
     sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
     plans = []
     rejected = []
     for row in rows:
@@ -439,6 +452,7 @@ def synthesize_rollouts(
     by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
 
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
 
     def make_env(task: EpisodeTask) -> ToolEnvironment:
         return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config(), reranker)

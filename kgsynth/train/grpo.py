@@ -103,6 +103,7 @@ class GRPOConfig:
     rollout_timeout_s: float = 300.0
     rollout_batch_size: int = 64  # sequences per generate() call
     toolset: str = "graphwalker"
+    relation_ranking: str = "bm25"  # bm25 | hybrid (kgsynth.agent.relrank); as in synthesis/eval
     top_k_relations: int = 10
     max_triples_per_relation: int = 5
     distance_max_depth: int = 3
@@ -518,6 +519,7 @@ def _train(
         toolset=cfg.toolset,  # type: ignore[arg-type]
         top_k_relations=cfg.top_k_relations,
         max_triples_per_relation=cfg.max_triples_per_relation,
+        relation_ranking=cfg.relation_ranking,  # type: ignore[arg-type]
     )
     distance = (
         GraphDistance(graph, max_depth=cfg.distance_max_depth) if rspec.needs_distance else None
