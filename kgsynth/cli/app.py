@@ -12,6 +12,7 @@ import typer
 from kgsynth.cli.eval import eval_cmd
 from kgsynth.cli.filter import filter_cmd
 from kgsynth.cli.kg import kg_app
+from kgsynth.cli.report import report_cmd
 from kgsynth.cli.synthesize import synth_app
 from kgsynth.cli.train import train_app
 from kgsynth.cli.walk import walk_cmd
@@ -29,6 +30,7 @@ app.add_typer(synth_app, name="synthesize")
 app.command("filter")(filter_cmd)
 app.add_typer(train_app, name="train")
 app.command("eval")(eval_cmd)
+app.command("report")(report_cmd)
 
 
 @app.callback()
