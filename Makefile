@@ -53,7 +53,8 @@ format: install
 # pipelines/metaqa_default.yaml) -> stage 2 by rejection sampling (free rollouts of stage1 on
 # held-back questions, several samples at temperature, kept by outcome and evidence grounding,
 # plus oracle replays of those questions) -> stage2 -> GRPO -> eval of the untrained model,
-# stage1 (+ no-tools), stage2 and rl on 300 MetaQA dev questions -> summary with 95 % CIs.
+# stage1 (+ no-tools), stage2 and rl on 300 MetaQA dev questions -> summary with 95 % CIs ->
+# report.html (the whole run on one page).
 # SMOKE=1 runs the same chain at a size CI can afford. Every stage refuses to replace an
 # existing output unless --overwrite: `make all` owns $(RUN), so it passes it throughout.
 K := $(BIN)/kgsynth
@@ -88,6 +89,7 @@ all: install
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite
 	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary --overwrite
+	$(K) report $(RUN) --overwrite
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
