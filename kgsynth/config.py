@@ -90,11 +90,17 @@ def build_config(
     config_file: str | Path | None,
     overrides: dict[str, Any],
     section: str | None = None,
+    base: dict[str, Any] | None = None,
 ) -> C:
-    """``cls`` from its defaults, then the YAML file, then the non-None ``overrides``."""
+    """``cls`` from its defaults, then ``base`` (a preset), then the YAML file, then the
+    non-None ``overrides``."""
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
+    for name, value in (base or {}).items():
+        if name not in fields:
+            raise ConfigError(f"preset sets unknown option {name!r}")
+        values[name] = value
     if config_file:
         raw = load_yaml(config_file, section)
         for key, value in raw.items():

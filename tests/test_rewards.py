@@ -243,8 +243,9 @@ def test_presets_parse_to_their_components():
     assert RewardSpec.parse("graphwalker") == RewardSpec.parse("hit")
     assert RewardSpec.parse("KBQA-R1") == RewardSpec.parse("f1:1,format:0.1", gate_format=True)
     assert RewardSpec.parse("knowcoder-a1") == RewardSpec.parse("fbeta,format:0.1", cap=1.0)
-    assert str(RewardSpec.parse("kg-r1")) == "f1:1,retrieval:0.5,turn:0.2"
-    assert str(RewardSpec.parse("isp")) == "f1:1,distance:0.1"
+    # KG-R1 v2 App. D Table 8; ISP-KGR's reward_fn.py (0.1 format + 0.3 progress + 0.6 F1)
+    assert str(RewardSpec.parse("kg-r1")) == "f1:1,retrieval:1,turn:1"
+    assert str(RewardSpec.parse("isp")) == "f1:0.6,distance:0.3,format:0.1"
     assert RewardSpec.parse("isp").needs_distance
     assert not any(RewardSpec.parse(p).needs_distance for p in PRESETS if p != "isp")
     assert RewardSpec() == RewardSpec.parse("graphwalker")
@@ -360,8 +361,8 @@ def test_distance_reward_on_the_fixture_kg(graph):
     assert distance_progress(ep, GOLD, gd) == [0.0, 1.0, -1.0, 1.0, 0.0]
     assert REWARDS["distance"](ep, GOLD, distance=gd) == pytest.approx(0.25)
     res = RewardSpec.parse("isp").score(ep, GOLD, RewardState(), distance=gd)
-    assert res.components == {"f1": 1.0, "distance": pytest.approx(0.25)}
-    assert res.total == pytest.approx(1.025)
+    assert res.components == {"f1": 1.0, "distance": pytest.approx(0.25), "format": 1.0}
+    assert res.total == pytest.approx(0.6 * 1.0 + 0.3 * 0.25 + 0.1 * 1.0)
     with pytest.raises(ConfigError, match="GraphDistance"):
         RewardSpec.parse("isp").score(ep, GOLD)
     # beyond the search bound the topic's distance is unknown: any known distance is progress

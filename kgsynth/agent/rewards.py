@@ -76,8 +76,10 @@ Presets (:data:`PRESETS`; the default is GraphWalker's, its EM being ``hit``)
 --------------------------------------------------------------
 ``graphwalker`` = ``hit:1``; ``kbqa-r1`` = ``f1:1,format:0.1`` with format gating;
 ``knowcoder-a1`` = ``fbeta:1,format:0.1`` with the total capped at 1;
-``kg-r1`` = ``f1:1,retrieval:0.5,turn:0.2``; ``isp`` = ``f1:1,distance:0.1``. The weights of
-the secondary terms in ``kg-r1`` and ``isp`` are kgsynth's choices, not the papers'.
+``kg-r1`` = ``f1:1,retrieval:1,turn:1`` (KG-R1 v2 App. D: the turn reward is 0.5 format +
+0.5 validity); ``isp`` = ``f1:0.6,distance:0.3,format:0.1`` (the authors' reward_fn.py). The
+whole RL recipe of each paper (advantage, KL, clip, group, turns, lr, warm-up) is
+:mod:`kgsynth.train.presets` (``kgsynth train rl --preset``).
 """
 
 from __future__ import annotations
@@ -434,8 +436,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "graphwalker": {"weights": (("hit", 1.0),)},
     "kbqa-r1": {"weights": (("f1", 1.0), ("format", 0.1)), "gate_format": True},
     "knowcoder-a1": {"weights": (("fbeta", 1.0), ("format", 0.1)), "cap": 1.0},
-    "kg-r1": {"weights": (("f1", 1.0), ("retrieval", 0.5), ("turn", 0.2))},
-    "isp": {"weights": (("f1", 1.0), ("distance", 0.1))},
+    # KG-R1 v2 App. D Table 8: global 1.0 F1 + 1.0 retrieval; turn = 0.5 format + 0.5 validity
+    "kg-r1": {"weights": (("f1", 1.0), ("retrieval", 1.0), ("turn", 1.0))},
+    # ISP-KGR's reward_fn.py: 0.1 format + 0.3 progress + 0.6 outcome F1
+    "isp": {"weights": (("f1", 0.6), ("distance", 0.3), ("format", 0.1))},
 }
 DEFAULT_SPEC = "graphwalker"
 

@@ -417,6 +417,21 @@ def _write_manifest(
     )
 
 
+def _preset_base(preset: str | None, config: Path | None) -> dict[str, Any]:
+    """The GRPOConfig fields of the preset named by --preset or the config file's ``preset``."""
+    from kgsynth.config import load_yaml
+    from kgsynth.train.presets import preset_values
+
+    name = preset
+    if name is None and config is not None:
+        name = load_yaml(config, "rl").get("preset")
+    if name is None:
+        return {}
+    if not isinstance(name, str):
+        raise KGSynthError(f"--config: {config}: preset must be a name (got {name!r})")
+    return preset_values(name)
+
+
 @train_app.command("rl")
 def rl_cmd(
     questions: Annotated[
@@ -439,10 +454,18 @@ def rl_cmd(
             "\\[default: tiny when --init is a tiny SFT run]"
         ),
     ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="A seed paper's whole RL recipe: graphwalker, kbqa-r1, knowcoder-a1, kg-r1 or "
+            "isp (rewards, advantage, KL, clip, group, turns, lr, warm-up; the README's preset "
+            "table gives each value and its source). --config and flags override it.",
+        ),
+    ] = None,
     reward: Annotated[
         str | None,
         typer.Option(
-            help="Reward: a preset (graphwalker = em, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
+            help="Reward: a preset (graphwalker = hit, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
             "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance. "
             "\\[default: em]"
         ),
@@ -507,7 +530,7 @@ def rl_cmd(
             "--turn-advantage/--no-turn-advantage",
             help="KG-R1's turn-wise advantage: each turn's tokens get G_t = r_t + lambda R (turn "
             "rewards plus the trajectory reward) against one baseline pooled over every turn "
-            "of the group. \\[default: no-turn-advantage; on in the kg-r1 and isp presets]",
+            "of the group. \\[default: no-turn-advantage; on in --preset kg-r1 and isp]",
         ),
     ] = None,
     turn_lambda: Annotated[
@@ -571,7 +594,7 @@ def rl_cmd(
 
     started = time.perf_counter()
     overrides = dict(
-        init=init, recipe=recipe, reward=reward, fbeta_switch_step=fbeta_switch_step,
+        init=init, recipe=recipe, preset=preset, reward=reward, fbeta_switch_step=fbeta_switch_step,
         fbeta_switch_reward=fbeta_switch_reward,
         phase2_questions=str(phase2_questions) if phase2_questions else None,
         group_size=group_size, turn_lambda=turn_lambda, warmup_steps=warmup_steps,
@@ -585,7 +608,11 @@ def rl_cmd(
         deepspeed=deepspeed, precision=precision,
     )  # fmt: skip
     try:
-        cfg = resolve_config(build_config(GRPOConfig, config, overrides, section="rl"))
+        cfg = resolve_config(
+            build_config(
+                GRPOConfig, config, overrides, section="rl", base=_preset_base(preset, config)
+            )
+        )
         if dry_run:
             out.print_json(data={"questions": str(questions), "kg": kg, "out": str(out_dir),
                                  "config": dataclasses.asdict(cfg)})  # fmt: skip

@@ -74,6 +74,7 @@ class GRPOConfig:
 
     init: str = ""  # an SFT output folder (or any local HF checkpoint)
     recipe: str | None = None  # default | tiny (auto: tiny when init was a tiny SFT run)
+    preset: str | None = None  # a seed paper's whole RL recipe (kgsynth.train.presets)
     reward: str = "graphwalker"  # RewardSpec text: a preset or name:weight,...
     fbeta_switch_step: int | None = None
     fbeta_switch_reward: float | None = None
