@@ -468,3 +468,27 @@ def test_the_split_is_part_of_the_config_and_its_manifest(kg, questions, tmp_pat
     assert manifest["input"]["rows"] == len(held) < len(questions)
     bad = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x.parquet"), "--split", "dev"])
     assert bad.exit_code == 2 and "--split must be all, train or heldout" in bad.output
+
+
+def test_reflection_prompt_shapes_the_sample_but_is_not_stored(kg, questions):
+    """--reflection: the sampler's system prompt carries the GraphRoll-style reflection text;
+    the stored trajectory keeps the plain agent prompt that training, RL and eval use."""
+    from kgsynth.agent.loop import system_prompt
+    from kgsynth.errors import ConfigError
+
+    row = next(q for q in questions if q["structure"] == "chain-1")
+    plain = system_prompt("graphwalker", 10, "full")
+    for mode in ("free", "referenced"):
+        policy = ScriptedPolicy({row["question"]: ['<think>ok</think><answer>["x"]</answer>']})
+        rows, _, _ = synthesize_trajectories(
+            [row], TrajectoryConfig(mode=mode, reflection=True), graph=KGGraph(kg), llm=policy
+        )
+        seen = policy.prompts[0][0]["content"]
+        assert seen.startswith(plain.rstrip("\n")) and "go back to an entity" in seen
+        (traj,) = rows
+        assert traj["messages"][0] == {"role": "system", "content": plain}
+    policy = ScriptedPolicy({row["question"]: ['<think>ok</think><answer>["x"]</answer>']})
+    synthesize_trajectories([row], TrajectoryConfig(mode="free"), graph=KGGraph(kg), llm=policy)
+    assert policy.prompts[0][0]["content"] == plain  # off by default
+    with pytest.raises(ConfigError, match="--reflection"):
+        TrajectoryConfig(mode="oracle", reflection=True)

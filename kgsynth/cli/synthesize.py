@@ -291,6 +291,16 @@ def synthesize_trajectories_cmd(
     ] = None,
     rerank: RerankOption = None,
     relation_ranking: RelationRankingOption = None,
+    reflection: Annotated[
+        bool | None,
+        typer.Option(
+            "--reflection/--no-reflection",
+            help="free/referenced: sample with reflection instructions added to the system "
+            "prompt (GraphRoll-style: notice a failed step, go back, check the answer before "
+            "giving it; prompts/reflection.j2); the stored trajectories keep the plain "
+            "prompt. \\[default: no-reflection]",
+        ),
+    ] = None,
     stratify: Annotated[
         str | None,
         typer.Option(
@@ -328,6 +338,7 @@ def synthesize_trajectories_cmd(
                 fan_out=fan_out,
                 rerank=rerank,
                 relation_ranking=relation_ranking,
+                reflection=reflection,
                 stratify=stratify,
                 split=split,
                 heldout_fraction=heldout_fraction,

@@ -71,6 +71,9 @@ class TrajectoryConfig:
     relation_ranking: str = "bm25"  # bm25 | hybrid: BM25 plus sentence-encoder similarity
     seed: int = 0
     system_prompt: str = "full"  # full | short (see kgsynth.agent.loop.system_prompt)
+    # free/referenced: sample with GraphRoll-style reflection instructions added to the system
+    # prompt (prompts/reflection.j2); the stored trajectory keeps the plain prompt
+    reflection: bool = False
     fan_out: int = 1  # oracle: follow a chain's next hop from up to this many entities (replay)
     stratify: str = "none"  # none | structure | hops: how --limit draws its questions
     split: str = "all"  # all | train | heldout: a stable split by question_id hash (split_of)
@@ -97,6 +100,11 @@ class TrajectoryConfig:
             raise ConfigError(f"--split must be all, train or heldout (got {self.split!r})")
         if not 0 < self.heldout_fraction < 1:
             raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {self.heldout_fraction})")
+        if self.reflection and self.mode == "oracle":
+            raise ConfigError(
+                "--reflection applies to sampled trajectories (--mode free or referenced); "
+                "the oracle replays a walk and samples nothing"
+            )
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
         if self.stratify not in STRATA:
@@ -457,6 +465,11 @@ def synthesize_rollouts(
     def make_env(task: EpisodeTask) -> ToolEnvironment:
         return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config(), reranker)
 
+    stored_text = system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
+    sampling_text = stored_text
+    if cfg.reflection:
+        sampling_text = stored_text.rstrip("\n") + "\n" + render("reflection")
+
     # one seed per sample, so that N samples are N different requests (and cache entries)
     accepted: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
@@ -473,10 +486,13 @@ def synthesize_rollouts(
             max_turns=cfg.max_turns,
             params=params,
             on_turn=on_turn,
-            system_text=system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt),
+            system_text=sampling_text,
         )
         for i, ep in zip(idx, episodes, strict=True):
             row, s, ref = meta[i]
+            if cfg.reflection and ep.messages and ep.messages[0]["role"] == "system":
+                # train on the agent's own prompt: the reflection text only shaped the sample
+                ep.messages[0] = {"role": "system", "content": stored_text}
             if ep.turns and all(t.llm_error for t in ep.turns):
                 rejected.append(
                     {
