@@ -202,3 +202,30 @@ def test_each_paper_preset_trains_on_cpu_and_logs_its_rewards(
         assert all(f"reward/{name}" in r for r in rows), (preset, name)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["preset"] == preset
+
+
+def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Path):
+    """`--nproc-per-node 2`: torchrun starts two gloo workers; each rolls out its half of the
+    step's groups, both step together and end every step with the same weights; rank 0 writes
+    the run."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "rl2"
+    res = _rl(
+        task, out, "--init", str(sft), "--max-steps", "3", "--group-size", "4",
+        "--questions-per-step", "4", "--lr", "3e-4", "--temperature", "1.0",
+        "--nproc-per-node", "2", "--master-port", str(port),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["world_size"] == 2 and r["weights_in_sync"] for r in rows)
+    assert all(r["groups"] == 4 for r in rows)  # both ranks' groups are counted
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["world_size"] == 2 and manifest["steps"] == 3
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(out)

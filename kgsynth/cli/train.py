@@ -357,13 +357,15 @@ def _train_here(spec: Any, err: Any) -> dict[str, Any]:
         return train_sft(spec, progress=progress)
 
 
-def _train_launched(command: list[str], out_dir: Path, err: Any) -> dict[str, Any] | None:
+def _train_launched(
+    command: list[str], out_dir: Path, err: Any, summary_name: str | None = None
+) -> dict[str, Any] | None:
     import json
 
     from kgsynth.train.sft import SUMMARY
 
     err.print(f"launching: {shlex.join(command)}", highlight=False, soft_wrap=True)
-    summary_path = out_dir / SUMMARY
+    summary_path = out_dir / (summary_name or SUMMARY)
     summary_path.unlink(missing_ok=True)
     try:
         rc = subprocess.run(command, check=False).returncode
@@ -578,9 +580,17 @@ def rl_cmd(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the resolved configuration; train nothing.")
     ] = False,
+    nproc_per_node: NprocOption = 1,
+    nnodes: NnodesOption = 1,
+    node_rank: NodeRankOption = 0,
+    master_addr: MasterAddrOption = "127.0.0.1",
+    master_port: MasterPortOption = 29500,
+    launcher: LauncherOption = "auto",
+    hostfile: HostfileOption = None,
 ) -> None:
-    """GRPO against the live KG: multi-turn rollouts with the KG tools, the seeds' rewards."""
-
+    """GRPO against the live KG: multi-turn rollouts with the KG tools, the seeds' rewards.
+    With --nproc-per-node N, N processes (torchrun, or the deepspeed launcher with
+    --deepspeed) each roll out whole groups of the step's questions and step together."""
     from kgsynth.config import build_config
     from kgsynth.manifest import sha256_file, write_manifest
     from kgsynth.stage_io import StagedOutput
@@ -591,6 +601,7 @@ def rl_cmd(
         resolve_config,
         train_grpo,
     )
+    from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher
 
     started = time.perf_counter()
     overrides = dict(
@@ -613,9 +624,22 @@ def rl_cmd(
                 GRPOConfig, config, overrides, section="rl", base=_preset_base(preset, config)
             )
         )
+        launch = LaunchConfig(
+            nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+            master_addr=master_addr, master_port=master_port, launcher=launcher,
+            hostfile=str(hostfile) if hostfile else None,
+        )  # fmt: skip
+        launch_with = resolve_launcher(launch, cfg.deepspeed is not None)
+        spec_name = "rl_spec.json"
         if dry_run:
+            command = (
+                launch_command(out_dir / spec_name, launch, launch_with)
+                if launch_with != "none" else None
+            )  # fmt: skip
             out.print_json(data={"questions": str(questions), "kg": kg, "out": str(out_dir),
-                                 "config": dataclasses.asdict(cfg)})  # fmt: skip
+                                 "config": dataclasses.asdict(cfg), "launcher": launch_with,
+                                 "world_size": launch.world_size,
+                                 "command": shlex.join(command) if command else None})  # fmt: skip
             return
         qs = read_rl_questions(questions)
         staged = StagedOutput(
@@ -647,7 +671,15 @@ def rl_cmd(
                         f"{row['step_s']:.1f}s/step, skipped {row['skipped_groups']}/{row['groups']}",
                     )
 
-                summary = train_grpo(spec, progress=progress, questions=qs)
+                if launch_with == "none":
+                    summary = train_grpo(spec, progress=progress, questions=qs)
+                else:
+                    spec.write(staged.path(spec_name))
+                    command = launch_command(staged.path(spec_name), launch, launch_with)
+                    launched = _train_launched(command, staged.staging, err, "rl_summary.json")
+                    if launched is None:  # a torchrun node other than rank 0's
+                        return
+                    summary = launched
             manifest = write_manifest(
                 staged.path("manifest.json"),
                 stage="train rl",

@@ -358,6 +358,19 @@ class RLSpec:
     out: str
     config: GRPOConfig
 
+    def write(self, path: str | Path) -> None:
+        """``OUT/rl_spec.json``: what every launched worker reads (``kind: rl``)."""
+        data = {"kind": "rl", **dataclasses.asdict(self)}
+        Path(path).write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def read(cls, path: str | Path) -> RLSpec:
+        data = json.loads(Path(path).read_text())
+        return cls(
+            data["questions"], data["kg"], data["profile"], data["out"],
+            GRPOConfig(**data["config"]),
+        )  # fmt: skip
+
 
 def _ds_config(path: str, cfg: GRPOConfig, bf16: bool) -> dict[str, Any]:
     """A ZeRO config with the fields left ``auto`` for Trainer filled from ours."""
@@ -386,8 +399,66 @@ def _ds_config(path: str, cfg: GRPOConfig, bf16: bool) -> dict[str, Any]:
     return ds
 
 
+def _dist() -> tuple[int, int]:
+    """(rank, world size) of the running process group; (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _init_distributed(device: str) -> bool:
+    """Join the launcher's process group (``WORLD_SIZE`` > 1): gloo on CPU, NCCL on CUDA.
+    Returns whether this call started it."""
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return False
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return True
+
+
+def _all_sum(values: Sequence[float], device: str = "cpu") -> list[float]:
+    """Element-wise sum over the ranks (the values themselves in one process)."""
+    import torch
+    import torch.distributed as dist
+
+    if _dist()[1] == 1:
+        return list(values)
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return [float(v) for v in t.tolist()]
+
+
+def _all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order ([obj] in one process)."""
+    import torch.distributed as dist
+
+    world = _dist()[1]
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def weights_checksum(module: Any) -> float:
+    """A float64 sum over every parameter: equal on all ranks when their weights are."""
+    import torch
+
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum() for p in module.parameters()))
+
+
 class _Policy:
-    """The policy under training behind one interface: plain torch or a DeepSpeed engine."""
+    """The policy under training behind one interface: plain torch or a DeepSpeed engine.
+    Data-parallel without DeepSpeed: each rank's gradients are summed over the ranks before
+    the step (the loss is normalised by the step's token count over all ranks), so every rank
+    takes the step one process would take on all the groups."""
 
     def __init__(self, model: Any, cfg: GRPOConfig, device: str, bf16: bool):
         import torch
@@ -436,6 +507,15 @@ class _Policy:
             norm = self.engine.get_global_grad_norm()
             self.sched.step()
             return float(norm) if norm is not None else float("nan")
+        if _dist()[1] > 1:
+            import torch.distributed as dist
+
+            for p in self.module.parameters():
+                if not p.requires_grad:
+                    continue
+                if p.grad is None:  # a rank whose groups all carried no signal
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
         norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -500,8 +580,12 @@ def _train(
     use_cpu, bf16 = resolve_precision(cfg.precision)
     device = "cpu" if use_cpu else "cuda"
     dtype = torch.bfloat16 if bf16 else torch.float32
+    own_group = _init_distributed(device)
+    rank, world = _dist()
+    if device == "cuda" and world > 1:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
+    rng = random.Random(cfg.seed)  # the same on every rank: all draw the same questions
 
     tok = AutoTokenizer.from_pretrained(cfg.init)
     if tok.pad_token is None:
@@ -537,7 +621,8 @@ def _train(
     )
     state = RewardState(step=0)
     metrics_path = out / METRICS
-    metrics_path.unlink(missing_ok=True)
+    if rank == 0:
+        metrics_path.unlink(missing_ok=True)
     history: list[dict[str, Any]] = []
     order = list(range(len(qs)))
     rng.shuffle(order)
@@ -565,14 +650,18 @@ def _train(
             batch.append(qs[order[cursor]])
             cursor += 1
         g = int(cfg.group_size or 2)
-        tasks = [EpisodeTask(q.question, q.topic_names) for q in batch for _ in range(g)]
+        # data parallel: each rank rolls out whole groups (group gi on rank gi % world)
+        mine = [gi for gi in range(len(batch)) if gi % world == rank]
+        tasks = [
+            EpisodeTask(batch[gi].question, batch[gi].topic_names) for gi in mine for _ in range(g)
+        ]
         with autocast:
             rollouts = run_rollouts(
                 sampler,
                 tasks,
                 lambda task: ToolEnvironment(graph, task.question, tool_cfg),
                 rcfg,
-                seed=cfg.seed * 100_003 + step_i,
+                seed=cfg.seed * 100_003 + step_i + 7_919 * rank,
                 batch_size=cfg.rollout_batch_size,
             )
         t_roll = time.perf_counter() - t0
@@ -581,15 +670,15 @@ def _train(
         # rewards (state.step = step_i - 1: the steps done before this one)
         results = []
         for k, r in enumerate(rollouts):
-            q = batch[k // g]
+            q = batch[mine[k // g]]
             gold = Gold(answers=q.answers, question=q.question, topic_names=q.topic_names)
             results.append(rspec.score(r.episode, gold, state, distance=distance))
         rewards = [res.total for res in results]
         # advantages per group
         per_token_adv: list[list[float] | None] = [None] * len(rollouts)
         skipped = 0
-        for gi in range(len(batch)):
-            idx = list(range(gi * g, (gi + 1) * g))
+        for j_group in range(len(mine)):
+            idx = list(range(j_group * g, (j_group + 1) * g))
             if cfg.turn_advantage:  # KG-R1: G_t = r_t + lambda R, one pooled baseline
                 returns = [
                     turn_returns(
@@ -614,20 +703,53 @@ def _train(
         keep = [i for i, a in enumerate(per_token_adv) if a is not None]
         upd = _update(policy, ref, rollouts, per_token_adv, keep, cfg, device, autocast)
         t_step = time.perf_counter() - t0
+        eps = [r.episode for r in rollouts]
+        # every rank's share of the step, so that all hold the same curriculum state and rank
+        # 0 logs the whole step
+        shares = _all_gather(
+            {
+                "rewards": rewards,
+                "outcomes": [res.outcome for res in results],
+                "components": [res.components for res in results],
+                "beta": results[0].fbeta_beta if results else None,
+                "turns": [len([t for t in e.turns if not t.llm_error]) for e in eps],
+                "tool_errors": [e.tool_errors for e in eps],
+                "format_errors": [e.format_errors for e in eps],
+                "answered": [e.answered for e in eps],
+                "timed_out": sum(r.timed_out for r in rollouts),
+                "truncated": sum(r.truncated_observations for r in rollouts),
+                "generated_tokens": sum(r.generated_tokens for r in rollouts),
+                "skipped": skipped,
+                "rollout_s": t_roll,
+                "checksum": weights_checksum(policy.module) if world > 1 else 0.0,
+            }
+        )
+        every = {k: [v for s in shares for v in s[k]] for k in
+                 ("rewards", "outcomes", "components", "turns", "tool_errors", "format_errors",
+                  "answered")}  # fmt: skip
+        rewards = every["rewards"]
         mean_r = sum(rewards) / len(rewards)
-        beta = results[0].fbeta_beta
+        beta = next((s["beta"] for s in shares if s["beta"] is not None), None)
         # the running mean of the outcome reward and the F-beta switch, for the next step
-        state = rspec.advance(state, [res.outcome for res in results])
-        gen_tokens = sum(r.generated_tokens for r in rollouts)
-        totals["rollouts"] += len(rollouts)
+        state = rspec.advance(state, every["outcomes"])
+        gen_tokens = sum(s["generated_tokens"] for s in shares)
+        skipped = sum(s["skipped"] for s in shares)
+        t_roll = max(s["rollout_s"] for s in shares)
+        totals["rollouts"] += len(rewards)
         totals["skipped_groups"] += skipped
         totals["groups"] += len(batch)
         totals["generated_tokens"] += gen_tokens
         comps: dict[str, float] = {}
-        for res in results:
-            for name, v in res.components.items():
-                comps[name] = comps.get(name, 0.0) + v / len(results)
-        eps = [r.episode for r in rollouts]
+        for components in every["components"]:
+            for name, v in components.items():
+                comps[name] = comps.get(name, 0.0) + v / len(rewards)
+        n_eps = len(rewards)
+        sync = {}
+        if world > 1:
+            sums = [s["checksum"] for s in shares]
+            zero3 = policy.engine is not None and policy.engine.zero_optimization_stage() == 3
+            if not zero3:  # ZeRO-3 ranks hold shards, not whole weights
+                sync = {"weights_in_sync": max(sums) - min(sums) <= 1e-9 * max(1.0, abs(sums[0]))}
         row = {
             "step": step_i,
             "reward": mean_r,
@@ -638,39 +760,56 @@ def _train(
             **({"fbeta_beta": beta} if beta is not None else {}),
             **upd,
             "lr": policy.sched.get_last_lr()[0],
-            "turns": sum(len([t for t in e.turns if not t.llm_error]) for e in eps) / len(eps),
-            "tool_errors": sum(e.tool_errors for e in eps) / len(eps),
-            "format_errors": sum(e.format_errors for e in eps) / len(eps),
-            "answered": sum(e.answered for e in eps) / len(eps),
-            "timed_out": sum(r.timed_out for r in rollouts),
-            "truncated_observations": sum(r.truncated_observations for r in rollouts),
+            "turns": sum(every["turns"]) / n_eps,
+            "tool_errors": sum(every["tool_errors"]) / n_eps,
+            "format_errors": sum(every["format_errors"]) / n_eps,
+            "answered": sum(every["answered"]) / n_eps,
+            "timed_out": sum(s["timed_out"] for s in shares),
+            "truncated_observations": sum(s["truncated"] for s in shares),
             "generated_tokens": gen_tokens,
             "rollout_tokens_per_s": gen_tokens / t_roll if t_roll > 0 else 0.0,
             "skipped_groups": skipped,
             "groups": len(batch),
             "rollout_s": t_roll,
             "step_s": t_step,
+            **({"world_size": world} if world > 1 else {}),
+            **sync,
             "time": time.time(),
         }
         history.append(row)
-        if step_i % cfg.logging_steps == 0 or step_i == cfg.max_steps:
+        if sync and not sync["weights_in_sync"]:
+            raise RuntimeError(f"step {step_i}: the ranks' weights differ ({shares})")
+        if rank == 0 and (step_i % cfg.logging_steps == 0 or step_i == cfg.max_steps):
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
             _save(policy, tok, out / CHECKPOINTS / f"step-{step_i}", rcfg.system_text)
-        if progress:
+        if progress and rank == 0:
             progress(step_i, cfg.max_steps, row)
     _save(policy, tok, out, rcfg.system_text)
-    (out / "rl_config.json").write_text(
-        json.dumps(
-            {"config": dataclasses.asdict(cfg), "questions": spec.questions, "kg": spec.kg},
-            indent=2,
-        )
-    )
-    plot_rl(history, out / PLOT)
+    summary = _summary(history, qs, started, device, dtype, totals, world)
+    if rank == 0:
+        _write_run_files(spec, history, summary)
+    if own_group:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return summary
+
+
+def _summary(
+    history: Sequence[dict[str, Any]],
+    qs: Sequence[Any],
+    started: float,
+    device: str,
+    dtype: Any,
+    totals: dict[str, int],
+    world: int,
+) -> dict[str, Any]:
     first = history[: max(1, len(history) // 5)]
     last = history[-max(1, len(history) // 5) :]
-    summary = {
+    return {
         "steps": len(history),
         "questions": len(qs),
         "reward_first": sum(h["reward"] for h in first) / len(first),
@@ -680,10 +819,22 @@ def _train(
         "wall_s": round(time.perf_counter() - started, 3),
         "device": device,
         "dtype": str(dtype).replace("torch.", ""),
+        "world_size": world,
         **totals,
     }
+
+
+def _write_run_files(spec: RLSpec, history: Sequence[dict[str, Any]], summary: dict) -> None:
+    """rl_config.json, rl.png and rl_summary.json (rank 0)."""
+    cfg, out = spec.config, Path(spec.out)
+    (out / "rl_config.json").write_text(
+        json.dumps(
+            {"config": dataclasses.asdict(cfg), "questions": spec.questions, "kg": spec.kg},
+            indent=2,
+        )
+    )
+    plot_rl(history, out / PLOT)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2))
-    return summary
 
 
 def _update(
@@ -696,19 +847,23 @@ def _update(
     device: str,
     autocast: Any,
 ) -> dict[str, float]:
-    """One GRPO update (or ``updates_per_step``) over the kept rollouts."""
+    """One GRPO update (or ``updates_per_step``) over the kept rollouts. In a process group
+    each rank passes its own rollouts; the loss is normalised by the token count of all ranks,
+    and every rank steps together (a rank with nothing kept contributes zero gradients)."""
     import torch
 
     empty = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": None, "grad_norm": 0.0,
              "trained_tokens": 0, "logprob_mismatch": 0.0}  # fmt: skip
-    if not keep:
+    _, world = _dist()
+    local_tokens = sum(sum(rollouts[i].mask) for i in keep)
+    total_tokens = int(_all_sum([local_tokens], device)[0])
+    if total_tokens == 0:  # the same on every rank: no step anywhere
         return empty
-    total_tokens = sum(sum(rollouts[i].mask) for i in keep)
-    if total_tokens == 0:
-        return empty
+    # DeepSpeed averages the ranks' gradients, the plain path sums them
+    norm_tokens = total_tokens / world if policy.engine is not None else total_tokens
     micro = [
         list(keep[i : i + cfg.micro_batch_size]) for i in range(0, len(keep), cfg.micro_batch_size)
-    ]
+    ] if local_tokens else []  # fmt: skip
 
     def tensors(idx: list[int]) -> tuple[Any, ...]:  # ids, attention, mask, advantages, logprobs
         width = max(len(rollouts[i]) for i in idx)
@@ -720,6 +875,9 @@ def _update(
         return ids.to(device), att.to(device), mask.to(device), adv.to(device), old.to(device)
 
     batches = [tensors(idx) for idx in micro]
+    if not batches:  # this rank kept nothing: one masked-out row, so it still steps with the rest
+        zero = torch.zeros((1, 2), dtype=torch.long, device=device)
+        batches = [(zero, torch.ones_like(zero), zero, zero.float(), zero.float())]
     fwd = policy.forward_module()
     ref_lp: dict[int, Any] = {}
     old_lp: dict[int, Any] = {}
@@ -745,7 +903,7 @@ def _update(
             loss, st = grpo_token_loss(
                 logp, old, ref_lp.get(k), adv, mask,
                 clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                kl_coef=cfg.kl_coef, total_tokens=total_tokens,
+                kl_coef=cfg.kl_coef, total_tokens=norm_tokens,
             )  # fmt: skip
             policy.backward(loss, last=k == len(batches) - 1)
             sums["loss"] += float(loss.detach())
@@ -753,6 +911,11 @@ def _update(
                 sums[name] += float(st[name])
             sums["entropy"] += float((ent * mask).sum())
         norms.append(policy.step())
+    keys = ("loss", "pg", "kl", "clipped", "tokens", "entropy")
+    sums = dict(zip(keys, _all_sum([sums[k] for k in keys], device), strict=True))
+    mismatch = max(_all_gather(mismatch))
+    if policy.engine is not None:
+        sums["loss"] /= world  # each rank's loss was scaled up by the averaging
     n = max(1.0, sums["tokens"])
     return {
         "loss": sums["loss"] / cfg.updates_per_step,

@@ -1,4 +1,4 @@
-"""Multi-process launch of an SFT run: the ``deepspeed`` launcher or ``torchrun``.
+"""Multi-process launch of an SFT or GRPO run: the ``deepspeed`` launcher or ``torchrun``.
 
 ``kgsynth train stage1|stage2`` writes the resolved run to ``OUT/train_config.json`` and, for
 more than one process, runs one of::
@@ -128,21 +128,30 @@ def launch_command(spec_path: str | Path, launch: LaunchConfig, launcher: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Worker entry point: train one process of a launched run."""
+    """Worker entry point: train one process of a launched run (SFT, or GRPO for a spec whose
+    ``kind`` is ``rl``)."""
+    import json
     import logging
 
     from kgsynth.errors import KGSynthError
     from kgsynth.train.sft import RunSpec, train_sft
 
     parser = argparse.ArgumentParser(prog="python -m kgsynth.train.launch")
-    parser.add_argument("spec", help="OUT/train_config.json written by `kgsynth train`")
+    parser.add_argument(
+        "spec", help="OUT/train_config.json or OUT/rl_spec.json written by `kgsynth train`"
+    )
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None)  # deepspeed's
     ns = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        train_sft(RunSpec.read(ns.spec))
+        if json.loads(Path(ns.spec).read_text()).get("kind") == "rl":
+            from kgsynth.train.grpo import RLSpec, train_grpo
+
+            train_grpo(RLSpec.read(ns.spec))
+        else:
+            train_sft(RunSpec.read(ns.spec))
     except KGSynthError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
