@@ -171,6 +171,7 @@ class EvalConfig:
     max_triples: int = 5
     rerank: str = "none"  # none | llm: GraphWalker's LLM rerank of the BM25 top-20 relations
     relation_ranking: str = "bm25"  # bm25 | hybrid: BM25 plus sentence-encoder similarity
+    report_to: str = "none"  # none | tensorboard | wandb: the summary metrics (kgsynth.tracking)
     seed: int = 0
     system_text: str | None = None  # the checkpoint's stored system prompt (hf), if any
 
@@ -189,6 +190,9 @@ class EvalConfig:
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
         if self.rerank not in RERANK_MODES:
             raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
+        from kgsynth.tracking import check_report_to
+
+        check_report_to(self.report_to)
         if self.relation_ranking not in RELATION_RANKINGS:
             raise ConfigError(
                 f"--relation-ranking must be bm25 or hybrid (got {self.relation_ranking!r})"

@@ -229,3 +229,49 @@ def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Pa
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_report_to_tensorboard_for_sft_rl_and_eval(task: Path, sft: Path, tmp_path: Path):
+    """--report-to tensorboard: event files in RUN/tensorboard that read back to the same
+    numbers the stage writes to its own files."""
+    from kgsynth.tracking import read_tensorboard
+
+    s1 = tmp_path / "s1"
+    res = runner.invoke(
+        app,
+        ["train", "stage1", "--corpus", str(task / "corpus.parquet"), "--model", "tiny",
+         "--out", str(s1), "--max-steps", "6", "--batch-size", "4", "--logging-steps", "2",
+         "--max-length", "512", "--tiny-vocab-size", "400", "--no-packing",
+         "--report-to", "tensorboard"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    series = read_tensorboard(s1)
+    logged = [json.loads(x) for x in (s1 / "metrics.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["loss"] for r in logged if "loss" in r}
+    assert {step: pytest.approx(v) for step, v in series["train/loss"]} == losses
+
+    rl = tmp_path / "rl"
+    res = _rl(task, rl, "--init", str(sft), "--max-steps", "2", "--group-size", "4",
+              "--questions-per-step", "2", "--lr", "3e-4", "--report-to", "tensorboard")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    series = read_tensorboard(rl)
+    rows = [json.loads(x) for x in (rl / "metrics.jsonl").read_text().splitlines()]
+    assert [(s, pytest.approx(v)) for s, v in series["rl/reward"]] == [
+        (r["step"], r["reward"]) for r in rows
+    ]
+    assert "rl/kl" in series and "rl/reward/hit" in series
+
+    ev = tmp_path / "eval"
+    res = runner.invoke(
+        app,
+        ["eval", "--questions", str(task / "questions.parquet"), "--kg", str(task / "kg"),
+         "--model", str(sft), "--out", str(ev), "--max-turns", str(MAX_TURNS),
+         "--max-tokens", "40", "--report-to", "tensorboard"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    metrics = json.loads((ev / "metrics.json").read_text())
+    series = read_tensorboard(ev)
+    assert series["eval/hits_at_1"] == [(0, pytest.approx(metrics["overall"]["hits_at_1"]))]
+    assert series["eval/f1"] == [(0, pytest.approx(metrics["overall"]["f1"]))]
+    res = _rl(task, tmp_path / "x", "--init", str(sft), "--report-to", "mlflow", "--dry-run")
+    assert res.exit_code != 0 and "--report-to must be one of" in res.output

@@ -33,6 +33,7 @@ from kgsynth.cli.options import (
     OverwriteOption,
     ProfileOption,
     RelationRankingOption,
+    ReportToOption,
     RerankOption,
     TimeoutOption,
     ToolsOption,
@@ -121,6 +122,7 @@ def eval_cmd(
     ] = None,
     rerank: RerankOption = None,
     relation_ranking: RelationRankingOption = None,
+    report_to: ReportToOption = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed of run 0. \\[default: 0]")] = None,
     limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
     baseline: Annotated[
@@ -187,6 +189,7 @@ def eval_cmd(
                 max_triples=max_triples,
                 rerank=rerank,
                 relation_ranking=relation_ranking,
+                report_to=report_to,
                 seed=seed,
             ),
             limit=limit,
@@ -304,7 +307,7 @@ def _evaluate(
         out_dir,
         folder=True,
         overwrite=overwrite,
-        names={"predictions.parquet", "metrics.json", "eval.png", "manifest.json"},
+        names={"predictions.parquet", "metrics.json", "eval.png", "manifest.json", "tensorboard"},
         inputs=[
             ("--questions", questions),
             ("--qtype-file", qtype_file),
@@ -385,6 +388,15 @@ def _evaluate(
             json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n"
         )
         eval_png(metrics, staged.path("eval.png"))
+        if cfg.report_to != "none":
+            from kgsynth.tracking import Tracker, scalars
+
+            tracker = Tracker(cfg.report_to, staged.staging, name=f"eval-{label or 'model'}")
+            values = scalars(metrics["overall"], "eval/")
+            for hops, cell in (metrics.get("breakdowns", {}).get("hops") or {}).items():
+                values.update(scalars(cell, f"eval/{hops}-hop/"))
+            tracker.log(0, values)
+            tracker.close()
         write_manifest(
             staged.path("manifest.json"),
             stage="eval",

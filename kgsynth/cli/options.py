@@ -79,6 +79,15 @@ RerankOption = Annotated[
     ),
 ]
 
+ReportToOption = Annotated[
+    str | None,
+    typer.Option(
+        "--report-to",
+        help="Mirror the metrics to tensorboard (RUN/tensorboard; `tensorboard --logdir RUN`) "
+        "or wandb (needs `pip install wandb`), or none. \\[default: none]",
+    ),
+]
+
 RelationRankingOption = Annotated[
     str | None,
     typer.Option(

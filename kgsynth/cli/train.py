@@ -22,6 +22,7 @@ from kgsynth.cli.options import (
     MaxTurnsOption,
     ProfileOption,
     RelationRankingOption,
+    ReportToOption,
     ToolsOption,
 )
 from kgsynth.errors import KGSynthError
@@ -201,6 +202,7 @@ def stage1_cmd(
     tiny_init_std: Annotated[
         float | None, typer.Option(help="tiny: normal-init spread of the weights. \\[default: 0.1]")
     ] = None,
+    report_to: ReportToOption = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
     dry_run: DryRunOption = False,
@@ -241,6 +243,7 @@ def stage2_cmd(
     precision: PrecisionOption = None,
     gradient_checkpointing: GradCkptOption = None,
     attn_implementation: AttnOption = None,
+    report_to: ReportToOption = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
     dry_run: DryRunOption = False,
@@ -564,6 +567,7 @@ def rl_cmd(
     ] = None,
     tools: ToolsOption = None,
     relation_ranking: RelationRankingOption = None,
+    report_to: ReportToOption = None,
     save_steps: Annotated[
         int | None, typer.Option(help="Checkpoint every N steps. \\[default: 25]")
     ] = None,
@@ -615,7 +619,7 @@ def rl_cmd(
         turn_advantage=turn_advantage, updates_per_step=updates_per_step,
         micro_batch_size=micro_batch_size, temperature=temperature, max_turns=max_turns,
         max_turn_tokens=max_turn_tokens, max_obs_tokens=max_obs_tokens,
-        rollout_timeout_s=rollout_timeout, toolset=tools, relation_ranking=relation_ranking, save_steps=save_steps, seed=seed,
+        rollout_timeout_s=rollout_timeout, toolset=tools, relation_ranking=relation_ranking, report_to=report_to, save_steps=save_steps, seed=seed,
         deepspeed=deepspeed, precision=precision,
     )  # fmt: skip
     try:

@@ -105,6 +105,7 @@ class GRPOConfig:
     rollout_batch_size: int = 64  # sequences per generate() call
     toolset: str = "graphwalker"
     relation_ranking: str = "bm25"  # bm25 | hybrid (kgsynth.agent.relrank); as in synthesis/eval
+    report_to: str = "none"  # none | tensorboard | wandb: mirrors metrics.jsonl (kgsynth.tracking)
     top_k_relations: int = 10
     max_triples_per_relation: int = 5
     distance_max_depth: int = 3
@@ -183,6 +184,9 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
         c.precision in ("auto", "bf16", "fp32"),
         f"precision must be auto, bf16 or fp32 (got {c.precision!r})",
     )
+    from kgsynth.tracking import check_report_to
+
+    check_report_to(c.report_to)
     rewards = reward_spec(c)  # names and weights checked
     if c.phase2_questions is not None:
         need(
@@ -621,8 +625,12 @@ def _train(
     )
     state = RewardState(step=0)
     metrics_path = out / METRICS
+    tracker = None
     if rank == 0:
+        from kgsynth.tracking import Tracker
+
         metrics_path.unlink(missing_ok=True)
+        tracker = Tracker(cfg.report_to, out, name="rl", config=dataclasses.asdict(cfg))
     history: list[dict[str, Any]] = []
     order = list(range(len(qs)))
     rng.shuffle(order)
@@ -782,10 +790,16 @@ def _train(
         if rank == 0 and (step_i % cfg.logging_steps == 0 or step_i == cfg.max_steps):
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
+            if tracker is not None:
+                from kgsynth.tracking import scalars
+
+                tracker.log(step_i, scalars(row, "rl/"))
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
             _save(policy, tok, out / CHECKPOINTS / f"step-{step_i}", rcfg.system_text)
         if progress and rank == 0:
             progress(step_i, cfg.max_steps, row)
+    if tracker is not None:
+        tracker.close()
     _save(policy, tok, out, rcfg.system_text)
     summary = _summary(history, qs, started, device, dtype, totals, world)
     if rank == 0:

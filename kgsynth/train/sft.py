@@ -143,6 +143,7 @@ class SFTConfig:
     copy_warmup_steps: int | None = None  # steps on copy drills before the trajectories
     copy_warmup_batch_size: int = 32
     copy_warmup_lr: float = 5e-3
+    report_to: str = "none"  # none | tensorboard (RUN/tensorboard) | wandb (kgsynth.tracking)
 
 
 def _init_recipe(init: str) -> str | None:
@@ -273,6 +274,9 @@ def _check(c: SFTConfig) -> None:
         f"copy_warmup_batch_size must be >= 1 (got {c.copy_warmup_batch_size})",
     )
     need(c.tiny_vocab_size >= 300, f"tiny_vocab_size must be >= 300 (got {c.tiny_vocab_size})")
+    from kgsynth.tracking import check_report_to
+
+    check_report_to(c.report_to)
     if c.deepspeed is not None:
         load_deepspeed_config(c.deepspeed)
 
@@ -740,7 +744,7 @@ def _train(
         train_sampling_strategy="random" if cfg.packing else "group_by_length",
         remove_unused_columns=False,
         dataloader_num_workers=0,
-        report_to="none",
+        report_to="wandb" if cfg.report_to == "wandb" else "none",  # transformers' integration
         disable_tqdm=progress is not None,
     )
     rank0 = args.process_index == 0
@@ -795,6 +799,13 @@ def _train(
     n_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
     metrics_path = out / METRICS
+    if cfg.report_to == "tensorboard" and rank0:  # transformers' own callback, into RUN/tensorboard
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+
+        from kgsynth.tracking import TB_DIR
+
+        callbacks = [*callbacks, TensorBoardCallback(SummaryWriter(log_dir=str(out / TB_DIR)))]
     trainer_cls = _make_trainer_class()
     trainer = trainer_cls(
         model=model,
