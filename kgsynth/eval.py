@@ -77,6 +77,7 @@ from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.metrics import answer_set, mean_interval, normalize_answer, score
+from kgsynth.modelio import is_model_folder
 from kgsynth.qafiles import QARecord
 from kgsynth.schema import MESSAGE, TURN
 
@@ -658,7 +659,7 @@ def checkpoint_label(model: str) -> str:
 
 
 def _is_checkpoint(path: Path) -> bool:
-    return (path / "config.json").is_file()
+    return is_model_folder(path)
 
 
 def _weights_sha256(folder: Path) -> str | None:

@@ -275,3 +275,59 @@ def test_report_to_tensorboard_for_sft_rl_and_eval(task: Path, sft: Path, tmp_pa
     assert series["eval/f1"] == [(0, pytest.approx(metrics["overall"]["f1"]))]
     res = _rl(task, tmp_path / "x", "--init", str(sft), "--report-to", "mlflow", "--dry-run")
     assert res.exit_code != 0 and "--report-to must be one of" in res.output
+
+
+def test_lora_sft_merge_rl_and_eval(task: Path, sft: Path, tmp_path: Path):
+    """--lora-r: SFT trains only adapters and saves them; `train merge` writes a full model
+    whose outputs are the adapted model's; RL trains adapters against the adapter-free base as
+    its KL reference; eval loads a LoRA run folder directly."""
+    import torch
+    from peft import AutoPeftModelForCausalLM
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    lora = tmp_path / "lora"
+    res = runner.invoke(
+        app,
+        ["train", "stage1", "--corpus", str(task / "corpus.parquet"), "--model", str(sft),
+         "--out", str(lora), "--max-steps", "8", "--batch-size", "4", "--lr", "5e-3",
+         "--max-length", "512", "--no-packing", "--lora-r", "4", "--lora-alpha", "8",
+         "--lora-target", "q_proj,v_proj"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (lora / "adapter_config.json").is_file() and not (lora / "model.safetensors").exists()
+    adapter = load_file(lora / "adapter_model.safetensors")
+    assert adapter and all("lora_" in k for k in adapter)
+    assert all(("q_proj" in k or "v_proj" in k) for k in adapter)
+    assert any(float(v.abs().sum()) > 0 for k, v in adapter.items() if "lora_B" in k)  # trained
+
+    merged = tmp_path / "merged"
+    res = runner.invoke(app, ["train", "merge", str(lora), "--out", str(merged)])
+    assert res.exit_code == 0, res.output
+    full = AutoModelForCausalLM.from_pretrained(merged).eval()
+    peft_model = AutoPeftModelForCausalLM.from_pretrained(lora).eval()
+    ids = torch.tensor([[1, 5, 9, 14, 22, 30]])
+    with torch.no_grad():
+        assert torch.allclose(full(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=1e-5)
+        base = AutoModelForCausalLM.from_pretrained(sft).eval()
+        assert not torch.allclose(full(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-5)
+    assert (merged / "agent_system_prompt.txt").is_file()
+
+    rl = tmp_path / "rl"
+    res = _rl(task, rl, "--init", str(sft), "--max-steps", "3", "--group-size", "4",
+              "--questions-per-step", "4", "--lr", "1e-2", "--kl", "0.05", "--lora-r", "4",
+              "--temperature", "1.0")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (rl / "metrics.jsonl").read_text().splitlines()]
+    assert (rl / "adapter_config.json").is_file()
+    # the reference is the base (adapter off): once the adapter has moved, the KL is > 0
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6) and any(r["kl"] > 0 for r in rows[1:])
+
+    ev = tmp_path / "eval"
+    res = runner.invoke(
+        app,
+        ["eval", "--questions", str(task / "questions.parquet"), "--kg", str(task / "kg"),
+         "--model", str(lora), "--out", str(ev), "--max-turns", str(MAX_TURNS),
+         "--max-tokens", "40"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output

@@ -40,6 +40,7 @@ from kgsynth.cli.options import (
     TurnTokensOption,
 )
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.modelio import is_model_folder
 
 
 def eval_cmd(
@@ -282,7 +283,7 @@ def _evaluate(
         )
     records = read_questions(questions, qtype_file=qtype_file, limit=limit)
     check_records(records, questions)
-    if llm == "hf" and not (Path(model) / "config.json").is_file():
+    if llm == "hf" and not is_model_folder(model):
         raise ConfigError(
             f"--model: {model} is not a transformers checkpoint folder (no config.json)"
         )

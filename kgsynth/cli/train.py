@@ -122,6 +122,28 @@ OverwriteOption = Annotated[
         "train afresh; without it an unfinished run of the same options is resumed."
     ),
 ]
+LoraROption = Annotated[
+    int | None,
+    typer.Option(
+        "--lora-r",
+        help="Train LoRA adapters of this rank (PEFT) instead of every weight; the run folder "
+        "keeps the adapter (`kgsynth train merge` writes full weights). \\[default: 0, no LoRA]",
+    ),
+]
+LoraAlphaOption = Annotated[
+    float | None, typer.Option("--lora-alpha", help="LoRA scaling alpha. \\[default: 16]")
+]
+LoraDropoutOption = Annotated[
+    float | None, typer.Option("--lora-dropout", help="LoRA dropout. \\[default: 0.05]")
+]
+LoraTargetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--lora-target",
+        help="Modules that get adapters: comma-separated names (q_proj,v_proj) or all-linear. "
+        "\\[default: all-linear]",
+    ),
+]
 DryRunOption = Annotated[
     bool,
     typer.Option(
@@ -203,6 +225,10 @@ def stage1_cmd(
         float | None, typer.Option(help="tiny: normal-init spread of the weights. \\[default: 0.1]")
     ] = None,
     report_to: ReportToOption = None,
+    lora_r: LoraROption = None,
+    lora_alpha: LoraAlphaOption = None,
+    lora_dropout: LoraDropoutOption = None,
+    lora_target: LoraTargetOption = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
     dry_run: DryRunOption = False,
@@ -244,6 +270,10 @@ def stage2_cmd(
     gradient_checkpointing: GradCkptOption = None,
     attn_implementation: AttnOption = None,
     report_to: ReportToOption = None,
+    lora_r: LoraROption = None,
+    lora_alpha: LoraAlphaOption = None,
+    lora_dropout: LoraDropoutOption = None,
+    lora_target: LoraTargetOption = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
     dry_run: DryRunOption = False,
@@ -568,6 +598,10 @@ def rl_cmd(
     tools: ToolsOption = None,
     relation_ranking: RelationRankingOption = None,
     report_to: ReportToOption = None,
+    lora_r: LoraROption = None,
+    lora_alpha: LoraAlphaOption = None,
+    lora_dropout: LoraDropoutOption = None,
+    lora_target: LoraTargetOption = None,
     save_steps: Annotated[
         int | None, typer.Option(help="Checkpoint every N steps. \\[default: 25]")
     ] = None,
@@ -619,7 +653,8 @@ def rl_cmd(
         turn_advantage=turn_advantage, updates_per_step=updates_per_step,
         micro_batch_size=micro_batch_size, temperature=temperature, max_turns=max_turns,
         max_turn_tokens=max_turn_tokens, max_obs_tokens=max_obs_tokens,
-        rollout_timeout_s=rollout_timeout, toolset=tools, relation_ranking=relation_ranking, report_to=report_to, save_steps=save_steps, seed=seed,
+        rollout_timeout_s=rollout_timeout, toolset=tools, relation_ranking=relation_ranking, report_to=report_to, lora_r=lora_r, lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout, lora_target=lora_target, save_steps=save_steps, seed=seed,
         deepspeed=deepspeed, precision=precision,
     )  # fmt: skip
     try:
@@ -710,3 +745,36 @@ def rl_cmd(
         f"(equal rewards) → {out_dir}",
         highlight=False,
     )
+
+
+@train_app.command("merge")
+def merge_cmd(
+    run: Annotated[Path, typer.Argument(help="A LoRA run folder (stage1, stage2 or rl).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the merged full model.")],
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an earlier merge in --out (a folder kgsynth wrote).")
+    ] = False,
+) -> None:
+    """Fold a LoRA run's adapter into its base weights: a plain save_pretrained folder (weights,
+    config, tokenizer, the agent's system prompt) that transformers and vLLM load directly."""
+    from kgsynth.manifest import write_manifest
+    from kgsynth.stage_io import StagedOutput
+    from kgsynth.train.lora import merge
+
+    started = time.perf_counter()
+    try:
+        staged = StagedOutput(out_dir, folder=True, overwrite=overwrite, inputs=[("RUN", run)])
+        with staged:
+            info = merge(run, staged.staging)
+            write_manifest(
+                staged.path("manifest.json"),
+                stage="train merge",
+                input={"run": str(run)},
+                output={"path": str(out_dir)},
+                parameters=info["parameters"],
+                elapsed_s=round(time.perf_counter() - started, 3),
+            )
+            staged.commit()
+    except KGSynthError as exc:
+        fail(exc)
+    out.print(f"merged {run} → {out_dir} ({info['parameters']:,} parameters)", highlight=False)

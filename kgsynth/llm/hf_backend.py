@@ -12,6 +12,7 @@ from typing import Any
 
 from kgsynth.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+from kgsynth.modelio import is_model_folder
 from kgsynth.text import clean_text
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ class HFLLM(LLM):
     def __init__(self, model: str, *, device: str | None = None, batch_size: int = 8) -> None:
         super().__init__()
         path = Path(model)
-        if not (path / "config.json").is_file():
+        if not is_model_folder(path):
             raise ConfigError(
                 f"--model: {model} is not a transformers checkpoint folder (no config.json)"
             )
@@ -37,7 +38,7 @@ class HFLLM(LLM):
         if self._model is not None:
             return
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
@@ -45,7 +46,9 @@ class HFLLM(LLM):
         self._tok.padding_side = "left"
         if self._tok.pad_token is None:
             self._tok.pad_token = self._tok.eos_token
-        self._model = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype).to(self.device)
+        from kgsynth.modelio import load_causal_lm
+
+        self._model = load_causal_lm(self.model, dtype=dtype).to(self.device)
         self._model.eval()
 
     def _prompt(self, req: Request) -> str:

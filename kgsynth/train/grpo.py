@@ -53,6 +53,7 @@ from typing import Any
 
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg.graph import KGGraph
+from kgsynth.modelio import is_model_folder
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ class GRPOConfig:
     toolset: str = "graphwalker"
     relation_ranking: str = "bm25"  # bm25 | hybrid (kgsynth.agent.relrank); as in synthesis/eval
     report_to: str = "none"  # none | tensorboard | wandb: mirrors metrics.jsonl (kgsynth.tracking)
+    lora_r: int = 0  # > 0: train LoRA adapters; the KL reference is the adapter switched off
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.05
+    lora_target: str = "all-linear"
     top_k_relations: int = 10
     max_triples_per_relation: int = 5
     distance_max_depth: int = 3
@@ -129,7 +134,7 @@ def _init_recipe(init: str) -> str:
 
 def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
     """Fill the recipe's defaults and check each field; errors name the field and range."""
-    if not cfg.init or not (Path(cfg.init) / "config.json").is_file():
+    if not cfg.init or not is_model_folder(cfg.init):
         raise ConfigError(
             f"--init: {cfg.init or '(none)'} holds no saved model (config.json); "
             "give a `kgsynth train stage2` (or stage1) output folder"
@@ -187,6 +192,9 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
     from kgsynth.tracking import check_report_to
 
     check_report_to(c.report_to)
+    from kgsynth.train.lora import check_lora
+
+    check_lora(c.lora_r, c.lora_alpha, c.lora_dropout, c.lora_target)
     rewards = reward_spec(c)  # names and weights checked
     if c.phase2_questions is not None:
         need(
@@ -527,6 +535,17 @@ class _Policy:
         return float(norm)
 
 
+class _AdapterOff:
+    """The KL reference of a LoRA policy: the same model with its adapter switched off."""
+
+    def __init__(self, peft_model: Any):
+        self.model = peft_model
+
+    def __call__(self, **kwargs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(**kwargs)
+
+
 def _pad_batch(rows: Sequence[Sequence[Any]], fill: Any, dtype: Any, width: int) -> Any:
     import torch
 
@@ -558,7 +577,7 @@ def _train(
     questions: Sequence[RLQuestion] | None,
 ) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from kgsynth.agent.loop import EpisodeTask, stored_system_prompt
     from kgsynth.agent.rewards import (
@@ -594,13 +613,20 @@ def _train(
     tok = AutoTokenizer.from_pretrained(cfg.init)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(cfg.init, dtype=torch.float32).to(device)
-    ref = None
-    if cfg.kl_coef > 0:
-        ref = AutoModelForCausalLM.from_pretrained(cfg.init, dtype=dtype).to(device).eval()
+    from kgsynth.modelio import load_causal_lm
+    from kgsynth.train.lora import wrap
+
+    model = load_causal_lm(cfg.init, dtype=torch.float32).to(device)
+    ref: Any = None
+    if cfg.lora_r:
+        model = wrap(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target)
+    elif cfg.kl_coef > 0:
+        ref = load_causal_lm(cfg.init, dtype=dtype).to(device).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
     policy = _Policy(model, cfg, device, bf16)
+    if cfg.lora_r and cfg.kl_coef > 0:
+        ref = _AdapterOff(policy.module)  # the base weights, without a second copy
     sampler = TokenPolicy(policy.module, tok)
     kg = open_kg(spec.kg, profile=spec.profile)
     graph = KGGraph(kg)

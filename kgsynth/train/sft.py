@@ -59,6 +59,7 @@ from typing import Any
 
 from kgsynth.agent.loop import SYSTEM_PROMPT_FILE
 from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.modelio import is_model_folder
 from kgsynth.train.drills import copy_drills
 from kgsynth.train.probe import copy_loss
 
@@ -144,6 +145,10 @@ class SFTConfig:
     copy_warmup_batch_size: int = 32
     copy_warmup_lr: float = 5e-3
     report_to: str = "none"  # none | tensorboard (RUN/tensorboard) | wandb (kgsynth.tracking)
+    lora_r: int = 0  # > 0: train LoRA adapters of this rank instead of every weight (lora.py)
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.05
+    lora_target: str = "all-linear"  # module names, comma-separated, or all-linear
 
 
 def _init_recipe(init: str) -> str | None:
@@ -164,7 +169,7 @@ def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
             raise ConfigError("--model: stage1 needs a local HF checkpoint folder or 'tiny'")
         if cfg.init:
             raise ConfigError("--init belongs to stage2; stage1 starts from --model")
-        if cfg.model != "tiny" and not (Path(cfg.model) / "config.json").is_file():
+        if cfg.model != "tiny" and not is_model_folder(cfg.model):
             raise ConfigError(
                 f"--model: {cfg.model} is not a local HF checkpoint folder (no config.json) "
                 "and not 'tiny'; nothing is downloaded"
@@ -174,7 +179,7 @@ def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
             raise ConfigError("--init: stage2 needs a stage-1 output folder")
         if cfg.model:
             raise ConfigError("--model belongs to stage1; stage2 starts from --init")
-        if not (Path(cfg.init) / "config.json").is_file():
+        if not is_model_folder(cfg.init):
             raise ConfigError(
                 f"--init: {cfg.init} holds no saved model (config.json); run `kgsynth train stage1` first"
             )
@@ -277,6 +282,9 @@ def _check(c: SFTConfig) -> None:
     from kgsynth.tracking import check_report_to
 
     check_report_to(c.report_to)
+    from kgsynth.train.lora import check_lora
+
+    check_lora(c.lora_r, c.lora_alpha, c.lora_dropout, c.lora_target)
     if c.deepspeed is not None:
         load_deepspeed_config(c.deepspeed)
 
@@ -688,7 +696,7 @@ def _train(
     started: float,
 ) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+    from transformers import AutoTokenizer, TrainingArguments
 
     from kgsynth.agent.render import CHATML_TEMPLATE
     from kgsynth.train.data import Collator, RowDataset, build_samples, make_rows, read_corpus
@@ -786,7 +794,9 @@ def _train(
             cfg.max_length,
         )
 
-    model = AutoModelForCausalLM.from_pretrained(
+    from kgsynth.modelio import load_causal_lm
+
+    model = load_causal_lm(
         model_path, dtype=torch.float32, attn_implementation=cfg.attn_implementation
     )
     limit = getattr(model.config, "max_position_embeddings", None)
@@ -795,6 +805,10 @@ def _train(
             f"max_length ({cfg.max_length}) exceeds the model's max_position_embeddings ({limit})"
         )
     copy_loss_start = copy_loss(model, tokenizer, probe) if probe and rank0 else None
+    if cfg.lora_r:
+        from kgsynth.train.lora import wrap
+
+        model = wrap(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target)
     model.config.use_cache = False
     n_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
