@@ -595,6 +595,40 @@ def test_queries_share_one_keep_alive_connection(
     kg.close()
 
 
+def test_sparqlwrapper_builds_every_request(
+    fake_endpoint: Callable[..., FakeEndpoint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPARQLWrapper is the client: each request is the one its ``_createRequest`` builds (form
+    POST, its format parameters), and its QueryResult converts the answer; only the transport
+    is the keep-alive connection, never urllib's urlopen."""
+    import SPARQLWrapper.Wrapper as wrapper_module
+
+    from kgsynth.kg.endpoint import KeepAliveSPARQLWrapper
+
+    built: list[bytes] = []
+    original = KeepAliveSPARQLWrapper._createRequest
+
+    def spy(self: Any) -> Any:
+        request = original(self)
+        built.append(request.data)
+        return request
+
+    def no_urlopen(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("urlopen used: a new connection per query")
+
+    monkeypatch.setattr(KeepAliveSPARQLWrapper, "_createRequest", spy)
+    monkeypatch.setattr(wrapper_module, "urlopener", no_urlopen)
+    fake = fake_endpoint(Reply(), keep_alive=True)
+    kg = endpoint(fake.url)
+    assert issubclass(KeepAliveSPARQLWrapper, wrapper_module.SPARQLWrapper)
+    for _ in range(3):
+        assert kg.select(QUERY) == SELECT_ROWS
+    assert len(built) == 3 and len(set(fake.ports)) == 1
+    form = fake.requests[0]
+    assert form["query"] == [QUERY] and form["format"] == ["json"] and form["output"] == ["json"]
+    kg.close()
+
+
 def test_connection_the_server_closed_is_reopened(
     fake_endpoint: Callable[..., FakeEndpoint],
 ) -> None:

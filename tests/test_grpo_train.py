@@ -308,7 +308,9 @@ def test_lora_sft_merge_rl_and_eval(task: Path, sft: Path, tmp_path: Path):
     peft_model = AutoPeftModelForCausalLM.from_pretrained(lora).eval()
     ids = torch.tensor([[1, 5, 9, 14, 22, 30]])
     with torch.no_grad():
-        assert torch.allclose(full(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=1e-5)
+        assert torch.allclose(
+            full(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=1e-5
+        )
         base = AutoModelForCausalLM.from_pretrained(sft).eval()
         assert not torch.allclose(full(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-5)
     assert (merged / "agent_system_prompt.txt").is_file()

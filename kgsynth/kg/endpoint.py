@@ -1,14 +1,19 @@
-"""Endpoint backend: any SPARQL 1.1 endpoint over HTTP, on keep-alive connections.
+"""Endpoint backend: any SPARQL 1.1 endpoint over HTTP, through SPARQLWrapper, on keep-alive
+connections.
 
-Virtuoso, QLever, Oxigraph server, Fuseki and GraphDB all answer the same read-only queries,
-sent as the SPARQL protocol's form-encoded POST (the request SPARQLWrapper sends). Each thread
-keeps one persistent connection (``http.client``): a new TCP connection per query cost more than
-a small query itself, and left thousands of sockets in TIME_WAIT after a walk run. Each query
-has a timeout; connection errors, HTTP 429 and 5xx are retried a bounded number of times with
-exponential backoff, after which :class:`KGUnavailableError` says the endpoint is down; a
-connection the server closed while idle is reopened at once. ``http_proxy``/``https_proxy``
-and ``no_proxy`` are honoured as urllib honours them. Engine quirks are absorbed here, not in
-callers:
+Virtuoso, QLever, Oxigraph server, Fuseki and GraphDB all answer the same read-only queries.
+SPARQLWrapper is the client (:class:`KeepAliveSPARQLWrapper`, a subclass): it builds each
+request (the SPARQL protocol's form-encoded POST, its Accept header and format parameters,
+user agent, custom headers) and its ``QueryResult`` parses the JSON results. Only its
+transport differs: ``_query`` sends the request on the thread's persistent ``http.client``
+connection instead of urllib's ``urlopen``, which opens a new TCP connection per query; that
+cost more than a small query itself, and left thousands of sockets in TIME_WAIT after a walk
+run. The query form (SELECT or ASK) is the one the caller asked for, not SPARQLWrapper's regex
+guess. Each query has a timeout; connection errors, HTTP 429 and 5xx are retried a bounded
+number of times with exponential backoff, after which :class:`KGUnavailableError` says the
+endpoint is down; a connection the server closed while idle is reopened at once.
+``http_proxy``/``https_proxy`` and ``no_proxy`` are honoured as urllib honours them. Engine
+quirks are absorbed here, not in callers:
 
 - Virtuoso writes typed literals as ``"type": "typed-literal"`` in its JSON results;
 - Virtuoso names blank nodes ``nodeID://…`` (kept as blank nodes);
@@ -20,14 +25,16 @@ from __future__ import annotations
 
 import base64
 import http.client
-import json
 import logging
 import os
 import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
+
+from SPARQLWrapper import ASK, JSON, POST, SELECT, URLENCODED, SPARQLWrapper
 
 from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
 from kgsynth.kg.base import KG
@@ -39,8 +46,6 @@ log = logging.getLogger(__name__)
 
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 _RDF_LANG_STRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
-# what SPARQLWrapper asks for with JSON results (VIVO answers application/javascript)
-_ACCEPT = "application/sparql-results+json,application/json,text/javascript,application/javascript"
 # errors of a request on a connection that may have gone stale while idle
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 TERM_CACHE_SIZE = 100_000  # converted terms kept per endpoint (cleared when full)
@@ -59,6 +64,57 @@ def binding_to_term(binding: dict[str, Any]) -> Term:
         default = _RDF_LANG_STRING if lang else _XSD_STRING
         return Term("literal", value, binding.get("datatype") or default, lang)
     raise KGError(f"unexpected binding type {kind!r} in endpoint results")
+
+
+class _Response:
+    """The part of a urllib response SPARQLWrapper's :class:`QueryResult` reads: status,
+    headers, body, URL."""
+
+    def __init__(self, url: str, status: int, headers: Any, body: bytes) -> None:
+        self.url, self.status, self.headers, self.body = url, status, headers, body
+
+    def read(self) -> bytes:
+        return self.body
+
+    def info(self) -> Any:
+        return self.headers
+
+    def geturl(self) -> str:
+        return self.url
+
+
+# request -> timeout -> response: what the wrapper sends its requests through
+Transport = Callable[[urllib.request.Request, float], _Response]
+
+
+class KeepAliveSPARQLWrapper(SPARQLWrapper):
+    """SPARQLWrapper asking for SPARQL JSON results by form-encoded POST, whose requests go out
+    through ``transport`` (a persistent connection) instead of urllib's ``urlopen``.
+
+    Only ``_query`` differs from SPARQLWrapper's: it sends the request ``_createRequest`` built
+    (method, URL, body, headers: user agent, Accept, credentials, custom headers) with the
+    timeout in ``self.timeout``, and returns every status, so the caller decides what to retry
+    (SPARQLWrapper raises on some statuses and not others)."""
+
+    def __init__(self, endpoint: str, agent: str, transport: Transport) -> None:
+        super().__init__(endpoint, returnFormat=JSON, agent=agent)
+        self.setMethod(POST)
+        self.setRequestMethod(URLENCODED)
+        self._transport = transport
+
+    def set_read_query(self, query: str, form: str) -> None:
+        """Set a query the read-only guard admitted, and its form (``SELECT`` for
+        ``KG.select``, ``ASK`` for ``KG.ask``).
+
+        ``setQuery`` would guess the form with SPARQLWrapper's regex, which takes the first
+        keyword after the ``PREFIX`` lines it recognises, upper case only: ``prefix ex:
+        <http://example.org/address#> select …`` reads as an ADD update and would go out as
+        ``update=``. The guard has parsed the text as a query, so the caller knows the form."""
+        self.queryString = query
+        self.queryType = form
+
+    def _query(self) -> tuple[_Response, str]:
+        return self._transport(self._createRequest(), self.timeout), self.returnFormat
 
 
 class SparqlEndpointKG(KG):
@@ -89,12 +145,6 @@ class SparqlEndpointKG(KG):
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port or (443 if self._https else 80)
-        self._target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        self._headers = {
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Accept": _ACCEPT,
-            "User-Agent": user_agent,
-        }
         self._proxy = self._proxy_for(url)
         self._proxy_auth: dict[str, str] = {}
         if self._proxy is not None and self._proxy.username:
@@ -102,8 +152,6 @@ class SparqlEndpointKG(KG):
             password = urllib.parse.unquote(self._proxy.password or "")
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._proxy_auth["Proxy-Authorization"] = f"Basic {token}"
-            if not self._https:  # a plain HTTP proxy reads it on every request
-                self._headers.update(self._proxy_auth)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[http.client.HTTPConnection] = []
@@ -157,16 +205,31 @@ class SparqlEndpointKG(KG):
                 if conn in self._connections:
                     self._connections.remove(conn)
 
-    def _post(self, body: bytes, timeout: float) -> tuple[int, bytes]:
-        """One POST on this thread's keep-alive connection: (status, body). A connection the
+    def _wrapper(self) -> KeepAliveSPARQLWrapper:
+        """This thread's SPARQLWrapper (it holds the query it sends, so one per thread)."""
+        sw = getattr(self._local, "sparqlwrapper", None)
+        if sw is None:
+            sw = KeepAliveSPARQLWrapper(self.url, self.user_agent, self._send)
+            if self._proxy_auth and not self._https:  # a plain HTTP proxy reads it per request
+                for name, value in self._proxy_auth.items():
+                    sw.addCustomHttpHeader(name, value)
+            self._local.sparqlwrapper = sw
+        return sw
+
+    def _send(self, request: urllib.request.Request, timeout: float) -> _Response:
+        """Send SPARQLWrapper's request on this thread's keep-alive connection. A connection the
         server closed while idle fails on first use; it is reopened and the request (read-only,
         so safe to repeat) sent again once."""
-        target = self.url if self._proxy is not None and not self._https else self._target
+        # a plain HTTP proxy takes the absolute URL; a server or a CONNECT tunnel, the path
+        target = (
+            request.full_url if self._proxy is not None and not self._https else request.selector
+        )
+        method, body, headers = request.get_method(), request.data, dict(request.header_items())
         for reopened in (False, True):
             conn = self._connection(timeout)
             reused = conn.sock is not None
             try:
-                conn.request("POST", target, body, self._headers)
+                conn.request(method, target, body, headers)
                 response = conn.getresponse()
                 data = response.read()
             except _STALE:
@@ -178,15 +241,14 @@ class SparqlEndpointKG(KG):
                 # a timeout or a half-read response leaves the connection unusable
                 self._drop_connection()
                 raise
-            return response.status, data
+            return _Response(request.full_url, response.status, response.msg, data)
         raise AssertionError("unreachable")
 
-    def _request(self, query: str, timeout: float | None) -> dict[str, Any]:
+    def _request(self, query: str, form: str, timeout: float | None) -> dict[str, Any]:
         limit = timeout or self.timeout
-        body = urllib.parse.urlencode(
-            # the format parameters SPARQLWrapper sends next to the Accept header
-            {"query": query, "format": "json", "output": "json", "results": "json"}
-        ).encode("ascii")
+        sw = self._wrapper()
+        sw.set_read_query(query, form)
+        sw.timeout = limit  # setTimeout() would round to whole seconds
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             if attempt:
@@ -196,12 +258,13 @@ class SparqlEndpointKG(KG):
                 time.sleep(delay)
             self.stats["queries"] += 1
             try:
-                status, raw = self._post(body, limit)
+                result = sw.query()
             except TimeoutError as exc:
                 raise KGTimeoutError(f"query timed out after {limit:.0f}s at {self.url}") from exc
             except (OSError, http.client.HTTPException) as exc:
                 last = exc
                 continue
+            status, raw = result.response.status, result.response.body
             if status == 429 or status >= 500:
                 last = KGError(f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
                 continue
@@ -211,8 +274,11 @@ class SparqlEndpointKG(KG):
             if status != 200:
                 raise KGError(f"endpoint {self.url} answered HTTP {status}")
             try:
-                return json.loads(raw)
-            except ValueError:
+                # QueryResult's JSON conversion, by the body: convert() would pick a converter
+                # by Content-Type and hand back raw bytes or an XML tree for a mislabelled
+                # answer; kgsynth asked for JSON, and anything else is a malformed answer
+                return result._convertJSON()
+            except (ValueError, TypeError):
                 last = KGError("malformed JSON from endpoint")
                 continue
         raise KGUnavailableError(
@@ -239,7 +305,7 @@ class SparqlEndpointKG(KG):
         return term
 
     def _select(self, query: str, timeout: float | None) -> list[Row]:
-        data = self._request(query, timeout)
+        data = self._request(query, SELECT, timeout)
         try:
             bindings = data["results"]["bindings"]
         except (KeyError, TypeError):
@@ -248,7 +314,7 @@ class SparqlEndpointKG(KG):
         return [{k: term(v) for k, v in b.items()} for b in bindings]
 
     def _ask(self, query: str, timeout: float | None) -> bool:
-        data = self._request(query, timeout)
+        data = self._request(query, ASK, timeout)
         if "boolean" not in data:
             raise KGError(f"endpoint {self.url} returned no ASK result")
         return bool(data["boolean"])
