@@ -308,7 +308,14 @@ def _evaluate(
         out_dir,
         folder=True,
         overwrite=overwrite,
-        names={"predictions.parquet", "metrics.json", "eval.png", "manifest.json", "tensorboard"},
+        names={
+            "predictions.parquet",
+            "metrics.json",
+            "eval.png",
+            "manifest.json",
+            "tensorboard",
+            "wandb",
+        },
         inputs=[
             ("--questions", questions),
             ("--qtype-file", qtype_file),
