@@ -313,8 +313,12 @@ class StagedOutput:
         flag: str = "--out",
         cleanup: list[Path] | None = None,
         names: set[str] | frozenset[str] = frozenset(),
+        resume: bool = False,
     ) -> None:
         self.out = Path(out)
+        # keep the staging folder a killed run left (its checkpoints) instead of removing it
+        self.resume = resume
+        self.resumed = False
         self.names = set(names)
         self.folder = folder
         self.overwrite = overwrite
@@ -336,9 +340,17 @@ class StagedOutput:
         check_overlap(writes, self.inputs, self.flag)
         self.lock.acquire()
         try:
+            kept = _hidden(self.out, "resume")
+            if self.resume and self.staging.is_dir() and not _marker(self.out).exists():
+                shutil.rmtree(kept, ignore_errors=True)
+                os.replace(self.staging, kept)
             _recover_locked(self.out)
             self._check_existing()
-            self.staging.mkdir(parents=True)
+            if kept.is_dir():
+                os.replace(kept, self.staging)
+                self.resumed = True
+            else:
+                self.staging.mkdir(parents=True)
         except BaseException:
             self.lock.release()
             raise

@@ -545,7 +545,8 @@ def test_connection_refused_is_unavailable() -> None:
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize(("kg_timeout", "call_timeout"), [(1.0, None), (30.0, 1.0)])
+# 0.5 s: SPARQLWrapper.setTimeout() would round it down to 0 (no timeout)
+@pytest.mark.parametrize(("kg_timeout", "call_timeout"), [(1.0, None), (30.0, 1.0), (30.0, 0.5)])
 def test_slow_server_times_out_quickly(
     fake_endpoint: Callable[..., FakeEndpoint], kg_timeout: float, call_timeout: float | None
 ) -> None:
@@ -558,7 +559,7 @@ def test_slow_server_times_out_quickly(
     assert len(fake.requests) == 1
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"", b"<html>502 Bad Gateway</html>"])
+@pytest.mark.parametrize("body", [b"{not json", b"", b"<html>502 Bad Gateway</html>", b"[]"])
 def test_malformed_json_is_retried_then_unavailable(
     fake_endpoint: Callable[..., FakeEndpoint], body: bytes
 ) -> None:
@@ -627,6 +628,27 @@ def test_sparqlwrapper_builds_every_request(
     form = fake.requests[0]
     assert form["query"] == [QUERY] and form["format"] == ["json"] and form["output"] == ["json"]
     kg.close()
+
+
+def test_query_form_is_the_callers_not_a_guess(
+    fake_endpoint: Callable[..., FakeEndpoint],
+) -> None:
+    """SPARQLWrapper's ``setQuery`` reads this SELECT as an ADD update (its regex skips upper-case
+    ``PREFIX`` lines only and finds ``add`` in the IRI) and would send it as ``update=``."""
+    from SPARQLWrapper import SPARQLWrapper
+
+    query = "prefix ex: <http://example.org/address#> select ?film ?year where { ?film ex:y ?year }"
+    guessed = SPARQLWrapper("http://127.0.0.1/sparql")
+    guessed.setQuery(query)
+    assert guessed.isSparqlUpdateRequest()  # the trap is real in this SPARQLWrapper
+    fake = fake_endpoint(Reply(), Reply(body=b'{"head": {}, "boolean": true}'))
+    kg = endpoint(fake.url)
+    assert kg.select(query) == SELECT_ROWS
+    assert kg.ask(query.replace("select ?film ?year where", "ask")) is True
+    assert [sorted(form) for form in fake.requests] == [
+        ["format", "output", "query", "results"]
+    ] * 2
+    assert fake.requests[0]["query"] == [query]
 
 
 def test_connection_the_server_closed_is_reopened(

@@ -685,6 +685,8 @@ def rl_cmd(
             out_dir,
             folder=True,
             overwrite=overwrite,
+            # without --overwrite, a killed run's checkpoints stay and train_grpo goes on from the last
+            resume=not overwrite,
             inputs=[
                 ("--questions", questions),
                 ("--kg", kg),

@@ -61,6 +61,7 @@ METRICS = "metrics.jsonl"
 SUMMARY = "rl_summary.json"
 CHECKPOINTS = "checkpoints"
 PLOT = "rl.png"
+RESUME_STATE = "resume_state.pt"  # in checkpoints/step-N, written last: the step is whole
 RECIPES: dict[str, dict[str, Any]] = {
     # KnowCoder-A1 / KG-R1 scale: lr 1e-6, KL 0.001, group 8
     "default": dict(lr=1e-6, group_size=8, questions_per_step=16, max_turn_tokens=512),
@@ -662,13 +663,40 @@ def _train(
     rng.shuffle(order)
     cursor = 0
     phase = 1
+    totals = {"rollouts": 0, "skipped_groups": 0, "groups": 0, "generated_tokens": 0}
+    first_step = 1
+    resumed = _last_resumable(out)
+    if resumed is not None:  # a killed run: go on from its last whole checkpoint
+        if cfg.deepspeed:
+            raise ConfigError(
+                f"{spec.out} holds an interrupted DeepSpeed RL run; resuming one is not built "
+                "yet: pass --overwrite to start again"
+            )
+        saved = torch.load(resumed / RESUME_STATE, map_location=device, weights_only=False)
+        if saved["config"] != dataclasses.asdict(cfg):
+            raise ConfigError(
+                f"{spec.out} holds an interrupted RL run with another configuration; pass "
+                "--overwrite to start again, or rerun it with its own options"
+            )
+        policy.module.load_state_dict(saved["model"])
+        policy.optimizer.load_state_dict(saved["optimizer"])
+        policy.sched.load_state_dict(saved["scheduler"])
+        rng.setstate(saved["rng"])
+        order, cursor, phase = saved["order"], saved["cursor"], saved["phase"]
+        if phase == 2 and phase2 is not None:
+            qs = phase2
+        state = RewardState(**saved["reward_state"])
+        history, totals = saved["history"], saved["totals"]
+        first_step = saved["step"] + 1
+        log.info("resuming RL from %s (step %d)", resumed, saved["step"])
+        if rank == 0:
+            metrics_path.write_text("".join(json.dumps(r) + "\n" for r in history))
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16)
         if dtype == torch.bfloat16
         else contextlib.nullcontext()
     )
-    totals = {"rollouts": 0, "skipped_groups": 0, "groups": 0, "generated_tokens": 0}
-    for step_i in range(1, cfg.max_steps + 1):
+    for step_i in range(first_step, cfg.max_steps + 1):
         t0 = time.perf_counter()
         if phase2 is not None and phase == 1 and rspec.fbeta_beta(state) == FBETA_LATE:
             # the switch came: the second phase draws from its own questions
@@ -821,13 +849,25 @@ def _train(
 
                 tracker.log(step_i, scalars(row, "rl/"))
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
-            _save(policy, tok, out / CHECKPOINTS / f"step-{step_i}", rcfg.system_text)
+            folder = out / CHECKPOINTS / f"step-{step_i}"
+            _save(policy, tok, folder, rcfg.system_text)
+            if rank == 0 and not cfg.deepspeed:
+                _save_resume_state(folder, {
+                    "step": step_i, "config": dataclasses.asdict(cfg),
+                    "model": policy.module.state_dict(),
+                    "optimizer": policy.optimizer.state_dict(),
+                    "scheduler": policy.sched.state_dict(), "rng": rng.getstate(),
+                    "order": order, "cursor": cursor, "phase": phase,
+                    "reward_state": dataclasses.asdict(state), "history": history,
+                    "totals": totals,
+                })  # fmt: skip
         if progress and rank == 0:
             progress(step_i, cfg.max_steps, row)
     if tracker is not None:
         tracker.close()
     _save(policy, tok, out, rcfg.system_text)
     summary = _summary(history, qs, started, device, dtype, totals, world)
+    summary["resumed_from_step"] = first_step - 1 if first_step > 1 else None
     if rank == 0:
         _write_run_files(spec, history, summary)
     if own_group:
@@ -836,6 +876,29 @@ def _train(
         dist.barrier()
         dist.destroy_process_group()
     return summary
+
+
+def _save_resume_state(folder: Path, data: dict[str, Any]) -> None:
+    """Everything a killed run needs to go on exactly where this step ended, written last and
+    atomically, so a checkpoint without it is not resumed from."""
+    import torch
+
+    tmp = folder / (RESUME_STATE + ".tmp")
+    torch.save(data, tmp)
+    os.replace(tmp, folder / RESUME_STATE)
+
+
+def _last_resumable(out: Path) -> Path | None:
+    """The newest ``checkpoints/step-N`` holding a whole resume state, if any."""
+    root = out / CHECKPOINTS
+    if not root.is_dir():
+        return None
+    steps = [
+        (int(f.name.split("-")[1]), f)
+        for f in root.iterdir()
+        if f.name.startswith("step-") and f.name[5:].isdigit() and (f / RESUME_STATE).is_file()
+    ]
+    return max(steps)[1] if steps else None
 
 
 def _summary(
