@@ -651,6 +651,31 @@ def test_query_form_is_the_callers_not_a_guess(
     assert fake.requests[0]["query"] == [query]
 
 
+def test_a_query_is_one_write(
+    fake_endpoint: Callable[..., FakeEndpoint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Head and body go out in one ``send`` (http.client alone writes them apart)."""
+    from kgsynth.kg import endpoint as endpoint_module
+
+    writes: list[bytes] = []
+    send = endpoint_module._HTTPConnection.send
+
+    def counting_send(self: Any, data: bytes) -> None:
+        writes.append(data)
+        send(self, data)
+
+    monkeypatch.setattr(endpoint_module._HTTPConnection, "send", counting_send)
+    fake = fake_endpoint(Reply(), keep_alive=True)
+    kg = endpoint(fake.url)
+    for _ in range(3):
+        assert kg.select(QUERY) == SELECT_ROWS
+    assert len(writes) == 3
+    head, body = writes[0].split(b"\r\n\r\n", 1)
+    assert head.startswith(b"POST /sparql HTTP/1.1\r\n")
+    assert urllib.parse.parse_qs(body.decode())["query"] == [QUERY]
+    kg.close()
+
+
 def test_connection_the_server_closed_is_reopened(
     fake_endpoint: Callable[..., FakeEndpoint],
 ) -> None:

@@ -291,6 +291,14 @@ def synthesize_trajectories_cmd(
     ] = None,
     rerank: RerankOption = None,
     relation_ranking: RelationRankingOption = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="oracle with --llm template: replay the questions in N processes over "
+            "contiguous shards (each opens the KG itself); the output is the same as with one. "
+            "\\[default: 1]"
+        ),
+    ] = None,
     reflection: Annotated[
         bool | None,
         typer.Option(
@@ -339,6 +347,7 @@ def synthesize_trajectories_cmd(
                 rerank=rerank,
                 relation_ranking=relation_ranking,
                 reflection=reflection,
+                workers=workers,
                 stratify=stratify,
                 split=split,
                 heldout_fraction=heldout_fraction,

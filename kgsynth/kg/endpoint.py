@@ -66,6 +66,33 @@ def binding_to_term(binding: dict[str, Any]) -> Term:
     raise KGError(f"unexpected binding type {kind!r} in endpoint results")
 
 
+class _OneWrite:
+    """Writes a request's head and bytes body with one ``send``: http.client writes them apart,
+    a second system call and TCP segment per query (about 8% of the one-hop rate over loopback,
+    which pays for SPARQLWrapper's request building), and with Nagle's algorithm on a real
+    network the body can wait for the server to acknowledge the head. Overrides http.client's
+    ``_send_output``; a test checks that a query is one write."""
+
+    _buffer: list[bytes]
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        if isinstance(message_body, bytes) and not encode_chunked:
+            self._buffer.extend((b"", b""))  # the blank line that ends the head
+            head = b"\r\n".join(self._buffer)
+            del self._buffer[:]
+            self.send(head + message_body)  # type: ignore[attr-defined]
+            return
+        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
+
+
+class _HTTPConnection(_OneWrite, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_OneWrite, http.client.HTTPSConnection):
+    pass
+
+
 class _Response:
     """The part of a urllib response SPARQLWrapper's :class:`QueryResult` reads: status,
     headers, body, URL."""
@@ -171,11 +198,9 @@ class SparqlEndpointKG(KG):
     def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
         proxy = self._proxy
         if proxy is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            cls = _HTTPSConnection if self._https else _HTTPConnection
             return cls(self._host, self._port, timeout=timeout)
-        proxy_cls = (
-            http.client.HTTPSConnection if proxy.scheme == "https" else http.client.HTTPConnection
-        )
+        proxy_cls = _HTTPSConnection if proxy.scheme == "https" else _HTTPConnection
         port = proxy.port or (443 if proxy.scheme == "https" else 80)
         conn = proxy_cls(proxy.hostname, port, timeout=timeout)
         if self._https:  # CONNECT through the proxy; a plain HTTP proxy takes absolute URLs

@@ -74,6 +74,8 @@ class TrajectoryConfig:
     # free/referenced: sample with GraphRoll-style reflection instructions added to the system
     # prompt (prompts/reflection.j2); the stored trajectory keeps the plain prompt
     reflection: bool = False
+    # oracle + template: replay the questions in N spawned processes over contiguous shards
+    workers: int = 1
     fan_out: int = 1  # oracle: follow a chain's next hop from up to this many entities (replay)
     stratify: str = "none"  # none | structure | hops: how --limit draws its questions
     split: str = "all"  # all | train | heldout: a stable split by question_id hash (split_of)
@@ -100,6 +102,8 @@ class TrajectoryConfig:
             raise ConfigError(f"--split must be all, train or heldout (got {self.split!r})")
         if not 0 < self.heldout_fraction < 1:
             raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {self.heldout_fraction})")
+        if not 1 <= self.workers <= 256:
+            raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
         if self.reflection and self.mode == "oracle":
             raise ConfigError(
                 "--reflection applies to sampled trajectories (--mode free or referenced); "
@@ -508,6 +512,71 @@ def synthesize_rollouts(
     return accepted, rejected
 
 
+# --- oracle replays in worker processes (--workers N) -------------------------------------
+
+
+def _oracle_shard(
+    location: str, profile: str, rows: list[dict[str, Any]], cfg: TrajectoryConfig, shard: int
+) -> tuple[int, list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+    """One worker: open the KG, replay its shard with the template backend. Rows go back by
+    their index in the shard (a process boundary does not keep object identity)."""
+    from kgsynth.kg.open import open_kg
+    from kgsynth.llm.template import TemplateLLM
+
+    graph = KGGraph(open_kg(location, profile=profile))
+    acc, rej = synthesize_oracle(rows, cfg, graph=graph, llm=TemplateLLM())
+    index = {id(r): i for i, r in enumerate(rows)}
+    for a in acc:
+        a["_row"] = index[id(a["_row"])]
+    return shard, acc, [(index[id(r["_row"])], {**r, "_row": None}) for r in rej]
+
+
+def _oracle_in_workers(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    graph: KGGraph,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The oracle over ``cfg.workers`` contiguous shards in spawned processes (each opens the
+    KG itself); shards are joined in order, so the rows are those of one process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    location = getattr(graph.kg, "location", "")
+    if not location or location == ":memory:":
+        raise ConfigError(
+            "--workers: the worker processes open the KG themselves; give a store directory, "
+            "a triple file or an endpoint (not an in-memory store)"
+        )
+    n = cfg.workers
+    size = -(-len(rows) // n) if rows else 0
+    shards = [list(rows[i : i + size]) for i in range(0, len(rows), size)] if size else []
+    results: dict[int, tuple[list, list]] = {}
+    with ProcessPoolExecutor(
+        max_workers=n, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futures = [
+            pool.submit(_oracle_shard, location, graph.kg.profile.name, shard, cfg, k)
+            for k, shard in enumerate(shards)
+        ]
+        done = 0
+        for fut in futures:
+            k, acc, rej = fut.result()
+            results[k] = (acc, rej)
+            done += len(shards[k])
+            if progress:
+                progress("thoughts", done - 1, 0)
+    accepted: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    for k, shard in enumerate(shards):
+        acc, rej = results[k]
+        for a in acc:
+            accepted.append({**a, "_row": shard[a["_row"]]})
+        for i, r in rej:
+            rejected.append({**r, "_row": shard[i]})
+    return accepted, rejected
+
+
 def select_questions(
     rows: Sequence[dict[str, Any]], limit: int, stratify: str = "none", seed: int = 0
 ) -> list[dict[str, Any]]:
@@ -604,7 +673,14 @@ def synthesize_trajectories(
         "model": llm.model,
         "prompt_hash": prompt_hash("agent_system", "thought"),
     }
-    if cfg.mode == "oracle":
+    if cfg.mode == "oracle" and cfg.workers > 1:
+        if llm.backend != "template":
+            raise ConfigError(
+                "--workers replays oracle trajectories in several processes with the template "
+                "backend; an API backend already sends its requests concurrently (--concurrency)"
+            )
+        acc, rej = _oracle_in_workers(rows, cfg, graph, progress)
+    elif cfg.mode == "oracle":
         acc, rej = synthesize_oracle(
             rows,
             cfg,
@@ -621,6 +697,9 @@ def synthesize_trajectories(
             on_turn=(lambda t, n: progress("turn", t, n)) if progress else None,
             system_text=system_text,
         )
+    # rejects in question order, whichever phase (or process) rejected them
+    position = {id(row): i for i, row in enumerate(rows)}
+    rej = sorted(rej, key=lambda r: position.get(id(r["_row"]), len(rows)))
     accepted = [to_row(a, cfg, generator) for a in acc]
     rejected = [to_row(r, cfg, generator) for r in rej]
     reasons = Counter(r["reject_reason"] for r in rejected)
