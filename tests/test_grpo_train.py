@@ -204,10 +204,12 @@ def test_each_paper_preset_trains_on_cpu_and_logs_its_rewards(
     assert manifest["config"]["preset"] == preset
 
 
-def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Path):
-    """`--nproc-per-node 2`: torchrun starts two gloo workers; each rolls out its half of the
-    step's groups, both step together and end every step with the same weights; rank 0 writes
-    the run."""
+@pytest.mark.parametrize("zero", [None, "ds_zero3.json"])
+def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Path, zero):
+    """`--nproc-per-node 2`: two gloo workers (torchrun; the deepspeed launcher with ZeRO-3,
+    the KL reference partitioned like the policy); each rolls out its half of the step's groups,
+    both step together and (without ZeRO-3's shards) end every step with the same weights;
+    rank 0 writes the run."""
     import socket
 
     with socket.socket() as s:
@@ -216,13 +218,18 @@ def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Pa
     out = tmp_path / "rl2"
     res = _rl(
         task, out, "--init", str(sft), "--max-steps", "3", "--group-size", "4",
-        "--questions-per-step", "4", "--lr", "3e-4", "--temperature", "1.0",
+        "--questions-per-step", "4", "--lr", "3e-4", "--temperature", "1.0", "--kl", "0.05",
         "--nproc-per-node", "2", "--master-port", str(port),
+        *(["--deepspeed", str(Path(__file__).resolve().parents[1] / "train" / zero)] if zero else []),
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    assert all(r["world_size"] == 2 and r["weights_in_sync"] for r in rows)
+    assert all(r["world_size"] == 2 for r in rows)
+    if zero is None:
+        assert all(r["weights_in_sync"] for r in rows)
+    assert any(r["trained_tokens"] > 0 for r in rows)
+    assert any(r["kl"] > 0 for r in rows[1:])  # the reference (sharded under ZeRO-3) is used
     assert all(r["groups"] == 4 for r in rows)  # both ranks' groups are counted
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and manifest["steps"] == 3

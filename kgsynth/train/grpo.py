@@ -536,6 +536,25 @@ class _Policy:
         return float(norm)
 
 
+def _shard_reference(ref: Any, engine: Any, cfg: GRPOConfig, bf16: bool) -> Any:
+    """Under ZeRO-3 the frozen KL reference is partitioned across the ranks like the policy
+    (an engine without an optimizer, forward only); under ZeRO-0/1/2 each rank keeps a copy."""
+    if engine.zero_optimization_stage() != 3:
+        return ref
+    import deepspeed
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    ds = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "train_batch_size": cfg.micro_batch_size * world,
+        "zero_optimization": {"stage": 3},
+        "bf16": {"enabled": bf16},
+    }
+    ref_engine, *_ = deepspeed.initialize(model=ref, config=ds)
+    ref_engine.eval()
+    return ref_engine
+
+
 class _AdapterOff:
     """The KL reference of a LoRA policy: the same model with its adapter switched off."""
 
@@ -626,6 +645,8 @@ def _train(
         for p in ref.parameters():
             p.requires_grad_(False)
     policy = _Policy(model, cfg, device, bf16)
+    if ref is not None and policy.engine is not None:
+        ref = _shard_reference(ref, policy.engine, cfg, bf16)
     if cfg.lora_r and cfg.kl_coef > 0:
         ref = _AdapterOff(policy.module)  # the base weights, without a second copy
     sampler = TokenPolicy(policy.module, tok)
