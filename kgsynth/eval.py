@@ -658,10 +658,6 @@ def checkpoint_label(model: str) -> str:
     return path.name or model
 
 
-def _is_checkpoint(path: Path) -> bool:
-    return is_model_folder(path)
-
-
 def _weights_sha256(folder: Path) -> str | None:
     from kgsynth.manifest import sha256_file
 
@@ -688,7 +684,7 @@ def untrained_model(checkpoint: str | Path) -> Path:
             dict.fromkeys(
                 c
                 for c in (named, current / named.name, current.parent / named.name)
-                if _is_checkpoint(c)
+                if is_model_folder(c)
             )
         )
         if not candidates:

@@ -117,3 +117,18 @@ def build_pipeline_inputs(root, *, walks: int, structures: str) -> dict:
         res = runner.invoke(app, args)
         assert res.exit_code == 0, res.output
     return paths
+
+
+def tiny_agent_model(root, vocab_size: int):
+    """A tiny model (``build_tiny_model``) whose tokenizer was trained on a few agent turns of
+    the movie fixture: the policy of the GRPO unit tests. Returns its folder."""
+    from kgsynth.agent.loop import system_prompt
+    from kgsynth.tiny import build_tiny_model
+
+    texts = [
+        system_prompt("graphwalker", 2),
+        '<think>x</think><kg-query>get_relations("Kismet")</kg-query>',
+        "<information>(Kismet, directed_by, William Dieterle)</information>",
+        '<answer>["William Dieterle"]</answer> who directed Kismet Juarez Jezebel Bette Davis',
+    ] * 4
+    return build_tiny_model(texts, root, vocab_size=vocab_size, seed=0)

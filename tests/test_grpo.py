@@ -118,16 +118,9 @@ def test_masked_tokens_get_no_gradient():
 def tiny_policy(tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kgsynth.agent.loop import system_prompt
-    from kgsynth.tiny import build_tiny_model
+    from tests.kgfixtures import tiny_agent_model
 
-    texts = [
-        system_prompt("graphwalker", 2),
-        '<think>x</think><kg-query>get_relations("Kismet")</kg-query>',
-        "<information>(Kismet, directed_by, William Dieterle)</information>",
-        '<answer>["William Dieterle"]</answer> who directed Kismet Juarez Jezebel Bette Davis',
-    ] * 4
-    path = build_tiny_model(texts, tmp_path_factory.mktemp("tiny"), vocab_size=600, seed=0)
+    path = tiny_agent_model(tmp_path_factory.mktemp("tiny"), vocab_size=600)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     return model, tok

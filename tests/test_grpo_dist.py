@@ -21,16 +21,9 @@ PARAM_TOL = 1e-6  # weights after one SGD step at lr 1: the summed gradients the
 
 
 def _model_dir(root: Path) -> Path:
-    from kgsynth.agent.loop import system_prompt
-    from kgsynth.tiny import build_tiny_model
+    from tests.kgfixtures import tiny_agent_model
 
-    texts = [
-        system_prompt("graphwalker", 2),
-        '<think>x</think><kg-query>get_relations("Kismet")</kg-query>',
-        "<information>(Kismet, directed_by, William Dieterle)</information>",
-        '<answer>["William Dieterle"]</answer> who directed Kismet Juarez Jezebel Bette Davis',
-    ] * 4
-    return Path(build_tiny_model(texts, root, vocab_size=400, seed=0))
+    return Path(tiny_agent_model(root, vocab_size=400))
 
 
 def _rollouts(vocab: int) -> tuple[list, list]:

@@ -663,11 +663,8 @@ def rl_cmd(
                 GRPOConfig, config, overrides, section="rl", base=_preset_base(preset, config)
             )
         )
-        launch = LaunchConfig(
-            nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-            master_addr=master_addr, master_port=master_port, launcher=launcher,
-            hostfile=str(hostfile) if hostfile else None,
-        )  # fmt: skip
+        given = locals()
+        launch = LaunchConfig(**{k: given[k] for k in _LAUNCH_OPTIONS})
         launch_with = resolve_launcher(launch, cfg.deepspeed is not None)
         spec_name = "rl_spec.json"
         if dry_run:

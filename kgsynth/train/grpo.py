@@ -61,7 +61,9 @@ METRICS = "metrics.jsonl"
 SUMMARY = "rl_summary.json"
 CHECKPOINTS = "checkpoints"
 PLOT = "rl.png"
-RESUME_STATE = "resume_state.pt"  # in checkpoints/step-N, written last: the step is whole
+# in checkpoints/step-N beside the weights, written last: optimizer, scheduler, question order,
+# curriculum state, metrics so far (and a LoRA run's adapter)
+RESUME_STATE = "resume_state.pt"
 RECIPES: dict[str, dict[str, Any]] = {
     # KnowCoder-A1 / KG-R1 scale: lr 1e-6, KL 0.001, group 8
     "default": dict(lr=1e-6, group_size=8, questions_per_step=16, max_turn_tokens=512),
@@ -636,7 +638,15 @@ def _train(
     from kgsynth.modelio import load_causal_lm
     from kgsynth.train.lora import wrap
 
-    model = load_causal_lm(cfg.init, dtype=torch.float32).to(device)
+    # a killed run goes on from its last whole checkpoint, whose folder holds the weights
+    resumed = _last_resumable(out)
+    if resumed is not None and cfg.deepspeed:
+        raise ConfigError(
+            f"{spec.out} holds an interrupted DeepSpeed RL run; resuming one is not built "
+            "yet: pass --overwrite to start again"
+        )
+    start = resumed if resumed is not None and not cfg.lora_r else cfg.init
+    model = load_causal_lm(start, dtype=torch.float32).to(device)
     ref: Any = None
     if cfg.lora_r:
         model = wrap(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target)
@@ -686,20 +696,15 @@ def _train(
     phase = 1
     totals = {"rollouts": 0, "skipped_groups": 0, "groups": 0, "generated_tokens": 0}
     first_step = 1
-    resumed = _last_resumable(out)
-    if resumed is not None:  # a killed run: go on from its last whole checkpoint
-        if cfg.deepspeed:
-            raise ConfigError(
-                f"{spec.out} holds an interrupted DeepSpeed RL run; resuming one is not built "
-                "yet: pass --overwrite to start again"
-            )
+    if resumed is not None:  # the weights came from its folder (a LoRA run's adapter: here)
         saved = torch.load(resumed / RESUME_STATE, map_location=device, weights_only=False)
         if saved["config"] != dataclasses.asdict(cfg):
             raise ConfigError(
                 f"{spec.out} holds an interrupted RL run with another configuration; pass "
                 "--overwrite to start again, or rerun it with its own options"
             )
-        policy.module.load_state_dict(saved["model"])
+        if cfg.lora_r:
+            policy.module.load_state_dict(saved["adapter"], strict=False)
         policy.optimizer.load_state_dict(saved["optimizer"])
         policy.sched.load_state_dict(saved["scheduler"])
         rng.setstate(saved["rng"])
@@ -875,7 +880,10 @@ def _train(
             if rank == 0 and not cfg.deepspeed:
                 _save_resume_state(folder, {
                     "step": step_i, "config": dataclasses.asdict(cfg),
-                    "model": policy.module.state_dict(),
+                    # the weights are the folder's; a LoRA run's adapter is kept here
+                    "adapter": {n: p.detach().cpu() for n, p in
+                                policy.module.named_parameters() if p.requires_grad}
+                    if cfg.lora_r else None,
                     "optimizer": policy.optimizer.state_dict(),
                     "scheduler": policy.sched.state_dict(), "rng": rng.getstate(),
                     "order": order, "cursor": cursor, "phase": phase,
