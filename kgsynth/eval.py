@@ -54,8 +54,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from kgsynth.agent.loop import (
     Episode,
     EpisodeTask,
@@ -79,7 +77,7 @@ from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.metrics import answer_set, mean_interval, normalize_answer, score
 from kgsynth.modelio import is_model_folder
 from kgsynth.qafiles import QARecord
-from kgsynth.schema import MESSAGE, TURN
+from kgsynth.schema import PREDICTION_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -117,41 +115,6 @@ NO_TOOLS_SYSTEM_PROMPT = (
     "You answer questions about movies from your own knowledge; no tools are available. "
     "Think briefly inside <think></think>, then give every answer entity as a JSON list of "
     'strings inside <answer></answer>, for example <answer>["A", "B"]</answer>.'
-)
-
-# One row of predictions.parquet: one question, one run, one system (the model or a baseline).
-PREDICTION_SCHEMA = pa.schema(
-    [
-        ("system", pa.string()),  # model | untrained | no-tools
-        ("model", pa.string()),  # checkpoint folder or model name
-        ("question_id", pa.string()),
-        ("line", pa.int32()),  # 1-based line (row) in the question file
-        ("run", pa.int32()),
-        ("question", pa.string()),
-        ("topic_names", pa.list_(pa.string())),
-        ("gold", pa.list_(pa.string())),
-        ("predicted", pa.list_(pa.string())),  # empty when no answer parsed
-        ("em_strict", pa.float64()),
-        ("hit", pa.float64()),
-        ("f1", pa.float64()),
-        ("hits_at_1", pa.float64()),
-        ("rhits_at_1", pa.float64()),
-        ("precision", pa.float64()),
-        ("recall", pa.float64()),
-        ("hops", pa.int32()),
-        ("qtype", pa.string()),
-        ("structure", pa.string()),
-        ("answered", pa.bool_()),
-        ("forced_answer", pa.bool_()),
-        ("num_turns", pa.int32()),
-        ("tool_errors", pa.int32()),
-        ("format_errors", pa.int32()),
-        ("llm_errors", pa.int32()),
-        ("generated_tokens", pa.int64()),
-        ("tool_calls", pa.list_(pa.string())),
-        ("messages", pa.list_(MESSAGE)),
-        ("turns", pa.list_(TURN)),
-    ]
 )
 
 # (done, total, info) as episodes finish.

@@ -90,7 +90,13 @@ import pyarrow.compute as pc
 from kgsynth.agent.protocol import parse_turn
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.metrics import check_metric_name, normalize_answer
-from kgsynth.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
+from kgsynth.schema import (  # noqa: F401  (ACCEPTED_ and REJECTED_SCHEMA re-exported)
+    ACCEPTED_SCHEMA,
+    METRIC_FIELDS,
+    REJECTED_SCHEMA,
+    REJECTED_TRAJECTORY_SCHEMA,
+    TRAJECTORY_SCHEMA,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +116,6 @@ REASONS = (
 
 OUTCOMES = ("em_strict", "hit", "f1", "none")
 BALANCE_BY = ("structure", "hops", "none")
-
-_METRIC_FIELDS = [pa.field(name, pa.float64()) for name in ("em_strict", "hit", "f1")]
-ACCEPTED_SCHEMA = pa.schema([*TRAJECTORY_SCHEMA, *_METRIC_FIELDS])
-"""``accepted.parquet``: a trajectory row plus its ``em_strict``, ``hit`` and ``f1``."""
-REJECTED_SCHEMA = pa.schema([*REJECTED_TRAJECTORY_SCHEMA, *_METRIC_FIELDS])
-"""``rejected.parquet``: a trajectory row, its ``reject_reason``, ``em_strict``, ``hit`` and
-``f1``."""
 
 MaxSimilarity = Callable[[list[str]], Sequence[float] | np.ndarray]
 """Question texts -> the maximum cosine similarity of each to a benchmark question."""
@@ -660,13 +659,13 @@ def run_filters(
         keep_arr = pa.array(kept_mask)
         drop_arr = pa.array(~kept_mask)
         accepted = _filter_rows(table, kept_mask)
-        for field_, values in zip(_METRIC_FIELDS, scores, strict=True):
+        for field_, values in zip(METRIC_FIELDS, scores, strict=True):
             accepted = accepted.append_column(field_, values.filter(keep_arr))
         codes = run.reason[~kept_mask].astype(np.int64) - 1
         reasons = pa.array(REASONS, type=pa.string()).take(pa.array(codes))
         rejected = _filter_rows(table, ~kept_mask)
         rejected = rejected.append_column(REJECTED_SCHEMA.field("reject_reason"), reasons)
-        for field_, values in zip(_METRIC_FIELDS, scores, strict=True):
+        for field_, values in zip(METRIC_FIELDS, scores, strict=True):
             rejected = rejected.append_column(field_, values.filter(drop_arr))
         stats = _stats(table, run, enabled, answers)
     assert accepted.num_rows + rejected.num_rows == n, "every input row is accepted or rejected"

@@ -118,6 +118,49 @@ TRAJECTORY_SCHEMA = pa.schema(
 REJECTED_TRAJECTORY_SCHEMA = TRAJECTORY_SCHEMA.append(pa.field("reject_reason", pa.string()))
 
 
+METRIC_FIELDS = [pa.field(name, pa.float64()) for name in ("em_strict", "hit", "f1")]
+ACCEPTED_SCHEMA = pa.schema([*TRAJECTORY_SCHEMA, *METRIC_FIELDS])
+"""``accepted.parquet``: a trajectory row plus its ``em_strict``, ``hit`` and ``f1``."""
+REJECTED_SCHEMA = pa.schema([*REJECTED_TRAJECTORY_SCHEMA, *METRIC_FIELDS])
+"""``rejected.parquet``: a trajectory row, its ``reject_reason``, ``em_strict``, ``hit`` and
+``f1``."""
+
+# One row of predictions.parquet: one question, one run, one system (the model or a baseline).
+PREDICTION_SCHEMA = pa.schema(
+    [
+        ("system", pa.string()),  # model | untrained | no-tools
+        ("model", pa.string()),  # checkpoint folder or model name
+        ("question_id", pa.string()),
+        ("line", pa.int32()),  # 1-based line (row) in the question file
+        ("run", pa.int32()),
+        ("question", pa.string()),
+        ("topic_names", pa.list_(pa.string())),
+        ("gold", pa.list_(pa.string())),
+        ("predicted", pa.list_(pa.string())),  # empty when no answer parsed
+        ("em_strict", pa.float64()),
+        ("hit", pa.float64()),
+        ("f1", pa.float64()),
+        ("hits_at_1", pa.float64()),
+        ("rhits_at_1", pa.float64()),
+        ("precision", pa.float64()),
+        ("recall", pa.float64()),
+        ("hops", pa.int32()),
+        ("qtype", pa.string()),
+        ("structure", pa.string()),
+        ("answered", pa.bool_()),
+        ("forced_answer", pa.bool_()),
+        ("num_turns", pa.int32()),
+        ("tool_errors", pa.int32()),
+        ("format_errors", pa.int32()),
+        ("llm_errors", pa.int32()),
+        ("generated_tokens", pa.int64()),
+        ("tool_calls", pa.list_(pa.string())),
+        ("messages", pa.list_(MESSAGE)),
+        ("turns", pa.list_(TURN)),
+    ]
+)
+
+
 # --- checking a stage's input ----------------------------------------------------------------
 
 
