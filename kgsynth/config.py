@@ -126,3 +126,32 @@ def build_config(
         return cls(**values)
     except TypeError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", **meta: Any) -> Any:
+    """A config field that documents itself: ``help`` is its ``--flag``'s help text, and the
+    flag's help shows ``default`` as the field holds it (no second copy to drift). ``meta`` may
+    hold ``aliases`` (older flag names that still work), ``cli=False`` (a field only a YAML file
+    or a preset sets) or ``metavar``. A mutable default is passed as ``default_factory``."""
+    factory = meta.pop("default_factory", dataclasses.MISSING)
+    return dataclasses.field(
+        default=default, default_factory=factory, metadata={"help": help, **meta}
+    )
+
+
+def field_help(f: dataclasses.Field) -> str:
+    """A field's help text with its default, as ``--help`` shows it."""
+    text = f.metadata.get("help", "")
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        return text
+    if default is None:
+        return text
+    if isinstance(default, bool):
+        default = "true" if default else "false"
+    elif isinstance(default, (tuple, list)):
+        default = ",".join(map(str, default)) or "none"
+    return f"{text} \\[default: {default}]".strip()

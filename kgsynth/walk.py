@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kgsynth.config import option
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
 from kgsynth.kg import sparql
 from kgsynth.kg.base import KG
@@ -75,22 +76,31 @@ class WalkError(KGSynthError):
 
 @dataclass(frozen=True)
 class WalkConfig:
-    """Options of ``kgsynth walk`` (flags map 1:1 onto these fields)."""
+    """Options of ``kgsynth walk``: one flag per field, named as the field."""
 
-    n: int = 1000
-    seed: int = 0
-    structures: str = DEFAULT_STRUCTURES
-    min_fanout: int = 1
-    max_fanout: int = 20
-    max_answers: int = 10
-    relation_balance: float = 0.5
-    relations: str | None = None
-    exclude_relations: str | None = None
-    seeds: str | None = None
-    shard: str = "0/1"
-    chunk_size: int = 250
-    max_attempts_per_walk: int = 500
-    workers: int = 1
+    n: int = option(1000, "Walks to accept.")
+    seed: int = option(0, "Random seed.")
+    structures: str = option(
+        DEFAULT_STRUCTURES,
+        "Structure mix name:weight,… of chain-1..chain-5, 2I, IP, PI.",
+    )
+    min_fanout: int = option(1, "d_min: fewest neighbours along a hop's relation.")
+    max_fanout: int = option(20, "d_max: most neighbours along a hop's relation.")
+    max_answers: int = option(10, "Reject walks with more answers.")
+    relation_balance: float = option(
+        0.5, "Relation weight = frequency ** -balance (0: uniform over relation types)."
+    )
+    relations: str | None = option(None, "Whitelist file: relation names, one per line.")
+    exclude_relations: str | None = option(None, "Blacklist file: relation names, one per line.")
+    seeds: str | None = option(None, "File of entity names to start walks from.")
+    shard: str = option("0/1", "i/N: this run's share; shards merge without duplicates.")
+    chunk_size: int = option(250, "Walks per resumable chunk.")
+    max_attempts_per_walk: int = option(
+        500, "Give a structure up when its attempts exceed this many per accepted walk (+1)."
+    )
+    workers: int = option(
+        1, "Processes sampling attempts side by side; the output is the same as with 1."
+    )
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -1,0 +1,109 @@
+"""Flags made from a stage's config dataclass: one ``--flag`` per field, named as the field, with
+the help text from the field's metadata and the field's own default (the pattern of TRL's
+``GRPOConfig`` with ``TrlParser``).
+
+::
+
+    @config_command(WalkConfig, section="walk")
+    def walk_cmd(cfg: WalkConfig, out_path: OutOption, kg: KGOption = None,
+                 config: ConfigOption = None, overwrite: OverwriteOption = False) -> None:
+        ...
+
+The command's own parameters (inputs, outputs, ``--config``, ``--overwrite``) come first in
+``--help``, then one flag per config field, then ``--config`` and ``--overwrite``. ``cfg`` is built
+from the field defaults, then the ``--config`` file's section, then the flags the user gave; a
+bad value ends the command with the config's one-line error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kgsynth.cli.common import fail
+from kgsynth.config import build_config, field_help
+from kgsynth.errors import KGSynthError
+
+_LAST = ("config", "overwrite")
+
+
+def _cli_type(hint: Any) -> Any:
+    """The type a flag parses: optional and literal types become their base, a tuple of
+    strings is given as one comma-separated string."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _cli_type(arms[0]) if len(arms) == 1 else str
+    if origin is typing.Literal:
+        return type(typing.get_args(hint)[0])
+    if origin is tuple or hint is Path:
+        return str
+    return hint if hint in (int, float, str, bool) else str
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def field_params(cls: type, skip: typing.Iterable[str] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter per CLI field of ``cls``, defaulting to None (= not given)."""
+    hints = typing.get_type_hints(cls)
+    params = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip or not f.metadata.get("cli", True):
+            continue
+        kind = _cli_type(hints[f.name])
+        decls = [flag_name(f.name), *f.metadata.get("aliases", ())]
+        if kind is bool:
+            decls = [f"{flag_name(f.name)}/--no-{f.name.replace('_', '-')}"]
+        info = typer.Option(*decls, help=field_help(f), metavar=f.metadata.get("metavar"))
+        params.append(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[kind | None, info],
+            )
+        )
+    return params
+
+
+def config_command(
+    cls: type, *, section: str | None = None, skip: typing.Iterable[str] = ()
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command one flag per field of ``cls`` and call it with the built ``cfg``."""
+    skip = set(skip)
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        own = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(fn, eval_str=True).parameters.values()
+            if p.name != "cfg"
+        ]
+        names = {p.name for p in own}
+        fields = field_params(cls, skip | names)
+        field_names = [p.name for p in fields]
+        first = [p for p in own if p.name not in _LAST]
+        last = [p for p in own if p.name in _LAST]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            overrides = {name: kwargs.pop(name) for name in field_names}
+            try:
+                cfg = build_config(cls, kwargs.get("config"), overrides, section=section)
+            except KGSynthError as exc:
+                fail(exc)
+            return fn(cfg=cfg, **kwargs)
+
+        command.__signature__ = inspect.Signature([*first, *fields, *last])  # type: ignore[attr-defined]
+        return command
+
+    return wrap
