@@ -13,109 +13,28 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal, TypeVar
+from collections.abc import Iterator
 
 from kgsynth.kg import sparql
 from kgsynth.kg.base import KG
 from kgsynth.kg.names import NameIndex, build_name_index
+from kgsynth.kg.prefetch import BatchPrefetch
+from kgsynth.kg.records import (  # noqa: F401  (re-exported: callers import them from here)
+    LRU,
+    Direction,
+    Entity,
+    Neighbor,
+    Relation,
+    Resolution,
+    cache_dir,
+    term_value,
+)
 from kgsynth.kg.terms import Term
 
 log = logging.getLogger(__name__)
 
-Direction = Literal["out", "in"]
-T = TypeVar("T")
 
-
-@dataclass(frozen=True, slots=True)
-class Entity:
-    """A resolved entity: its IRI and the name it is shown under."""
-
-    iri: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """How a name was resolved: ``exact`` or ``case-insensitive``; ``candidates`` > 1 means the
-    name was ambiguous and the entity with the most facts (then the smallest IRI) was taken."""
-
-    entity: Entity
-    match: Literal["exact", "case-insensitive"]
-    candidates: int
-
-
-@dataclass(frozen=True, slots=True)
-class Relation:
-    """A relation as agents see it: its name, its direction from the entity, and the IRIs it
-    follows (one, or two across an unnamed node)."""
-
-    name: str
-    direction: Direction
-    path: tuple[str, ...]
-
-    @property
-    def inverse(self) -> bool:
-        return self.direction == "in"
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbor:
-    """An entity (or literal value) reached along a relation."""
-
-    term: Term
-    name: str
-
-    @property
-    def key(self) -> str:
-        return self.term.value
-
-
-def _term_value(term: Term) -> str:
-    return term.value
-
-
-class LRU:
-    """A small bounded least-recently-used cache."""
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[Hashable, object] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def put(self, key: Hashable, value: object) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        if len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._data
-
-    def get_or_compute(self, key: Hashable, compute: Callable[[], T]) -> T:
-        if key in self._data:
-            self._data.move_to_end(key)
-            self.hits += 1
-            return self._data[key]  # type: ignore[return-value]
-        self.misses += 1
-        value = compute()
-        self._data[key] = value
-        if len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
-        return value
-
-
-def cache_dir() -> Path:
-    """kgsynth's user cache (``$KGSYNTH_CACHE`` or ``~/.cache/kgsynth``)."""
-    return Path(os.environ.get("KGSYNTH_CACHE") or Path.home() / ".cache" / "kgsynth")
-
-
-class KGGraph:
+class KGGraph(BatchPrefetch):
     """Entity and relation look-ups with caching, shared by tools and walks."""
 
     def __init__(self, kg: KG, *, cache_size: int = 200_000, max_neighbors: int = 10_000) -> None:
@@ -468,119 +387,6 @@ class KGGraph:
             labels.setdefault(r["o"], []).extend([r["l"]] if "l" in r else [])
         self._remember_labels(labels)  # the walker names the target it picks
         return tuple(sorted(labels, key=lambda t: t.value))
-
-    def prefetch(self, iris: Iterable[str], *, max_targets: int = 0) -> None:
-        """Batched fan-outs of many entities, and the targets of their relations with at most
-        ``max_targets`` neighbours (with their names): a few queries per ``BATCH`` entities
-        instead of several per entity. Profiles that flatten unnamed nodes keep the per-entity
-        look-ups."""
-        if self.profile.flatten_unnamed:
-            return
-        todo = [i for i in dict.fromkeys(iris) if i not in self._relations_cache]
-        for start in range(0, len(todo), self.BATCH):
-            self._prefetch_batch(todo[start : start + self.BATCH], max_targets)
-
-    def prefetch_lookups(
-        self,
-        fanouts: Iterable[str] = (),
-        targets: Iterable[tuple[str, Relation]] = (),
-        labels: Iterable[str] = (),
-    ) -> None:
-        """Fill the caches for many :meth:`fanouts`, :meth:`targets` and :meth:`label` look-ups
-        at once, skipping what is cached: batched ``VALUES`` queries that return no more rows
-        than the look-ups would. Look-ups a batch cannot serve (relations across unnamed nodes)
-        are left to run one by one when asked."""
-        if not self.profile.flatten_unnamed:
-            todo = [i for i in dict.fromkeys(fanouts) if i not in self._relations_cache]
-            for start in range(0, len(todo), self.BATCH):
-                self._prefetch_batch(todo[start : start + self.BATCH], 0)
-            pairs = [p for p in dict.fromkeys(targets) if p not in self._targets_cache]
-            for start in range(0, len(pairs), self.PAIR_BATCH):
-                self._prefetch_targets(pairs[start : start + self.PAIR_BATCH])
-        self.prefetch_labels(labels)
-
-    def _prefetch_targets(self, pairs: list[tuple[str, Relation]]) -> None:
-        """The targets of (entity, one-edge relation) pairs, without names, in one query.
-        Rows name their pair by its position ``?k``: a number costs less to send and read
-        back than the entity, the relation and the direction."""
-        branches = []
-        for direction, triple in (("out", "?e ?r ?x"), ("in", "?x ?r ?e")):
-            values = " ".join(
-                f"({sparql.iri(i)} {sparql.iri(r.path[0])} {k})"
-                for k, (i, r) in enumerate(pairs)
-                if r.direction == direction
-            )
-            if values:
-                branches.append(f"{{ VALUES (?e ?r ?k) {{ {values} }} {triple} }}")
-        found: list[list[Term]] = [[] for _ in pairs]
-        for row in self.kg.select(
-            f"SELECT DISTINCT ?k ?x WHERE {{ {' UNION '.join(branches)} FILTER(?x != ?e) }}"
-        ):
-            found[int(row["k"].value)].append(row["x"])
-        for pair, terms in zip(pairs, found, strict=True):
-            self._targets_cache.put(pair, tuple(sorted(terms, key=_term_value)))
-
-    def _prefetch_batch(self, iris: list[str], max_targets: int) -> None:
-        values = " ".join(f"({sparql.iri(i)} {k})" for k, i in enumerate(iris))
-        fanouts_of: list[dict[Relation, int]] = [{} for _ in iris]
-        # both directions in one query (~30% less than one query each); rows name their
-        # entity by its position ?k
-        rows = self.kg.select(
-            f"SELECT ?k ?d ?r (COUNT(DISTINCT ?x) AS ?n) WHERE {{ VALUES (?e ?k) {{ {values} }} "
-            '{ ?e ?r ?x BIND("out" AS ?d) } UNION { ?x ?r ?e BIND("in" AS ?d) } '
-            f"FILTER(?x != ?e) {self._not_hidden}}} GROUP BY ?k ?d ?r"
-        )
-        for row in rows:
-            rel = self._relation(row["r"].value, row["d"].value)
-            if rel is not None:
-                fanouts_of[int(row["k"].value)][rel] = int(row["n"].value)
-        counts = dict(zip(iris, fanouts_of, strict=True))
-        for iri, fanouts in counts.items():
-            self._relations_cache.put(iri, self._relation_order(fanouts))
-        if max_targets <= 0:
-            return
-        for direction, triple in (("out", "?e ?r ?x"), ("in", "?x ?r ?e")):
-            pairs = [
-                (iri, rel)
-                for iri, fanouts in counts.items()
-                for rel, n in fanouts.items()
-                if n <= max_targets and rel.direction == direction
-            ]
-            if not pairs:
-                continue
-            found: dict[tuple[str, str], set[Term]] = {(i, r.path[0]): set() for i, r in pairs}
-            labels: dict[Term, list[Term]] = {}
-            pair_values = " ".join(f"({sparql.iri(i)} {sparql.iri(r.path[0])})" for i, r in pairs)
-            rows = self.kg.select(
-                f"SELECT DISTINCT ?e ?r ?x ?l WHERE {{ VALUES (?e ?r) {{ {pair_values} }} "
-                f"{triple} . FILTER(?x != ?e) {self._label_optional('?x', '?l')} }}"
-            )
-            for row in rows:
-                found[(row["e"].value, row["r"].value)].add(row["x"])
-                labels.setdefault(row["x"], []).extend([row["l"]] if "l" in row else [])
-            self._remember_labels(labels)
-            for iri, rel in pairs:
-                terms = found[(iri, rel.path[0])]
-                self._targets_cache.put((iri, rel), tuple(sorted(terms, key=_term_value)))
-
-    def prefetch_labels(self, iris: Iterable[str]) -> None:
-        """Names of many entities in batched queries (into the label cache)."""
-        todo = [i for i in dict.fromkeys(iris) if i not in self._label_cache]
-        # one bound pattern per label predicate: a second VALUES (over the predicates) made
-        # Oxigraph scan every label
-        pattern = " UNION ".join(
-            f"{{ ?x {sparql.iri(p)} ?l }}" for p in self.profile.label_predicates
-        )
-        for start in range(0, len(todo), self.LABEL_BATCH):
-            chunk = todo[start : start + self.LABEL_BATCH]
-            values = " ".join(sparql.iri(i) for i in chunk)
-            found: dict[str, list[Term]] = {i: [] for i in chunk}
-            for row in self.kg.select(
-                f"SELECT ?x ?l WHERE {{ VALUES ?x {{ {values} }} {pattern} }}"
-            ):
-                found[row["x"].value].append(row["l"])
-            for iri, cands in found.items():
-                self._label_cache.put(iri, self.best_label(cands))
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         caches = {
