@@ -26,13 +26,16 @@ What it guarantees:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from kgsynth.errors import ConfigError, InputFileError, OutputBusyError
+from kgsynth.output_lock import OutputLock
 
 SIDECARS = ("manifest.json", "rejected.parquet")
 """Written beside a file output, named after it: ``questions.parquet`` → ``questions.manifest.json``."""
@@ -77,66 +80,6 @@ def _fsync_tree(folder: Path) -> None:
             with open(p, "rb") as fh:
                 os.fsync(fh.fileno())
     _fsync_dir(folder)
-
-
-# ---------------------------------------------------------------------------------------------
-# the lock
-
-
-class OutputLock:
-    """An exclusive, non-blocking ``flock`` on ``.NAME.lock`` beside ``out``.
-
-    The lock file is removed on release. After a ``kill -9`` it stays behind, unlocked (the
-    kernel drops the lock with the process); the next run takes it and removes it."""
-
-    def __init__(self, out: str | Path, flag: str = "--out") -> None:
-        self.out = Path(out)
-        self.flag = flag
-        self.path = _hidden(self.out, "lock")
-        self._fd: int | None = None
-
-    def acquire(self) -> OutputLock:
-        import fcntl
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise OutputBusyError(
-                    f"{self.flag}: {self.out} is being written by another kgsynth run (pid "
-                    f"{holder}); wait for it to finish, or choose another {self.flag}"
-                ) from None
-            # the holder may have removed the file between our open and our lock: then we hold
-            # a lock on a file nobody else can see, so try again with the current one
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return self
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        os.close(self._fd)
-        self._fd = None
-
-    def __enter__(self) -> OutputLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +340,18 @@ class StagedOutput:
 
     def stats_png(self) -> Path:
         return self.staging / stats_png(self.out).name
+
+    def write_manifest(self, stage: str, cfg: Any = None, **fields: Any) -> dict[str, Any]:
+        """The output's manifest (``NAME.manifest.json`` beside a file output, ``manifest.json``
+        inside a folder): the stage's name, its resolved config (a dataclass) and ``fields``,
+        with the command, versions and git sha that :func:`kgsynth.manifest.write_manifest`
+        adds. Returns what was written."""
+        from kgsynth.manifest import write_manifest
+
+        where = self.path("manifest.json") if self.folder else self.sidecar("manifest.json")
+        if cfg is not None:
+            fields = {"config": dataclasses.asdict(cfg), **fields}
+        return write_manifest(where, stage=stage, **fields)
 
     def commit(self) -> None:
         """Make the staged files the output, all at once."""
