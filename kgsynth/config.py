@@ -85,6 +85,45 @@ def type_problem(value: Any, hint: Any) -> str | None:
     return None  # a type this check does not know: the dataclass checks it
 
 
+def nested_configs(cls: type) -> dict[str, type]:
+    """The fields of ``cls`` that are config dataclasses themselves (an ``AgentConfig`` a stage
+    config nests), by field name."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if dataclasses.is_dataclass(hints.get(f.name))
+    }
+
+
+def nested_default(cls: type, owner: str, name: str) -> Any:
+    """The default of option ``name`` of the config nested in field ``owner`` of ``cls``, as the
+    outer config sets it (its default instance may differ from the nested class's own)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == owner)  # type: ignore[arg-type]
+    if f.default_factory is not dataclasses.MISSING:
+        return getattr(f.default_factory(), name)
+    if f.default is not dataclasses.MISSING:
+        return getattr(f.default, name)
+    return dataclasses.MISSING
+
+
+def flat_fields(cls: type) -> dict[str, tuple[str | None, dataclasses.Field, Any]]:
+    """Every option of ``cls`` by its one name: ``name -> (nesting field or None, field, type)``.
+    A nested config's fields are options of the outer config under their own names (a flag,
+    a YAML key or a preset value names ``max_turns``, not ``agent.max_turns``)."""
+    hints = typing.get_type_hints(cls)
+    nested = nested_configs(cls)
+    flat: dict[str, tuple[str | None, dataclasses.Field, Any]] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in nested:
+            inner_hints = typing.get_type_hints(nested[f.name])
+            for g in dataclasses.fields(nested[f.name]):
+                flat[g.name] = (f.name, g, inner_hints[g.name])
+        else:
+            flat[f.name] = (None, f, hints[f.name])
+    return flat
+
+
 def build_config(
     cls: type[C],
     config_file: str | Path | None,
@@ -93,9 +132,8 @@ def build_config(
     base: dict[str, Any] | None = None,
 ) -> C:
     """``cls`` from its defaults, then ``base`` (a preset), then the YAML file, then the
-    non-None ``overrides``."""
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    hints = typing.get_type_hints(cls)
+    non-None ``overrides``. Options of a nested config are given by their own names."""
+    fields = flat_fields(cls)
     values: dict[str, Any] = {}
     for name, value in (base or {}).items():
         if name not in fields:
@@ -109,7 +147,7 @@ def build_config(
                 raise ConfigError(
                     f"--config: {config_file}: unknown option {key!r}; valid: {', '.join(sorted(fields))}"
                 )
-            problem = type_problem(value, hints.get(name, Any))
+            problem = type_problem(value, fields[name][2])
             if problem:
                 raise ConfigError(
                     f"--config: {config_file}: {key} {problem} (got {_yaml_repr(value)})"
@@ -118,12 +156,26 @@ def build_config(
     for name, value in overrides.items():
         if value is None:
             continue
-        problem = type_problem(value, hints.get(name, Any))
+        problem = type_problem(value, fields[name][2] if name in fields else Any)
         if problem:
             raise ConfigError(f"--{name.replace('_', '-')} {problem} (got {value!r})")
         values[name] = value
+    outer: dict[str, Any] = {}
+    inner: dict[str, dict[str, Any]] = {name: {} for name in nested_configs(cls)}
+    for name, value in values.items():
+        owner = fields[name][0] if name in fields else None
+        (inner[owner] if owner else outer)[name] = value
     try:
-        return cls(**values)
+        defaults = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        for owner, kwargs in inner.items():
+            f = defaults[owner]
+            if f.default_factory is not dataclasses.MISSING:
+                outer[owner] = dataclasses.replace(f.default_factory(), **kwargs)
+            elif f.default is not dataclasses.MISSING:
+                outer[owner] = dataclasses.replace(f.default, **kwargs)
+            else:
+                outer[owner] = nested_configs(cls)[owner](**kwargs)
+        return cls(**outer)
     except TypeError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
 
@@ -139,10 +191,13 @@ def option(default: Any = dataclasses.MISSING, help: str = "", **meta: Any) -> A
     )
 
 
-def field_help(f: dataclasses.Field) -> str:
-    """A field's help text with its default, as ``--help`` shows it."""
+def field_help(f: dataclasses.Field, default: Any = dataclasses.MISSING) -> str:
+    """A field's help text with its default (``default`` where the config nesting it sets
+    another), as ``--help`` shows it."""
     text = f.metadata.get("help", "")
-    if f.default is not dataclasses.MISSING:
+    if default is not dataclasses.MISSING:
+        pass
+    elif f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:
         default = f.default_factory()

@@ -17,20 +17,20 @@ bad value ends the command with the config's one-line error.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import types
 import typing
 from collections.abc import Callable
+from dataclasses import MISSING
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from kgsynth.cli.common import fail
-from kgsynth.config import build_config, field_help
-from kgsynth.errors import KGSynthError
+from kgsynth.config import build_config, field_help, flat_fields, load_yaml, nested_default
+from kgsynth.errors import ConfigError, KGSynthError
 
 _LAST = ("config", "overwrite")
 
@@ -54,17 +54,21 @@ def flag_name(name: str) -> str:
 
 
 def field_params(cls: type, skip: typing.Iterable[str] = ()) -> list[inspect.Parameter]:
-    """One keyword parameter per CLI field of ``cls``, defaulting to None (= not given)."""
-    hints = typing.get_type_hints(cls)
+    """One keyword parameter per CLI field of ``cls`` (and of the configs it nests), defaulting
+    to None (= not given)."""
     params = []
-    for f in dataclasses.fields(cls):
+    for owner, f, hint in flat_fields(cls).values():
         if f.name in skip or not f.metadata.get("cli", True):
             continue
-        kind = _cli_type(hints[f.name])
+        kind = _cli_type(hint)
         decls = [flag_name(f.name), *f.metadata.get("aliases", ())]
         if kind is bool:
             decls = [f"{flag_name(f.name)}/--no-{f.name.replace('_', '-')}"]
-        info = typer.Option(*decls, help=field_help(f), metavar=f.metadata.get("metavar"))
+        info = typer.Option(
+            *decls,
+            help=field_help(f, nested_default(cls, owner, f.name) if owner else MISSING),
+            metavar=f.metadata.get("metavar"),
+        )
         params.append(
             inspect.Parameter(
                 f.name,
@@ -93,12 +97,34 @@ def config_command(
         field_names = [p.name for p in fields]
         first = [p for p in own if p.name not in _LAST]
         last = [p for p in own if p.name in _LAST]
+        if "config" in names:  # which part of the --config file this command reads
+            help_ = "The --config file's section to read (a file with one section per step)."
+            if section:
+                help_ += f" \\[default: {section}]"
+            last.insert(
+                0,
+                inspect.Parameter(
+                    "config_section",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=None,
+                    annotation=Annotated[str | None, typer.Option("--section", help=help_)],
+                ),
+            )
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             overrides = {name: kwargs.pop(name) for name in field_names}
+            asked = kwargs.pop("config_section", None)
+            part = asked or section
             try:
-                cfg = build_config(cls, kwargs.get("config"), overrides, section=section)
+                if asked and kwargs.get("config") is not None:
+                    sections = load_yaml(kwargs["config"])
+                    if not isinstance(sections.get(asked), dict):
+                        raise ConfigError(
+                            f"--section: {kwargs['config']} has no section {asked!r} "
+                            f"(it has: {', '.join(sorted(map(str, sections))) or 'none'})"
+                        )
+                cfg = build_config(cls, kwargs.get("config"), overrides, section=part)
             except KGSynthError as exc:
                 fail(exc)
             return fn(cfg=cfg, **kwargs)

@@ -1,0 +1,113 @@
+"""Flags made from config fields (kgsynth/cli/fields.py): names, help with the field's own
+default, nested configs, aliases, YAML sections, and the one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kgsynth.cli.fields import config_command
+from kgsynth.config import build_config, field_help, flat_fields, option
+from kgsynth.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    max_turns: int = option(10, "Turn limit.")
+    toolset: str = option("graphwalker", "Tool set.", aliases=("--tools",))
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    n: int = option(5, "How many.")
+    rate: float = option(0.5, "A rate.")
+    verbose: bool = option(False, "Say more.")
+    names: tuple[str, ...] = option(("a", "b"), "Some names.")
+    hidden: int = option(3, "Only YAML sets this.", cli=False)
+    agent: Inner = dataclasses.field(default_factory=lambda: Inner(max_turns=8))
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"--n must be >= 1 (got {self.n})")
+
+
+def _app():
+    app = typer.Typer()
+    seen: dict = {}
+
+    @app.command()
+    @config_command(Outer, section="outer")
+    def cmd(cfg: Outer, config: str | None = None) -> None:
+        seen["cfg"] = cfg
+
+    @app.command()
+    def other() -> None:  # a second command keeps typer's sub-command mode
+        pass
+
+    return app, seen
+
+
+def test_help_shows_each_fields_own_default_and_nested_options():
+    app, _ = _app()
+    text = CliRunner().invoke(app, ["cmd", "--help"], env={"COLUMNS": "200"}).output
+    for flag, default in [
+        ("--n", "5"),
+        ("--rate", "0.5"),
+        ("--max-turns", "8"),
+        ("--toolset", "graphwalker"),
+        ("--names", "a,b"),
+    ]:
+        line = next(ln for ln in text.splitlines() if re.search(f" {flag}[ ,]", ln))
+        assert f"[default: {default}]" in line, line
+    assert "--hidden" not in text
+    assert "--section" in text and "[default: outer]" in text
+
+
+def test_flags_yaml_sections_and_nesting(tmp_path):
+    app, seen = _app()
+    cfg_file = tmp_path / "recipe.yaml"
+    cfg_file.write_text("outer:\n  n: 7\n  max_turns: 4\nother:\n  n: 9\n  hidden: 1\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["cmd", "--config", str(cfg_file), "--tools", "kgr1"])
+    assert res.exit_code == 0, res.output
+    assert seen["cfg"] == Outer(n=7, agent=Inner(max_turns=4, toolset="kgr1"))
+    res = runner.invoke(app, ["cmd", "--config", str(cfg_file), "--section", "other", "--n", "2"])
+    assert res.exit_code == 0, res.output
+    assert seen["cfg"].n == 2 and seen["cfg"].hidden == 1 and seen["cfg"].agent.max_turns == 8
+    res = runner.invoke(app, ["cmd", "--verbose", "--names", "x,y"])
+    assert seen["cfg"].verbose is True and seen["cfg"].names == "x,y"
+
+
+def test_errors_are_one_line_and_name_the_field(tmp_path):
+    app, _ = _app()
+    runner = CliRunner()
+    res = runner.invoke(app, ["cmd", "--n", "0"])
+    assert res.exit_code != 0 and "--n must be >= 1 (got 0)" in res.output
+    cfg_file = tmp_path / "recipe.yaml"
+    cfg_file.write_text("outer:\n  max_turns: many\n")
+    res = runner.invoke(app, ["cmd", "--config", str(cfg_file)])
+    assert res.exit_code != 0 and "max_turns must be an integer" in res.output
+    res = runner.invoke(app, ["cmd", "--config", str(cfg_file), "--section", "nope"])
+    assert res.exit_code != 0 and "has no section 'nope'" in res.output
+
+
+def test_build_config_nests_and_keeps_the_nested_default():
+    assert build_config(Outer, None, {}).agent == Inner(max_turns=8)
+    assert build_config(Outer, None, {"toolset": "kgr1"}).agent == Inner(8, "kgr1")
+    assert build_config(Outer, None, {}, base={"max_turns": 2}).agent.max_turns == 2
+    with pytest.raises(ConfigError, match="preset sets unknown option 'nope'"):
+        build_config(Outer, None, {}, base={"nope": 1})
+    assert set(flat_fields(Outer)) == {
+        "n",
+        "rate",
+        "verbose",
+        "names",
+        "hidden",
+        "max_turns",
+        "toolset",
+    }
+    assert field_help(dataclasses.fields(Outer)[2]) == "Say more. \\[default: false]"
