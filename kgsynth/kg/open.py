@@ -67,7 +67,7 @@ def cached_store_for(
 
 
 def open_kg(
-    spec: str | Path | None = None,
+    source: str | Path | None = None,
     *,
     profile: str | None = None,
     names_file: str | None = None,
@@ -76,7 +76,8 @@ def open_kg(
     max_rows: int = DEFAULT_MAX_ROWS,
     isolate: bool = False,
 ) -> KG:
-    """Open the KG named by ``spec`` (default: the shipped MetaQA KB).
+    """Open the KG at ``source``: a store directory, a triple file or an endpoint URL (default:
+    the shipped MetaQA KB).
 
     Every query gets ``timeout`` seconds and at most ``max_rows`` rows unless the call says
     otherwise; ``isolate`` runs an embedded store's queries in a child process that is killed
@@ -87,7 +88,7 @@ def open_kg(
     if timeout <= 0:
         raise ConfigError(f"timeout: {timeout} is not a timeout (use seconds > 0)")
     bounds = {"timeout": timeout, "max_rows": max_rows, "isolate": isolate}
-    text = str(spec) if spec is not None else str(DEFAULT_KG)
+    text = str(source) if source is not None else str(DEFAULT_KG)
     if text.startswith(("http://", "https://")):
         from kgsynth.kg.endpoint import SparqlEndpointKG
 
