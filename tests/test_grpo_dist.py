@@ -46,7 +46,9 @@ def _step(model_dir: str, keep: list[int]) -> tuple[dict, list]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from kgsynth.train.grpo import GRPOConfig, _Policy, _update
+    from kgsynth.train.grpo import GRPOConfig
+    from kgsynth.train.grpo import Policy as _Policy
+    from kgsynth.train.grpo import update as _update
 
     torch.manual_seed(0)
     cfg = GRPOConfig(init=model_dir, lr=1e-2, kl_coef=0.05, micro_batch_size=4)

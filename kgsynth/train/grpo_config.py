@@ -1,0 +1,232 @@
+"""The options of ``kgsynth train rl`` (:class:`GRPOConfig`), their two recipes and their checks.
+
+``None`` fields are filled from the recipe by :func:`resolve_config`, which also checks what
+only the files can tell (``--init``, ``--phase2-questions``, the DeepSpeed config). Every check
+of the values themselves, alone or against each other, is in
+:meth:`GRPOConfig.__post_init__`; a check reading a field the recipe fills runs once it is
+filled. A preset (:mod:`kgsynth.train.presets`) sets fields under the config file and flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgsynth.config import option
+from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.modelio import is_model_folder
+from kgsynth.train.core import (
+    HELP,
+    PRECISIONS,
+    check_tracking_and_lora,
+    fill_recipe,
+    load_deepspeed_config,
+    need,
+    recorded_recipe,
+)
+from kgsynth.train.sft_config import SPEC as SFT_SPEC
+
+METRICS = "metrics.jsonl"
+SUMMARY = "rl_summary.json"
+CHECKPOINTS = "checkpoints"
+PLOT = "rl.png"
+RL_CONFIG = "rl_config.json"
+# in checkpoints/step-N beside the weights, written last: optimizer, scheduler, question order,
+# curriculum state, metrics so far (and a LoRA run's adapter)
+RESUME_STATE = "resume_state.pt"
+RECIPES: dict[str, dict[str, Any]] = {
+    # KnowCoder-A1 / KG-R1 scale: lr 1e-6, KL 0.001, group 8
+    "default": dict(lr=1e-6, group_size=8, questions_per_step=16, max_turn_tokens=512),
+    # a 2-core CPU and a tiny model: a few minutes for a few dozen steps
+    "tiny": dict(lr=2e-4, group_size=4, questions_per_step=4, max_turn_tokens=64),
+}
+_RECIPES = "\\[default: recipe's]"
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Options of ``kgsynth train rl``; ``None`` fields come from the recipe."""
+
+    init: str = option("", "The SFT output folder to start from (stage2, or stage1).")
+    recipe: str | None = option(
+        None,
+        "Defaults: default (lr 1e-6, group 8, 16 questions/step) or tiny (CPU). "
+        "\\[default: tiny when --init is a tiny SFT run]",
+    )
+    preset: str | None = option(
+        None,
+        "A seed paper's whole RL recipe: graphwalker, kbqa-r1, knowcoder-a1, kg-r1 or isp "
+        "(rewards, advantage, KL, clip, group, turns, lr, warm-up; the README's preset table "
+        "gives each value and its source). --config and flags override it.",
+    )
+    reward: str = option(
+        "graphwalker",
+        "Reward: a preset (graphwalker = hit, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
+        "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance.",
+    )
+    fbeta_switch_step: int | None = option(
+        None, "fbeta curriculum: beta 0.5 until this step, then 1."
+    )
+    fbeta_switch_reward: float | None = option(
+        None,
+        "fbeta curriculum: beta 1 from the step after the outcome reward's running mean reaches "
+        "this (the switch never goes back).",
+    )
+    # KnowCoder-A1's per-phase question sets: after the F-beta switch, questions come from here
+    phase2_questions: str | None = option(
+        None,
+        "fbeta curriculum: questions of the second phase (after the switch); KnowCoder-A1's "
+        "per-phase question sets. \\[default: --questions throughout]",
+    )
+    group_size: int | None = option(None, f"Rollouts per question (G). {_RECIPES}")
+    questions_per_step: int | None = option(None, f"Questions per step. {_RECIPES}")
+    max_steps: int = option(50, "Optimizer steps.")
+    lr: float | None = option(None, f"Peak learning rate. {_RECIPES}")
+    kl_coef: float = option(
+        0.001, "KL coefficient to the frozen init model (k3); 0 = off.", aliases=("--kl",)
+    )
+    clip_low: float = option(0.2, "Ratio clip below: 1 - clip_low.")
+    clip_high: float = option(0.28, "Ratio clip above: 1 + clip_high (DAPO).")
+    scale_rewards: bool = option(True, "Divide advantages by the group std.")
+    turn_advantage: bool = option(
+        False,
+        "KG-R1's turn-wise advantage: each turn's tokens get G_t = r_t + lambda R (turn rewards "
+        "plus the trajectory reward) against one baseline pooled over every turn of the group; "
+        "on in --preset kg-r1 and isp.",
+    )
+    turn_lambda: float = option(1.0, "KG-R1's lambda: the trajectory reward's weight in G_t.")
+    updates_per_step: int = option(
+        1, "Updates on each step's rollouts; 1 = on-policy single update (KnowCoder-A1)."
+    )
+    micro_batch_size: int = option(8, "Rollouts per forward pass in the update.")
+    max_grad_norm: float = option(1.0, HELP["max_grad_norm"])
+    weight_decay: float = option(0.0, HELP["weight_decay"])
+    warmup_steps: int = option(0, "Linear learning-rate warm-up steps.")
+    warmup_ratio: float | None = option(
+        None, "Warm-up as a share of --max-steps (KBQA-R1: 0.3); wins over --warmup-steps."
+    )
+    temperature: float = option(1.0, "Sampling temperature of rollouts.")
+    top_p: float = option(1.0, "Nucleus sampling of rollouts: the probability mass kept.")
+    max_turns: int = option(10, "Turn limit, then one forced answer.")
+    max_turn_tokens: int | None = option(None, f"Generated tokens per turn. {_RECIPES}")
+    max_obs_tokens: int = option(512, "Observation tokens kept per call.")
+    rollout_timeout_s: float = option(
+        300.0,
+        "Seconds per rollout before it is ended where it is.",
+        aliases=("--rollout-timeout",),
+    )
+    rollout_batch_size: int = option(64, "Sequences per generate() call.")
+    toolset: str = option("graphwalker", "Tool set: graphwalker or kgr1.", aliases=("--tools",))
+    relation_ranking: str = option(
+        "bm25",
+        "How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: BM25 "
+        "plus the question's similarity to the relation's words under the bundled "
+        "all-MiniLM-L6-v2 encoder. Use the same in synthesis, RL and eval.",
+    )
+    report_to: str = option("none", HELP["report_to"])
+    lora_r: int = option(0, HELP["lora_r"] + " The KL reference is the adapter switched off.")
+    lora_alpha: float = option(16.0, HELP["lora_alpha"])
+    lora_dropout: float = option(0.05, HELP["lora_dropout"])
+    lora_target: str = option("all-linear", HELP["lora_target"])
+    top_k_relations: int = option(10, "Relations get_relations returns.")
+    max_triples_per_relation: int = option(5, "Triples get_triples returns per relation.")
+    distance_max_depth: int = option(
+        3, "The distance reward's search depth (hops from the topic entities)."
+    )
+    save_steps: int = option(25, "Checkpoint every N steps.")
+    logging_steps: int = option(1, "Write metrics every N steps.")
+    seed: int = option(0, HELP["seed"])
+    deepspeed: str | None = option(None, HELP["deepspeed"])
+    precision: str = option("auto", HELP["precision"])
+
+    def __post_init__(self) -> None:
+        """Every check of the values; one reading a recipe field waits until it is filled."""
+        c = self
+        for name, low in (("group_size", 2), ("questions_per_step", 1)):
+            value = getattr(c, name)
+            need(value is None or value >= low, f"{name} must be >= {low} (got {value})")
+        need(c.max_steps >= 1, f"max_steps must be >= 1 (got {c.max_steps})")
+        need(c.lr is None or 0 < c.lr < 1, f"lr must be in (0, 1) (got {c.lr})")
+        need(c.kl_coef >= 0, f"kl_coef must be >= 0 (got {c.kl_coef})")
+        need(c.warmup_steps >= 0, f"warmup_steps must be >= 0 (got {c.warmup_steps})")
+        need(
+            c.warmup_ratio is None or 0 <= c.warmup_ratio < 1,
+            f"warmup_ratio must be in [0, 1) (got {c.warmup_ratio})",
+        )
+        need(
+            math.isfinite(c.turn_lambda) and c.turn_lambda >= 0,
+            f"turn_lambda must be >= 0 (got {c.turn_lambda})",
+        )
+        need(0 <= c.clip_low < 1, f"clip_low must be in [0, 1) (got {c.clip_low})")
+        need(c.clip_high >= 0, f"clip_high must be >= 0 (got {c.clip_high})")
+        need(c.updates_per_step >= 1, f"updates_per_step must be >= 1 (got {c.updates_per_step})")
+        need(c.micro_batch_size >= 1, f"micro_batch_size must be >= 1 (got {c.micro_batch_size})")
+        need(c.max_grad_norm > 0, f"max_grad_norm must be > 0 (got {c.max_grad_norm})")
+        need(c.temperature > 0, f"temperature must be > 0 for sampling (got {c.temperature})")
+        need(0 < c.top_p <= 1, f"top_p must be in (0, 1] (got {c.top_p})")
+        need(c.max_turns >= 1, f"max_turns must be >= 1 (got {c.max_turns})")
+        need(
+            c.max_turn_tokens is None or c.max_turn_tokens >= 1,
+            f"max_turn_tokens must be >= 1 (got {c.max_turn_tokens})",
+        )
+        need(c.max_obs_tokens >= 8, f"max_obs_tokens must be >= 8 (got {c.max_obs_tokens})")
+        need(c.rollout_timeout_s > 0, f"rollout_timeout_s must be > 0 (got {c.rollout_timeout_s})")
+        need(
+            c.toolset in ("graphwalker", "kgr1"),
+            f"toolset must be graphwalker or kgr1 (got {c.toolset!r})",
+        )
+        need(c.save_steps >= 1, f"save_steps must be >= 1 (got {c.save_steps})")
+        need(c.logging_steps >= 1, f"logging_steps must be >= 1 (got {c.logging_steps})")
+        need(
+            c.precision in PRECISIONS,
+            f"precision must be auto, bf16 or fp32 (got {c.precision!r})",
+        )
+        check_tracking_and_lora(c)
+        rewards = reward_spec(c)  # names and weights checked
+        need(
+            c.phase2_questions is None or "fbeta" in rewards.components,
+            "phase2_questions needs the fbeta reward (its switch starts the second phase)",
+        )
+
+
+def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
+    """Fill the recipe's defaults and check each field; errors name the field and range."""
+    if not cfg.init or not is_model_folder(cfg.init):
+        raise ConfigError(
+            f"--init: {cfg.init or '(none)'} holds no saved model (config.json); "
+            "give a `kgsynth train stage2` (or stage1) output folder"
+        )
+    if cfg.recipe:
+        recipe = cfg.recipe
+    else:  # what the init folder was trained with: tiny, or anything else (the default)
+        recorded = recorded_recipe(cfg.init, (SFT_SPEC, RL_CONFIG))
+        recipe = "tiny" if recorded == "tiny" else "default"
+    c = dataclasses.replace(cfg, recipe=recipe, **fill_recipe(cfg, RECIPES, recipe))
+    if c.phase2_questions is not None and not Path(c.phase2_questions).is_file():
+        raise InputFileError(Path(c.phase2_questions), "does not exist (--phase2-questions)")
+    if c.deepspeed is not None:
+        load_deepspeed_config(c.deepspeed)
+    return c
+
+
+def warmup_steps(cfg: GRPOConfig) -> int:
+    """Linear warm-up length: ``warmup_ratio`` of ``max_steps`` (rounded) when set, else
+    ``warmup_steps``."""
+    if cfg.warmup_ratio is not None:
+        return round(cfg.warmup_ratio * cfg.max_steps)
+    return max(0, cfg.warmup_steps)
+
+
+def reward_spec(cfg: GRPOConfig) -> Any:
+    """The weighted reward the config names, with its F-beta curriculum switch."""
+    from kgsynth.agent.rewards import RewardSpec
+
+    # None keeps the preset's (or the default) curriculum switch
+    return RewardSpec.parse(
+        cfg.reward,
+        fbeta_switch_step=cfg.fbeta_switch_step,
+        fbeta_switch_reward=cfg.fbeta_switch_reward,
+    )

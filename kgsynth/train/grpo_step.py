@@ -1,0 +1,211 @@
+"""One GRPO step: the step's questions drawn, this rank's groups rolled out against the KG,
+scored and trained on (:func:`rollout_and_update`), then every rank's share gathered into the
+step's metrics row (:func:`step_row`). :class:`Run` is what stays fixed over a run,
+:class:`LoopState` what a step changes and a checkpoint keeps."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgsynth.train.grpo_config import GRPOConfig
+from kgsynth.train.grpo_dist import Policy, all_gather, weights_checksum
+from kgsynth.train.grpo_loss import step_advantages
+from kgsynth.train.grpo_run import RLQuestion, RLSpec
+from kgsynth.train.grpo_update import update
+
+
+@dataclass
+class Run:
+    """What stays fixed over a run: the policy, its reference, the tools and the limits."""
+
+    spec: RLSpec
+    device: str
+    dtype: Any
+    rank: int
+    world: int
+    tok: Any
+    policy: Policy
+    ref: Any
+    sampler: Any
+    graph: Any
+    tool_cfg: Any
+    distance: Any
+    rcfg: Any
+    rspec: Any
+    autocast: Any
+
+    @property
+    def cfg(self) -> GRPOConfig:
+        return self.spec.config
+
+
+@dataclass
+class LoopState:
+    """What a step changes, and a checkpoint keeps to resume from."""
+
+    qs: list[RLQuestion]
+    rng: random.Random
+    reward_state: Any
+    order: list[int] = field(default_factory=list)
+    cursor: int = 0
+    phase: int = 1
+    history: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, int] = field(
+        default_factory=lambda: dict(rollouts=0, skipped_groups=0, groups=0, generated_tokens=0)
+    )
+    first_step: int = 1
+
+
+def draw_questions(run: Run, st: LoopState, phase2: list[RLQuestion] | None) -> list[RLQuestion]:
+    """The step's questions, in the shuffled order (reshuffled after each pass); the second
+    phase's own questions once the F-beta switch comes."""
+    from kgsynth.agent.rewards import FBETA_LATE
+
+    if phase2 is not None and st.phase == 1 and run.rspec.fbeta_beta(st.reward_state) == FBETA_LATE:
+        # the switch came: the second phase draws from its own questions
+        st.phase, st.qs = 2, phase2
+        st.order = list(range(len(st.qs)))
+        st.rng.shuffle(st.order)
+        st.cursor = 0
+    batch: list[RLQuestion] = []
+    for _ in range(int(run.cfg.questions_per_step or 1)):
+        if st.cursor == len(st.order):
+            st.rng.shuffle(st.order)
+            st.cursor = 0
+        batch.append(st.qs[st.order[st.cursor]])
+        st.cursor += 1
+    return batch
+
+
+def rollout_and_update(
+    run: Run, st: LoopState, step_i: int, batch: Sequence[RLQuestion]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """This rank's groups of the step rolled out, scored and trained on: its share of the
+    step's facts (for the metrics) and the update's statistics."""
+    from kgsynth.agent.loop import EpisodeTask
+    from kgsynth.agent.rewards import Gold
+    from kgsynth.agent.rollout import check_alignment, run_rollouts
+    from kgsynth.agent.tools import ToolEnvironment
+
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    g = int(cfg.group_size or 2)
+    # data parallel: each rank rolls out whole groups (group gi on rank gi % world)
+    mine = [gi for gi in range(len(batch)) if gi % run.world == run.rank]
+    tasks = [
+        EpisodeTask(batch[gi].question, batch[gi].topic_names) for gi in mine for _ in range(g)
+    ]
+    with run.autocast:
+        rollouts = run_rollouts(
+            run.sampler,
+            tasks,
+            lambda task: ToolEnvironment(run.graph, task.question, run.tool_cfg),
+            run.rcfg,
+            seed=cfg.seed * 100_003 + step_i + 7_919 * run.rank,
+            batch_size=cfg.rollout_batch_size,
+        )
+    t_roll = time.perf_counter() - t0
+    for r in rollouts:
+        check_alignment(r)
+    # rewards (reward_state.step = step_i - 1: the steps done before this one)
+    results = []
+    for k, r in enumerate(rollouts):
+        q = batch[mine[k // g]]
+        gold = Gold(answers=q.answers, question=q.question, topic_names=q.topic_names)
+        results.append(run.rspec.score(r.episode, gold, st.reward_state, distance=run.distance))
+    per_token_adv, skipped = step_advantages(
+        rollouts, results, g, turn_advantage=cfg.turn_advantage,
+        turn_lambda=cfg.turn_lambda, scale=cfg.scale_rewards,
+    )  # fmt: skip
+    keep = [i for i, a in enumerate(per_token_adv) if a is not None]
+    upd = update(run.policy, run.ref, rollouts, per_token_adv, keep, cfg, run.device, run.autocast)
+    t_step = time.perf_counter() - t0
+    eps = [r.episode for r in rollouts]
+    share = {
+        "rewards": [res.total for res in results],
+        "outcomes": [res.outcome for res in results],
+        "components": [res.components for res in results],
+        "beta": results[0].fbeta_beta if results else None,
+        "turns": [len([t for t in e.turns if not t.llm_error]) for e in eps],
+        "tool_errors": [e.tool_errors for e in eps],
+        "format_errors": [e.format_errors for e in eps],
+        "answered": [e.answered for e in eps],
+        "timed_out": sum(r.timed_out for r in rollouts),
+        "truncated": sum(r.truncated_observations for r in rollouts),
+        "generated_tokens": sum(r.generated_tokens for r in rollouts),
+        "skipped": skipped,
+        "rollout_s": t_roll,
+        "checksum": weights_checksum(run.policy.module) if run.world > 1 else 0.0,
+    }
+    return share, {**upd, "step_s": t_step}
+
+
+def step_row(
+    run: Run, st: LoopState, step_i: int, n_groups: int, share: dict, upd: dict[str, float]
+) -> dict[str, Any]:
+    """The step's ``metrics.jsonl`` row from every rank's share, so that all ranks hold the
+    same curriculum state and rank 0 logs the whole step; advances the curriculum."""
+    import torch
+
+    t_step = upd.pop("step_s")
+    shares = all_gather(share)
+    every = {k: [v for s in shares for v in s[k]] for k in
+             ("rewards", "outcomes", "components", "turns", "tool_errors", "format_errors",
+              "answered")}  # fmt: skip
+    rewards = every["rewards"]
+    beta = next((s["beta"] for s in shares if s["beta"] is not None), None)
+    # the running mean of the outcome reward and the F-beta switch, for the next step
+    st.reward_state = run.rspec.advance(st.reward_state, every["outcomes"])
+    gen_tokens = sum(s["generated_tokens"] for s in shares)
+    skipped = sum(s["skipped"] for s in shares)
+    t_roll = max(s["rollout_s"] for s in shares)
+    st.totals["rollouts"] += len(rewards)
+    st.totals["skipped_groups"] += skipped
+    st.totals["groups"] += n_groups
+    st.totals["generated_tokens"] += gen_tokens
+    comps: dict[str, float] = {}
+    for components in every["components"]:
+        for name, v in components.items():
+            comps[name] = comps.get(name, 0.0) + v / len(rewards)
+    n_eps = len(rewards)
+    sync = {}
+    if run.world > 1:
+        sums = [s["checksum"] for s in shares]
+        engine = run.policy.engine
+        if not (engine is not None and engine.zero_optimization_stage() == 3):
+            # ZeRO-3 ranks hold shards, not whole weights
+            sync = {"weights_in_sync": max(sums) - min(sums) <= 1e-9 * max(1.0, abs(sums[0]))}
+    row = {
+        "step": step_i,
+        "reward": sum(rewards) / len(rewards),
+        "reward_std": float(torch.tensor(rewards).std(unbiased=False)),
+        **{f"reward/{k}": v for k, v in sorted(comps.items())},
+        "outcome_mean": st.reward_state.outcome_mean,
+        "phase": st.phase,
+        **({"fbeta_beta": beta} if beta is not None else {}),
+        **upd,
+        "lr": run.policy.sched.get_last_lr()[0],
+        "turns": sum(every["turns"]) / n_eps,
+        "tool_errors": sum(every["tool_errors"]) / n_eps,
+        "format_errors": sum(every["format_errors"]) / n_eps,
+        "answered": sum(every["answered"]) / n_eps,
+        "timed_out": sum(s["timed_out"] for s in shares),
+        "truncated_observations": sum(s["truncated"] for s in shares),
+        "generated_tokens": gen_tokens,
+        "rollout_tokens_per_s": gen_tokens / t_roll if t_roll > 0 else 0.0,
+        "skipped_groups": skipped,
+        "groups": n_groups,
+        "rollout_s": t_roll,
+        "step_s": t_step,
+        **({"world_size": run.world} if run.world > 1 else {}),
+        **sync,
+        "time": time.time(),
+    }
+    st.history.append(row)
+    if sync and not sync["weights_in_sync"]:
+        raise RuntimeError(f"step {step_i}: the ranks' weights differ ({shares})")
+    return row

@@ -1,0 +1,182 @@
+"""SFT on transformers' ``Trainer``: its arguments from an :class:`SFTConfig`, the tokenizer,
+and what SFT adds to it: token counting for the metrics, the ``metrics.jsonl`` writer and the
+system prompt kept in every checkpoint. Built lazily
+(importing kgsynth loads no torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kgsynth.train.core import store_system_prompt
+from kgsynth.train.sft_config import SFTConfig
+
+
+def load_tokenizer(model_path: Path) -> Any:
+    """The model's tokenizer, with a pad token and a chat template."""
+    from transformers import AutoTokenizer
+
+    from kgsynth.agent.render import CHATML_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        # the renderer fell back to ChatML; the saved folder must render the same way
+        tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def training_arguments(
+    cfg: SFTConfig,
+    ckpt_dir: Path,
+    world: int,
+    precision: tuple[bool, bool],
+    ds_config: Any,
+    quiet: bool,
+) -> Any:
+    """transformers' ``TrainingArguments`` for the resolved ``cfg``."""
+    from transformers import TrainingArguments
+
+    assert cfg.batch_size is not None and cfg.micro_batch_size is not None  # resolved
+    use_cpu, bf16 = precision
+    return TrainingArguments(
+        output_dir=str(ckpt_dir),
+        per_device_train_batch_size=cfg.micro_batch_size,
+        gradient_accumulation_steps=cfg.batch_size // (cfg.micro_batch_size * world),
+        num_train_epochs=float(cfg.epochs or 1.0),
+        max_steps=cfg.max_steps or -1,
+        learning_rate=float(cfg.lr or 0.0),
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=float(cfg.warmup_ratio or 0.0),
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        optim="adamw_torch",
+        logging_strategy="steps",
+        logging_steps=cfg.logging_steps or 1,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=cfg.save_steps or 1,
+        save_total_limit=cfg.save_total_limit,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=bf16,
+        use_cpu=use_cpu,
+        # gloo only for a distributed CPU run: naming a backend makes accelerate start one
+        ddp_backend="gloo" if use_cpu and "WORLD_SIZE" in os.environ else None,
+        deepspeed=ds_config,
+        activation_checkpointing=cfg.gradient_checkpointing,
+        train_sampling_strategy="random" if cfg.packing else "group_by_length",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        report_to="wandb" if cfg.report_to == "wandb" else "none",  # transformers' integration
+        disable_tqdm=quiet,
+    )
+
+
+def make_trainer_class() -> type:
+    """``Trainer`` plus token counting (imported lazily: importing kgsynth loads no torch)."""
+    import torch
+    from transformers import Trainer
+
+    class TokenCountingTrainer(Trainer):
+        """Counts real, padded and labelled tokens per micro-batch and adds tokens/s and the
+        non-padding fraction (over the logging window, and its worst batch) to every log."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._window_start: float | None = None  # set by the window's first micro-batch
+            self._counts: torch.Tensor | None = None  # real, padded, labelled (on device)
+            self._worst: torch.Tensor | None = None  # lowest non-padding fraction of a batch
+            self.tokens_seen = 0  # over the whole run, resumed runs included
+            self.loss_tokens_seen = 0
+            self.session_tokens = 0  # this session only (a resumed run starts a session)
+            self.session_padded = 0
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            real = inputs.pop("num_real_tokens", None)
+            padded = inputs.pop("num_padded_tokens", None)
+            if real is not None and padded is not None and model.training:
+                if self._window_start is None:
+                    self._window_start = time.perf_counter()
+                labelled = (inputs["labels"] != -100).sum()
+                row = torch.stack([real, padded, labelled]).to(torch.float64)
+                frac = row[:1] / row[1:2].clamp(min=1)
+                self._counts = row if self._counts is None else self._counts + row
+                self._worst = frac if self._worst is None else torch.minimum(self._worst, frac)
+            # with a KV cache transformers skips packed-sequence detection, and packed samples
+            # would attend to each other
+            inputs = {**inputs, "use_cache": False}
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            if "loss" in logs:
+                device = self.args.device
+                counts = self._counts if self._counts is not None else torch.zeros(3)
+                worst = self._worst if self._worst is not None else torch.ones(1)
+                counts = counts.to(device, torch.float64)
+                worst = worst.to(device, torch.float64)
+                if self.args.world_size > 1:  # every rank logs at the same steps
+                    counts = self.accelerator.reduce(counts, reduction="sum")
+                    worst = self.accelerator.gather(worst).min().reshape(1)
+                real, padded, labelled = (float(x) for x in counts.cpu())
+                now = time.perf_counter()
+                elapsed = now - (self._window_start or now)
+                self.tokens_seen += int(real)
+                self.loss_tokens_seen += int(labelled)
+                self.session_tokens += int(real)
+                self.session_padded += int(padded)
+                logs["tokens_per_s"] = round(real / elapsed, 1) if elapsed > 0 else 0.0
+                logs["nonpad_fraction"] = round(real / padded, 4) if padded else 0.0
+                logs["worst_batch_nonpad_fraction"] = round(float(worst.cpu()), 4)
+                logs["tokens"] = self.tokens_seen
+                logs["loss_tokens"] = self.loss_tokens_seen
+                self._counts, self._worst, self._window_start = None, None, now
+            super().log(logs, start_time)
+
+    return TokenCountingTrainer
+
+
+def metrics_callback(path: Path, progress: Callable[[int, int, dict], None] | None) -> Any:
+    from transformers import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):
+        """Appends every training log (the ones with a loss) to ``metrics.jsonl``."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = logs or {}
+            if "loss" in logs and state.is_world_process_zero:
+                row = {"step": state.global_step, **logs, "time": round(time.time(), 3)}
+                with path.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+            if progress is not None and state.is_world_process_zero:
+                progress(state.global_step, state.max_steps, logs)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= state.max_steps:
+                control.should_log = True  # the last loss belongs in the curve
+            if progress is not None and state.is_world_process_zero:
+                progress(state.global_step, state.max_steps, {})
+
+    return MetricsCallback()
+
+
+def prompt_callback(system_text: str | None) -> Any:
+    from transformers import TrainerCallback
+
+    class PromptCallback(TrainerCallback):
+        """Stores the system prompt in every intermediate checkpoint too."""
+
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                if folder.is_dir():
+                    store_system_prompt(folder, system_text)
+
+    return PromptCallback()
