@@ -20,22 +20,14 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from kgsynth.agent.protocol import PROTOCOL_TAGS
+
 log = logging.getLogger(__name__)
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, IM_START, IM_END)
-PROTOCOL_TAGS: tuple[str, ...] = (
-    "<think>",
-    "</think>",
-    "<kg-query>",
-    "</kg-query>",
-    "<answer>",
-    "</answer>",
-    "<information>",
-    "</information>",
-)
 
 # The pre-tokenizer split. Qwen's and GPT's splits glue a leading space or quote to a word, so a
 # name is " Adam" after a colon but "Adam" after `("`: two unrelated token ids, and a tiny model

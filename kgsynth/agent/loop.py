@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgsynth.agent.protocol import STOP_SEQUENCES, parse_turn, render_observation
+from kgsynth.agent.protocol import (
+    FINAL_ANSWER_PROMPT,
+    NO_ACTION_HINT,
+    STOP_SEQUENCES,
+    close_action,
+    parse_turn,
+    render_observation,
+)
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.llm.base import LLM, GenerationParams, Request
 from kgsynth.prompts import render
@@ -54,11 +61,6 @@ TOOL_HELP = {
         },
     ],
 }
-FINAL_ANSWER_PROMPT = (
-    "You have used all your turns. Give your final answer now: <think>…</think> then "
-    '<answer>["…"]</answer> with every entity you found.'
-)
-
 
 PROMPT_STYLES = ("full", "short")
 # A checkpoint trained on trajectories carries the system prompt it was trained with here;
@@ -93,20 +95,6 @@ def user_prompt(question: str, topic_names: Sequence[str], reference: str | None
             "\n\nA reference action sequence that answers this question (follow it, reasoning "
             f"in your own words):\n{reference}"
         )
-    return text
-
-
-def close_action(text: str) -> str:
-    """Cut a generation after its first action and restore a closing tag that an API's stop
-    sequence removed."""
-    for tag in ("kg-query", "answer"):
-        start = text.find(f"<{tag}>")
-        if start < 0:
-            continue
-        end = text.find(f"</{tag}>", start)
-        if end < 0:
-            return text.rstrip() + f"</{tag}>"
-        return text[: end + len(f"</{tag}>")]
     return text
 
 
@@ -289,11 +277,7 @@ def step(
         record.entities = result.entities
         ep.messages.append({"role": "tool", "content": render_observation(result.text)})
         return
-    hint = (
-        "Your reply had no action. Reason inside <think></think>, then call one tool inside "
-        "<kg-query></kg-query> or answer inside <answer></answer>."
-    )
-    ep.messages.append({"role": "tool", "content": render_observation(hint)})
+    ep.messages.append({"role": "tool", "content": render_observation(NO_ACTION_HINT)})
 
 
 def episode_summary(ep: Episode) -> dict[str, Any]:
@@ -324,6 +308,7 @@ def turn_metadata(t: TurnRecord) -> dict[str, Any]:
 
 
 __all__ = [
+    "FINAL_ANSWER_PROMPT",
     "Episode",
     "EpisodeTask",
     "TurnRecord",

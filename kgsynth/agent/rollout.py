@@ -26,19 +26,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.loop import (
-    FINAL_ANSWER_PROMPT,
     Episode,
     EpisodeTask,
     step,
     system_prompt,
     user_prompt,
 )
-from kgsynth.agent.protocol import STOP_SEQUENCES
+from kgsynth.agent.protocol import (
+    FINAL_ANSWER_PROMPT,
+    INFO_CLOSE,
+    INFO_OPEN,
+    STOP_SEQUENCES,
+    TRUNCATION_MARK,
+)
 from kgsynth.agent.render import CHATML_TEMPLATE
 from kgsynth.agent.tools import ToolEnvironment
 
 _SENTINEL = "\x1eASSISTANT-TURN\x1e"
-TRUNCATION_MARK = " [... observation truncated]"
 
 
 @dataclass(frozen=True)
@@ -354,9 +358,7 @@ def _apply(
     content, cut = policy.cap_observation(reply["content"], cfg.max_obs_tokens)
     if cut:
         s.truncated += 1
-        reply["content"] = content + (
-            "</information>" if content.startswith("<information>") else ""
-        )
+        reply["content"] = content + (INFO_CLOSE if content.startswith(INFO_OPEN) else "")
     # before the forced final answer, the environment also asks for it
     users = [reply["content"]] + ([FINAL_ANSWER_PROMPT] if turn + 1 == cfg.max_turns else [])
     suffix = policy.turn_suffix(users, eos_end)
