@@ -21,12 +21,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kgsynth.agent.protocol import PROTOCOL_TAGS
+from kgsynth.agent.render import CHATML_TEMPLATE, IM_END, IM_START
 
 log = logging.getLogger(__name__)
 
 PAD_TOKEN = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, IM_START, IM_END)
 
 # The pre-tokenizer split. Qwen's and GPT's splits glue a leading space or quote to a word, so a
@@ -38,22 +37,8 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, IM_START, IM_END)
 # Digits are split one by one, as in Qwen.
 COPY_SPLIT_REGEX = r"\p{L}+ ?|\p{N}|[^\s\p{L}\p{N}]+ ?|\s*[\r\n]+|\s+"
 
-# ChatML, as Qwen2 writes it. Content may be a string or a list of text parts (the OpenAI
-# message shape); add_generation_prompt opens the assistant turn.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
-    "{%- if message['content'] is string -%}"
-    "{{- message['content'] -}}"
-    "{%- elif message['content'] is not none -%}"
-    "{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "{{- '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
-)
+# The tokenizer carries the one ChatML template the renderer uses.
+CHAT_TEMPLATE = CHATML_TEMPLATE
 
 
 def build_tiny_model(

@@ -1,6 +1,7 @@
 """Trajectory messages -> token ids and one loss mask, shared by SFT and GRPO.
 
-The conversation is rendered with the tokenizer's chat template (ChatML when it has none);
+The conversation is rendered with the tokenizer's chat template (:data:`CHATML_TEMPLATE` when
+it has none);
 environment observations (``tool`` messages) are rendered as ``user`` turns, exactly as the
 agent loop sends them to the policy. The loss mask is 1 on the tokens of assistant messages
 (their content and the end-of-turn token that closes them: think, kg-query, answer) and 0 on
@@ -14,9 +15,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+# The one chat template: ChatML, as Qwen2 writes it. The renderer, the GRPO sampler and SFT fall
+# back to it for a tokenizer without one, and the tiny model's tokenizer carries it. Content may
+# be a string or a list of text parts (the OpenAI message shape, as ``transformers serve``
+# passes it); add_generation_prompt opens the assistant turn.
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}"
+    "{{- message['content'] -}}"
+    "{%- elif message['content'] is not none -%}"
+    "{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
