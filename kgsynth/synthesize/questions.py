@@ -24,10 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.config import option
 from kgsynth.errors import ConfigError
 from kgsynth.kg.sparql import normalize_name
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.prompts import prompt_hash, render
+from kgsynth.stage import Progress, Rejected, StageResult
 
 QUESTION_RE = re.compile(r"<question>(.*?)</question>", re.DOTALL | re.IGNORECASE)
 SCORES_RE = re.compile(r"<scores>(.*?)</scores>", re.DOTALL | re.IGNORECASE)
@@ -36,16 +38,21 @@ DIMENSIONS = ("path_quality", "relevance", "coherence")
 
 @dataclass(frozen=True)
 class QuestionConfig:
-    """Options of ``kgsynth synthesize questions``."""
+    """Options of ``kgsynth synthesize questions``: one flag per field, named as the field."""
 
-    temperature: float = 0.7
-    max_tokens: int = 128
-    judge_max_tokens: int = 64
-    max_question_chars: int = 300
-    min_quality: float = 9.0
-    judge: bool = True
-    contamination_threshold: float = 0.85
-    seed: int = 0
+    temperature: float = option(0.7, "Sampling temperature.")
+    max_tokens: int = option(128, "Tokens per question.")
+    judge_max_tokens: int = option(64, "Tokens per judge reply.")
+    max_question_chars: int = option(300, "Reject longer questions (parse_too_long).")
+    min_quality: float = option(
+        9.0, "Keep questions whose mean judge score is at least this (0-10)."
+    )
+    judge: bool = option(True, "Score questions with the LLM judge.")
+    contamination_threshold: float = option(
+        0.85, "Drop questions at or above this cosine similarity."
+    )
+    seed: int = option(0, "Sampling seed sent with requests.")
+    limit: int | None = option(None, "Use only the first K walks.")
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_quality <= 10:
@@ -56,6 +63,8 @@ class QuestionConfig:
             )
         if self.max_question_chars < 10:
             raise ConfigError("--max-question-chars must be >= 10")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"--limit must be >= 1 (got {self.limit})")
 
 
 # --- prompts --------------------------------------------------------------------------------
@@ -206,6 +215,9 @@ def leakage_reason(question: str, walk: dict[str, Any], masked: Sequence[str]) -
 
 # --- the stage ------------------------------------------------------------------------------
 
+WALK_COLUMNS = {"walk_id", "branches", "topic_names", "answer_names", "merge_at", "structure"}
+"""The walks.parquet columns the stage reads."""
+
 
 def question_id(walk_id: str, question: str) -> str:
     return "q-" + hashlib.sha1(f"{walk_id}\n{question}".encode()).hexdigest()[:16]
@@ -227,36 +239,36 @@ def _carry(walk: dict[str, Any]) -> dict[str, Any]:
     return {k: walk.get(k) for k in keys}
 
 
-def synthesize_questions(
+@dataclass
+class Candidate:
+    """A question that passed parsing and the leakage check: its row, the walk it asks about
+    and the model's raw output (kept with the row if a later filter turns it down)."""
+
+    row: dict[str, Any]
+    walk: dict[str, Any]
+    raw: str
+
+
+def _turned_down(row: dict[str, Any], reason: str, raw: str) -> Rejected:
+    return Rejected({**row, "raw_output": raw}, reason)
+
+
+def _write_questions(
     walks: Sequence[dict[str, Any]],
     cfg: QuestionConfig,
-    *,
     llm: LLM,
-    max_similarity: Callable[[list[str]], Sequence[float]] | None = None,
-    progress: Callable[[str, int, Completion], None] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Run the stage; returns (accepted rows, rejected rows, stats for the manifest)."""
-    gen = {
-        "backend": llm.backend,
-        "model": llm.model,
-        "prompt_hash": prompt_hash("question_path", "question_conjunction", "quality_judge"),
-    }
+    gen: dict[str, str],
+    rejected: list[Rejected],
+    report: Callable[[str, int], Callable[[int, Completion], None] | None],
+) -> list[Candidate]:
+    """One question per walk, parsed and checked for leakage; rejects go to ``rejected``."""
     params = GenerationParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
     requests = [
         Request.make(question_messages(w), params, task="question", context=_carry(w))
         for w in walks
     ]
-    completions = llm.generate_batch(
-        requests, (lambda i, c: progress("question", i, c)) if progress else None
-    )
-    rejected: list[dict[str, Any]] = []
-    reasons: Counter[str] = Counter()
-    candidates: list[dict[str, Any]] = []
-
-    def reject(row: dict[str, Any], reason: str, raw: str) -> None:
-        reasons[reason] += 1
-        rejected.append({**row, "reject_reason": reason, "raw_output": raw})
-
+    completions = llm.generate_batch(requests, report("question", len(requests)))
+    candidates: list[Candidate] = []
     for walk, comp in zip(walks, completions, strict=True):
         base = {
             **_carry(walk),
@@ -267,62 +279,96 @@ def synthesize_questions(
             "generator": gen,
         }
         if not comp.ok:
-            reject(base, "llm_error", comp.error or "")
+            rejected.append(_turned_down(base, "llm_error", comp.error or ""))
             continue
         q, why = parse_question(comp.text, cfg.max_question_chars)
         if q is None:
-            reject(base, why or "parse_error", comp.text)
+            rejected.append(_turned_down(base, why or "parse_error", comp.text))
             continue
         row = {**base, "question_id": question_id(walk["walk_id"], q), "question": q}
         _, _, masked = masked_paths(walk)
         why = leakage_reason(q, walk, masked)
         if why:
-            reject(row, why, comp.text)
+            rejected.append(_turned_down(row, why, comp.text))
             continue
-        candidates.append({**row, "_raw": comp.text, "_walk": walk})
+        candidates.append(Candidate(row, walk, comp.text))
+    return candidates
 
+
+def _judge(
+    candidates: list[Candidate],
+    cfg: QuestionConfig,
+    llm: LLM,
+    rejected: list[Rejected],
+    report: Callable[[str, int], Callable[[int, Completion], None] | None],
+) -> list[Candidate]:
+    """The candidates whose mean judge score reaches ``cfg.min_quality``."""
+    jparams = GenerationParams(temperature=0.0, max_tokens=cfg.judge_max_tokens, seed=cfg.seed)
+    jreqs = [
+        Request.make(judge_messages(c.walk, c.row["question"]), jparams, task="judge")
+        for c in candidates
+    ]
+    jcomps = llm.generate_batch(jreqs, report("judge", len(jreqs)))
+    kept = []
+    for cand, jc in zip(candidates, jcomps, strict=True):
+        scores = parse_scores(jc.text) if jc.ok else None
+        if scores is None:
+            reason = "judge_unparsable" if jc.ok else "judge_llm_error"
+            rejected.append(_turned_down(cand.row, reason, jc.text or jc.error or ""))
+            continue
+        cand.row["quality"] = scores
+        if sum(scores.values()) / len(scores) < cfg.min_quality:
+            rejected.append(_turned_down(cand.row, "low_quality", cand.raw))
+            continue
+        kept.append(cand)
+    return kept
+
+
+def run(
+    inputs: Sequence[dict[str, Any]],
+    cfg: QuestionConfig,
+    *,
+    llm: LLM,
+    max_similarity: Callable[[list[str]], Sequence[float]] | None = None,
+    progress: Progress | None = None,
+    graph: None = None,
+) -> StageResult[list[dict[str, Any]]]:
+    """The stage: a question per walk (the first ``cfg.limit`` walks), then the parse, leakage,
+    quality and contamination filters (``max_similarity``: the contamination guard's score of
+    each question, when benchmark questions are given). ``progress`` gets
+    ``(done, total, "question" | "judge")``."""
+    walks = list(inputs[: cfg.limit] if cfg.limit is not None else inputs)
+    gen = {
+        "backend": llm.backend,
+        "model": llm.model,
+        "prompt_hash": prompt_hash("question_path", "question_conjunction", "quality_judge"),
+    }
+
+    def report(phase: str, total: int) -> Callable[[int, Completion], None] | None:
+        return (lambda i, c: progress(i + 1, total, phase)) if progress else None
+
+    rejected: list[Rejected] = []
+    candidates = _write_questions(walks, cfg, llm, gen, rejected, report)
     judged = cfg.judge and llm.backend != "template"
     if judged and candidates:
-        jparams = GenerationParams(temperature=0.0, max_tokens=cfg.judge_max_tokens, seed=cfg.seed)
-        jreqs = [
-            Request.make(judge_messages(c["_walk"], c["question"]), jparams, task="judge")
-            for c in candidates
-        ]
-        jcomps = llm.generate_batch(
-            jreqs, (lambda i, c: progress("judge", i, c)) if progress else None
-        )
-        kept = []
-        for cand, jc in zip(candidates, jcomps, strict=True):
-            scores = parse_scores(jc.text) if jc.ok else None
-            if scores is None:
-                reject(
-                    _public(cand),
-                    "judge_unparsable" if jc.ok else "judge_llm_error",
-                    jc.text or jc.error or "",
-                )
-                continue
-            cand["quality"] = scores
-            if sum(scores.values()) / len(scores) < cfg.min_quality:
-                reject(_public(cand), "low_quality", cand["_raw"])
-                continue
-            kept.append(cand)
-        candidates = kept
+        candidates = _judge(candidates, cfg, llm, rejected, report)
 
     contamination: dict[str, Any] | None = None
     if max_similarity is not None and candidates:
-        sims = [float(s) for s in max_similarity([c["question"] for c in candidates])]
+        sims = [float(s) for s in max_similarity([c.row["question"] for c in candidates])]
         contamination = {f">={t:.2f}": sum(s >= t for s in sims) for t in (0.80, 0.85, 0.90)}
         contamination["checked"] = len(sims)
         kept = []
         for cand, sim in zip(candidates, sims, strict=True):
-            cand["max_similarity"] = sim
+            cand.row["max_similarity"] = sim
             if sim >= cfg.contamination_threshold:
-                reject(_public(cand), "contamination", cand["_raw"])
+                rejected.append(_turned_down(cand.row, "contamination", cand.raw))
             else:
                 kept.append(cand)
         candidates = kept
 
-    accepted = [_public(c) for c in candidates]
+    accepted = [c.row for c in candidates]
+    reasons = Counter(r.reason for r in rejected)
     stats = {
         "walks": len(walks),
         "accepted": len(accepted),
@@ -338,8 +384,13 @@ def synthesize_questions(
         "contamination": contamination,
         "generator": gen,
     }
-    return accepted, rejected, stats
+    return StageResult(accepted, rejected, stats)
 
 
-def _public(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if not k.startswith("_")}
+def synthesize_questions(
+    walks: Sequence[dict[str, Any]], cfg: QuestionConfig, **options: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """:func:`run` (same ``options``) as plain rows: (accepted rows, rejected rows with
+    ``reject_reason`` and ``raw_output``, stats for the manifest)."""
+    result = run(walks, cfg, **options)
+    return result.accepted, result.rejected_rows(), result.stats

@@ -1,0 +1,178 @@
+"""The oracle's gold action sequence and its replay through the real tools (GraphWalker's
+GraphSynth): each question's walk becomes ``get_relations`` then ``get_triples`` per hop (both
+branches of a conjunction, then IP's last hop), run through the same
+:class:`~kgsynth.agent.tools.ToolEnvironment` (ranking, limits) as RL and eval. A step whose gold
+relation or next entity the tools do not show turns the question down (:class:`~kgsynth.stage.Reject`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.metrics import normalize_answer
+from kgsynth.stage import Reject
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(start entity name, hop)`` in replay order: each branch up to the meeting point, then
+    the hops after it (IP's last hop, from the meeting entity)."""
+    main: list[tuple[str, dict[str, Any]]] = []
+    tail: list[tuple[str, dict[str, Any]]] = []
+    for topic, hops, merge in zip(
+        row["topic_names"], row["branches"], row["merge_at"], strict=True
+    ):
+        cur = topic
+        for i, hop in enumerate(hops):
+            (main if i < merge else tail).append((cur, hop))
+            cur = hop["entity"]
+    return main + tail
+
+
+@dataclass(frozen=True)
+class OracleCall:
+    kind: str  # relations | triples
+    call: str
+    entity: str  # the entity the call is about
+    hop: dict[str, Any]
+
+
+def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCall, OracleCall]:
+    """The relations call and the triples call of one hop from ``entity``."""
+    rel = hop["relation"]
+    if toolset == "graphwalker":
+        return (
+            OracleCall("relations", f"get_relations({_q(entity)})", entity, hop),
+            OracleCall("triples", f"get_triples({_q(entity)}, [{_q(rel)}])", entity, hop),
+        )
+    side = "head" if hop["inverse"] else "tail"
+    return (
+        OracleCall("relations", f"get_{side}_relations({_q(entity)})", entity, hop),
+        OracleCall("triples", f"get_{side}_entities({_q(entity)}, {_q(rel)})", entity, hop),
+    )
+
+
+def oracle_calls(row: dict[str, Any], toolset: str) -> list[OracleCall]:
+    """The gold action sequence of a question's walk."""
+    calls = []
+    for entity, hop in _ordered_hops(row):
+        calls.extend(_calls_for(entity, hop, toolset))
+    return calls
+
+
+def reference_text(row: dict[str, Any], toolset: str) -> str:
+    return "\n".join(f"{i}. {c.call}" for i, c in enumerate(oracle_calls(row, toolset), 1))
+
+
+_LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
+
+
+def replay(
+    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = 1
+) -> list[tuple[OracleCall, Any]]:
+    """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
+    :class:`~kgsynth.stage.Reject` when a gold relation is not among the relations shown (same BM25
+    ranking and top-k as inference), or when a conjunction's meeting entity is not among the
+    triples shown.
+
+    On a chain, when the walked entity is not among the neighbours the observation shows (the
+    display cap), the replay goes on from the first shown entity (in display order) from which
+    the next hop's relation leads on, so no chain is lost to the cap; only when none does is it
+    rejected (``gold_entity_not_retrievable``).
+
+    On a chain, a hop often reaches several entities (the films a person directed), and the
+    answers are what the next hop reaches from all of them. With ``fan_out`` > 1, after the
+    walked entity's next hop the same relation is followed from the others too (up to
+    ``fan_out`` entities in all; those without the relation are passed over), so the replay
+    observes the whole answer set instead of the part reached through the walked entity.
+    The default (1) replays the walk alone: on the tiny CPU recipe, fan-out 4 made the agent
+    go on after 1-hop answers and copy worse (benchmarks/README.md, learning sweep)."""
+    toolset = env.config.toolset
+    calls = oracle_calls(row, toolset)
+    continues_from = {c.entity for c in calls}
+    chain = len(row["branches"]) == 1
+    topics = set(row["topic_names"])
+    steps = []
+    others: list[str] = []  # the other entities the walked one's hop reached
+    instead: dict[str, str] = {}  # walked entity -> the shown one the replay goes on from
+    for k, c in enumerate(calls):
+        if c.entity in instead:
+            c = _calls_for(instead[c.entity], c.hop, toolset)[0 if c.kind == "relations" else 1]
+        result = env.execute(c.call)
+        if result.error is not None:
+            raise Reject(f"oracle_{result.error.value}")
+        if c.kind == "relations":
+            m = _LISTED_AS.search(result.text)
+            shown = m.group(1) if m else c.entity
+            hop = c.hop
+            pattern = (
+                f"(?, {hop['relation']}, {shown})"
+                if hop["inverse"]
+                else f"({shown}, {hop['relation']}, ?)"
+            )
+            if pattern not in result.text.splitlines():
+                raise Reject("gold_relation_not_retrievable")
+            steps.append((c, result))
+            continue
+        if c.hop["entity"] in continues_from and c.hop["entity"] not in result.entities:
+            nxt_hop = calls[k + 2].hop if chain and k + 2 < len(calls) else None
+            sub = _shown_substitute(env, result, c, nxt_hop, topics) if nxt_hop else None
+            if sub is None:
+                raise Reject("gold_entity_not_retrievable")
+            instead[c.hop["entity"]] = sub
+        steps.append((c, result))
+        if not chain:
+            continue
+        sources = [c.entity]
+        reached = list(result.entities)
+        for other in others:
+            extra = _calls_for(other, c.hop, env.config.toolset)[1]
+            got = env.execute(extra.call)
+            if got.error is None:
+                steps.append((extra, got))
+                sources.append(other)
+                reached.extend(got.entities)
+        nxt = instead.get(c.hop["entity"], c.hop["entity"])
+        seen = {nxt, *sources, *topics}
+        others = []
+        for entity in reached:
+            if entity not in seen and len(others) < fan_out - 1:
+                others.append(entity)
+            seen.add(entity)
+    return steps
+
+
+def _shown_substitute(
+    env: ToolEnvironment, result: Any, call: OracleCall, next_hop: dict[str, Any], topics: set[str]
+) -> str | None:
+    """The first entity ``result`` shows (display order; not the call's own entity or a topic)
+    from which ``next_hop``'s relation returns triples."""
+    for name in result.entities:
+        if name == call.entity or name in topics:
+            continue
+        probe = _calls_for(name, next_hop, env.config.toolset)[1]
+        if env.execute(probe.call).error is None:
+            return name
+    return None
+
+
+def oracle_answers(row: dict[str, Any], observed: Sequence[str]) -> list[str]:
+    """The oracle's answer: the gold answers its observations showed, in the order and spelling
+    they were first shown (so the answer copies the observation line by line, whatever order
+    the tools list neighbours in), or the whole gold set when none was shown. A display cap or
+    a replay through one of several entities can show only part of the set; the filter's
+    outcome check then decides."""
+    gold = {normalize_answer(a) for a in row["answer_names"]}
+    shown: dict[str, str] = {}
+    for name in observed:
+        key = normalize_answer(name)
+        if key in gold and key not in shown:
+            shown[key] = name
+    return list(shown.values()) or list(row["answer_names"])

@@ -1,0 +1,245 @@
+"""Oracle trajectories: each question's walk replayed through the tools
+(:func:`~kgsynth.synthesize.oracle.replay`), then a thought written for every step from the
+question, the history so far and the next gold action only (no future leakage; the template
+backend writes templated thoughts). With ``workers`` > 1 (template backend) the questions are
+replayed in spawned processes over contiguous shards, with the same rows as one process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from kgsynth.agent.loop import system_prompt, user_prompt
+from kgsynth.agent.protocol import (
+    ANSWER,
+    ANY_TAG_RE,
+    KG_QUERY,
+    THINK,
+    THINK_RE,
+    render_observation,
+    tagged,
+)
+from kgsynth.agent.rerank import LLMReranker
+from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
+from kgsynth.errors import ConfigError
+from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.base import LLM, GenerationParams, Request
+from kgsynth.prompts import render
+from kgsynth.stage import Progress, Reject, Rejected
+from kgsynth.synthesize.oracle import oracle_answers, replay
+from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+from kgsynth.synthesize.trajectory_rows import trajectory_row
+
+Outcomes = tuple[list[dict[str, Any]], list[Rejected]]
+"""Trajectory rows accepted, and the questions turned down; both in question order."""
+
+
+def _history_text(messages: list[dict[str, str]]) -> str:
+    lines = []
+    for m in messages[2:]:
+        if m["role"] == "assistant":
+            lines.append(f"Action: {m['content']}")
+        elif m["role"] == "tool":
+            lines.append(f"Observation: {m['content']}")
+    return "\n".join(lines)
+
+
+def _q_list(answers: Sequence[str]) -> str:
+    return json.dumps(list(answers), ensure_ascii=False)
+
+
+def _parse_thought(text: str) -> str | None:
+    m = THINK_RE.search(text)
+    thought = (m.group(1) if m else text).strip()
+    thought = ANY_TAG_RE.sub("", thought).strip()
+    return " ".join(thought.split()) or None
+
+
+def _thought_requests(
+    plans: list[tuple[int, dict[str, Any], list[tuple[Any, Any]]]], cfg: TrajectoryConfig
+) -> tuple[list[Request], list[int]]:
+    """One thought request per step of every plan (the question, the observations before the
+    step, the step's action), and the plan each request belongs to."""
+    requests: list[Request] = []
+    owner: list[int] = []
+    tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
+    for p, (_, row, steps) in enumerate(plans):
+        history: list[dict[str, str]] = [{}, {}]
+        actions = [c.call for c, _ in steps] + [tagged(ANSWER, _q_list(row["answer_names"]))]
+        for s, action in enumerate(actions):
+            kind = steps[s][0].kind if s < len(steps) else "answer"
+            hop = steps[s][0].hop if s < len(steps) else None
+            entity = steps[s][0].entity if s < len(steps) else ""
+            content = render(
+                "thought", question=row["question"], history=_history_text(history), action=action
+            )
+            requests.append(
+                Request.make(
+                    [{"role": "user", "content": content}],
+                    tparams,
+                    task="thought",
+                    context={
+                        "kind": kind,
+                        "entity": entity,
+                        "hop": hop,
+                        "answers": row["answer_names"],
+                    },
+                )
+            )
+            owner.append(p)
+            if s < len(steps):
+                history.append({"role": "assistant", "content": action})
+                history.append({"role": "tool", "content": render_observation(steps[s][1].text)})
+    return requests, owner
+
+
+def _episode(
+    row: dict[str, Any], steps: list[tuple[Any, Any]], texts: list[str], sys_text: str
+) -> dict[str, Any]:
+    """The episode summary of a replay with its thoughts (``texts``: one per step, then the
+    answer's)."""
+    messages = [
+        {"role": "system", "content": sys_text},
+        {"role": "user", "content": user_prompt(row["question"], row["topic_names"])},
+    ]
+    observed: list[str] = []
+    for (c, result), thought in zip(steps, texts, strict=False):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"{tagged(THINK, thought)}\n{tagged(KG_QUERY, c.call)}",
+            }
+        )
+        messages.append({"role": "tool", "content": render_observation(result.text)})
+        observed.extend(result.entities)
+    answers = oracle_answers(row, observed)
+    messages.append(
+        {
+            "role": "assistant",
+            "content": f"{tagged(THINK, texts[-1])}\n{tagged(ANSWER, _q_list(answers))}",
+        }
+    )
+    no_action = {"tool": None, "args": None, "tool_error": None, "format_error": None}
+    return {
+        "messages": messages,
+        "predicted_answers": answers,
+        "answered": True,
+        "forced_answer": False,
+        "num_turns": len(steps) + 1,
+        "tool_errors": 0,
+        "format_errors": 0,
+        "tool_calls": [c.call for c, _ in steps],
+        "turns": [
+            {
+                **no_action,
+                "tool": result.tool,
+                "args": json.dumps(list(result.args), ensure_ascii=False),
+                "entities": list(result.entities),
+            }
+            for _, result in steps
+        ]
+        + [{**no_action, "entities": []}],
+        "observed_entities": list(dict.fromkeys(observed)),
+    }
+
+
+def oracle_trajectories(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    *,
+    graph: KGGraph,
+    llm: LLM,
+    generator: dict[str, str],
+    progress: Progress | None = None,
+) -> Outcomes:
+    """Oracle trajectories of ``rows``: replayed, then given thoughts."""
+    sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
+    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
+    results: list[dict[str, Any] | Rejected] = []
+    plans = []
+    for i, row in enumerate(rows):
+        env = ToolEnvironment(graph, row["question"], cfg.tool_config(), reranker)
+        try:
+            steps = replay(row, env, fan_out=cfg.fan_out)
+        except Reject as rej:
+            results.append(Rejected(trajectory_row(row, 0, None, cfg, generator), rej.reason))
+            continue
+        results.append({})  # filled in once its thoughts are written
+        plans.append((i, row, steps))
+    requests, owner = _thought_requests(plans, cfg)
+    report = (lambda i, c: progress(i + 1, len(requests), "thoughts")) if progress else None
+    thoughts = llm.generate_batch(requests, report)
+    by_plan: dict[int, list[str | None]] = {}
+    for p, comp in zip(owner, thoughts, strict=True):
+        by_plan.setdefault(p, []).append(_parse_thought(comp.text) if comp.ok else None)
+    for p, (i, row, steps) in enumerate(plans):
+        texts = by_plan[p]
+        if any(t is None for t in texts):
+            results[i] = Rejected(trajectory_row(row, 0, None, cfg, generator), "thought_unusable")
+            continue
+        episode = _episode(row, steps, texts, sys_text)  # type: ignore[arg-type]
+        results[i] = trajectory_row(row, 0, episode, cfg, generator)
+    accepted = [r for r in results if not isinstance(r, Rejected)]
+    return accepted, [r for r in results if isinstance(r, Rejected)]
+
+
+# --- oracle replays in worker processes (--workers N) -------------------------------------
+
+
+def _oracle_shard(
+    location: str,
+    profile: str,
+    rows: list[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    generator: dict[str, str],
+) -> Outcomes:
+    """One worker: open the KG, replay its shard with the template backend."""
+    from kgsynth.kg.open import open_kg
+    from kgsynth.llm.template import TemplateLLM
+
+    graph = KGGraph(open_kg(location, profile=profile))
+    return oracle_trajectories(rows, cfg, graph=graph, llm=TemplateLLM(), generator=generator)
+
+
+def oracle_in_workers(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    *,
+    graph: KGGraph,
+    generator: dict[str, str],
+    progress: Progress | None = None,
+) -> Outcomes:
+    """The oracle over ``cfg.workers`` contiguous shards in spawned processes (each opens the
+    KG itself); shards are joined in order, so the rows are those of one process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    location = getattr(graph.kg, "location", "")
+    if not location or location == ":memory:":
+        raise ConfigError(
+            "--workers: the worker processes open the KG themselves; give a store directory, "
+            "a triple file or an endpoint (not an in-memory store)"
+        )
+    n = cfg.workers
+    size = -(-len(rows) // n) if rows else 0
+    shards = [list(rows[i : i + size]) for i in range(0, len(rows), size)] if size else []
+    accepted: list[dict[str, Any]] = []
+    rejected: list[Rejected] = []
+    with ProcessPoolExecutor(
+        max_workers=n, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futures = [
+            pool.submit(_oracle_shard, location, graph.kg.profile.name, shard, cfg, generator)
+            for shard in shards
+        ]
+        done = 0
+        for shard, fut in zip(shards, futures, strict=True):
+            acc, rej = fut.result()
+            accepted.extend(acc)
+            rejected.extend(rej)
+            done += len(shard)
+            if progress:
+                progress(done, len(rows), "thoughts")
+    return accepted, rejected

@@ -1,0 +1,91 @@
+"""Sampled trajectories: the policy acts and the environment answers.
+
+- ``referenced`` (KBQA-R1 Referenced Rejection Sampling): the policy runs with the oracle's
+  action sequence in its prompt; stored messages carry the prompt without it (the ``reference``
+  column keeps the hint so ``kgsynth filter`` can reject trajectories where hint text survives).
+- ``free``: the policy runs without hints, ``samples`` episodes per question at ``temperature``
+  (expert rollouts through an API, or a local checkpoint through ``hf``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kgsynth.agent.loop import EpisodeTask, episode_summary, run_episodes, system_prompt
+from kgsynth.agent.rerank import LLMReranker
+from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
+from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.base import LLM, GenerationParams
+from kgsynth.prompts import render
+from kgsynth.stage import Progress, Rejected
+from kgsynth.synthesize.oracle import reference_text
+from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+from kgsynth.synthesize.trajectory_rows import trajectory_row
+
+
+def rollout_trajectories(
+    rows: Sequence[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    *,
+    graph: KGGraph,
+    llm: LLM,
+    generator: dict[str, str],
+    progress: Progress | None = None,
+    system_text: str | None = None,
+) -> tuple[list[dict[str, Any]], list[Rejected]]:
+    """``referenced`` and ``free`` episodes, ``cfg.samples`` per question: the rows of the
+    episodes, and those turned down (every turn an LLM error), in question order.
+    ``system_text`` (a checkpoint's stored prompt) replaces the ``system_prompt`` style;
+    ``progress`` gets ``(turn, episodes still active, "turn")``."""
+    tasks: list[EpisodeTask] = []
+    meta: list[tuple[dict[str, Any], int, str]] = []
+    for row in rows:
+        ref = reference_text(row, cfg.toolset) if cfg.mode == "referenced" else ""
+        for sample in range(cfg.samples):
+            tasks.append(EpisodeTask(row["question"], list(row["topic_names"]), ref or None))
+            meta.append((row, sample, ref))
+    by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
+
+    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
+
+    def make_env(task: EpisodeTask) -> ToolEnvironment:
+        return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config(), reranker)
+
+    stored_text = system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
+    sampling_text = stored_text
+    if cfg.reflection:
+        sampling_text = stored_text.rstrip("\n") + "\n" + render("reflection")
+
+    # one seed per sample, so that N samples are N different requests (and cache entries)
+    on_turn = (lambda t, n: progress(t, n, "turn")) if progress else None
+    accepted: list[tuple[int, dict[str, Any]]] = []
+    rejected: list[tuple[int, Rejected]] = []
+    for sample in range(cfg.samples):
+        idx = [i for i, (_, s, _) in enumerate(meta) if s == sample]
+        params = GenerationParams(
+            temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed + sample
+        )
+        episodes = run_episodes(
+            llm,
+            [tasks[i] for i in idx],
+            make_env,
+            toolset=cfg.toolset,
+            max_turns=cfg.max_turns,
+            params=params,
+            on_turn=on_turn,
+            system_text=sampling_text,
+        )
+        for i, ep in zip(idx, episodes, strict=True):
+            row, s, ref = meta[i]
+            if cfg.reflection and ep.messages and ep.messages[0]["role"] == "system":
+                # train on the agent's own prompt: the reflection text only shaped the sample
+                ep.messages[0] = {"role": "system", "content": stored_text}
+            out = trajectory_row(row, s, episode_summary(ep), cfg, generator, ref)
+            if ep.turns and all(t.llm_error for t in ep.turns):
+                rejected.append((i, Rejected(out, "llm_error")))
+            else:
+                accepted.append((i, out))
+    # accepted rows sample by sample (as sampled); rejects in question order
+    return [r for _, r in accepted], [r for _, r in sorted(rejected, key=lambda ir: ir[0])]
