@@ -123,6 +123,8 @@ def _write(
 @synth_app.command("questions")
 @config_command(QuestionConfig, section="questions")
 def synthesize_questions_cmd(
+    # The LLM client's flags are repeated in each command on purpose: typer reads a command's
+    # flags from its own parameters; their declarations are shared (kgsynth.cli.options).
     cfg: QuestionConfig,
     walks: Annotated[Path, typer.Option("--walks", help="walks.parquet from `kgsynth walk`.")],
     out_path: Annotated[Path, typer.Option("--out", help="Output questions.parquet.")],

@@ -153,7 +153,9 @@ def oracle_trajectories(
     generator: dict[str, str],
     progress: Progress | None = None,
 ) -> Outcomes:
-    """Oracle trajectories of ``rows``: replayed, then given thoughts."""
+    """Oracle trajectories of ``rows``: replayed, then given thoughts. (Its keyword signature
+    is :func:`~kgsynth.synthesize.rollouts.rollout_trajectories`' on purpose: the stage's
+    ``run`` calls one or the other by mode.)"""
     sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))

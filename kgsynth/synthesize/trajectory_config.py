@@ -117,6 +117,7 @@ class TrajectoryConfig:
             raise ConfigError(f"--limit must be >= 1 (got {self.limit})")
 
     def tool_config(self) -> ToolConfig:
+        # the same mapping as EvalConfig's until both nest the shared AgentConfig
         return ToolConfig(
             toolset=self.toolset,  # type: ignore[arg-type]
             top_k_relations=self.top_k_relations,

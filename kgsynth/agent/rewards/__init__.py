@@ -84,6 +84,8 @@ whole RL recipe of each paper (advantage, KL, clip, group, turns, lr, warm-up) i
 
 from __future__ import annotations
 
+# every public name, from the module that defines it (spec.py imports some of the same names
+# from components.py: this list is the package's face, that one what the weighted sum uses)
 from kgsynth.agent.rewards.components import (
     ANSWER_COMPONENTS,
     FBETA_EARLY,
