@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -41,69 +40,41 @@ def walk_cmd(
     ] = False,
 ) -> None:
     """Sample constrained random walks with exact answer sets (GraphWalker CRW)."""
-    from kgsynth.manifest import sha256_file, write_manifest
+    import pyarrow.parquet as pq
+
+    from kgsynth.manifest import sha256_file
     from kgsynth.plots import walk_stats_png
     from kgsynth.stage_io import StagedOutput, stats_png
-    from kgsynth.walk import parts_dir, run_walks
+    from kgsynth.walk import parts_dir, run
 
+    inputs = {
+        "--kg": kg,
+        "--relations": cfg.relations,
+        "--exclude-relations": cfg.exclude_relations,
+    }
+    inputs |= {"--seeds": cfg.seeds, "--config": config}
+    staged = StagedOutput(
+        out_path, overwrite=overwrite, inputs=inputs, cleanup=[parts_dir(out_path)]
+    )
     try:
-        staged = StagedOutput(
-            out_path,
-            overwrite=overwrite,
-            inputs={
-                "--kg": kg,
-                "--relations": cfg.relations,
-                "--exclude-relations": cfg.exclude_relations,
-                "--seeds": cfg.seeds,
-                "--config": config,
-            },
-            cleanup=[parts_dir(out_path)],
-        )
         with staged:
             graph = open_kg_option(kg, profile)
             with progress_bar("walks") as bar:
                 task = bar.add_task("walk", total=cfg.n, info="")
-
-                def progress(state, accepted: int) -> None:
-                    if state.next_attempt % 25 == 0 or accepted == cfg.n:
-                        rejected = sum(state.rejects.values())
-                        bar.update(
-                            task,
-                            completed=accepted,
-                            info=f"accepted {accepted} rejected {rejected}",
-                        )
-
-                result = run_walks(
-                    graph,
+                result = run(
+                    None,
                     cfg,
-                    out_path,
-                    write_to=staged.path(),
+                    graph=graph,
+                    chunks=parts_dir(out_path),
                     overwrite=overwrite,
-                    progress=progress,
+                    progress=lambda done, _, info: bar.update(task, completed=done, info=info),
                 )
-            table = result.pop("table")
-            walk_stats_png(table, staged.stats_png(), result["relations_available"])
-            relation_use: dict[str, int] = {}
-            for branch_list in table.column("branches").to_pylist():
-                for branch in branch_list:
-                    for hop in branch:
-                        relation_use[hop["relation"]] = relation_use.get(hop["relation"], 0) + 1
-            manifest = write_manifest(
-                staged.sidecar("manifest.json"),
-                stage="walk",
-                config=dataclasses.asdict(cfg),
-                kg=graph.describe(),
-                output={
-                    "path": str(out_path),
-                    "rows": table.num_rows,
-                    "sha256": sha256_file(staged.path()),
-                    "stats_png": str(stats_png(out_path)),
-                },
-                relation_coverage={
-                    "used": len(relation_use),
-                    "hops_per_relation": dict(sorted(relation_use.items())),
-                },
-                **result,
+            pq.write_table(result.accepted, staged.path())
+            walk_stats_png(result.accepted, staged.stats_png(), result.stats["relations_available"])
+            output = {"path": str(out_path), "rows": result.accepted.num_rows}
+            output |= {"sha256": sha256_file(staged.path()), "stats_png": str(stats_png(out_path))}
+            manifest = staged.write_manifest(
+                "walk", cfg, kg=graph.describe(), output=output, **result.stats
             )
             staged.commit()
     except KGSynthError as exc:

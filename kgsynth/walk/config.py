@@ -1,0 +1,130 @@
+"""The options of ``kgsynth walk`` (:class:`WalkConfig`) and the names files they point at."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kgsynth.config import option
+from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+
+STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI)$")
+DEFAULT_STRUCTURES = "chain-1:0.1,chain-2:0.25,chain-3:0.25,2I:0.2,IP:0.1,PI:0.1"
+
+
+class WalkError(KGSynthError):
+    """The KG could not yield the requested walks."""
+
+
+@dataclass(frozen=True)
+class WalkConfig:
+    """Options of ``kgsynth walk``: one flag per field, named as the field."""
+
+    n: int = option(1000, "Walks to accept.")
+    seed: int = option(0, "Random seed.")
+    structures: str = option(
+        DEFAULT_STRUCTURES,
+        "Structure mix name:weight,… of chain-1..chain-5, 2I, IP, PI.",
+    )
+    min_fanout: int = option(1, "d_min: fewest neighbours along a hop's relation.")
+    max_fanout: int = option(20, "d_max: most neighbours along a hop's relation.")
+    max_answers: int = option(10, "Reject walks with more answers.")
+    relation_balance: float = option(
+        0.5, "Relation weight = frequency ** -balance (0: uniform over relation types)."
+    )
+    relations: str | None = option(None, "Whitelist file: relation names, one per line.")
+    exclude_relations: str | None = option(None, "Blacklist file: relation names, one per line.")
+    seeds: str | None = option(None, "File of entity names to start walks from.")
+    shard: str = option("0/1", "i/N: this run's share; shards merge without duplicates.")
+    chunk_size: int = option(250, "Walks per resumable chunk.")
+    max_attempts_per_walk: int = option(
+        500, "Give a structure up when its attempts exceed this many per accepted walk (+1)."
+    )
+    workers: int = option(
+        1, "Processes sampling attempts side by side; the output is the same as with 1."
+    )
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"--n must be >= 1 (got {self.n})")
+        if self.min_fanout < 1 or self.max_fanout < self.min_fanout:
+            raise ConfigError(
+                f"--min-fanout/--max-fanout: need 1 <= min <= max (got {self.min_fanout}, {self.max_fanout})"
+            )
+        if self.max_answers < 1:
+            raise ConfigError(f"--max-answers must be >= 1 (got {self.max_answers})")
+        if self.relation_balance < 0:
+            raise ConfigError(f"--relation-balance must be >= 0 (got {self.relation_balance})")
+        if self.chunk_size < 1 or self.max_attempts_per_walk < 1:
+            raise ConfigError("--chunk-size and --max-attempts-per-walk must be >= 1")
+        if not 1 <= self.workers <= 256:
+            raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
+        self.structure_weights()
+        self.shard_index()
+
+    def structure_weights(self) -> dict[str, float]:
+        """``chain-2:0.3,2I:0.7`` as a dict; names and weights checked."""
+        weights: dict[str, float] = {}
+        for part in self.structures.split(","):
+            if not part.strip():
+                continue
+            name, _, weight = part.strip().partition(":")
+            if not STRUCTURE_RE.match(name):
+                raise ConfigError(
+                    f"--structures: unknown structure {name!r}; use chain-1..chain-5, 2I, IP, PI"
+                )
+            try:
+                w = float(weight) if weight else 1.0
+            except ValueError:
+                raise ConfigError(
+                    f"--structures: weight of {name} is not a number: {weight!r}"
+                ) from None
+            if not math.isfinite(w) or w < 0:
+                raise ConfigError(
+                    f"--structures: weight of {name} must be a finite number >= 0 (got {weight})"
+                )
+            weights[name] = weights.get(name, 0.0) + w
+        if not weights or sum(weights.values()) <= 0:
+            raise ConfigError("--structures: give at least one structure with a positive weight")
+        return weights
+
+    def shard_index(self) -> tuple[int, int]:
+        m = re.fullmatch(r"(\d+)/(\d+)", self.shard.strip())
+        if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+            raise ConfigError(f"--shard must be i/N with 0 <= i < N (got {self.shard!r})")
+        return int(m.group(1)), int(m.group(2))
+
+    def quotas(self) -> dict[str, int]:
+        """Accepted walks per structure: ``n`` split by weight (largest remainder)."""
+        weights = self.structure_weights()
+        total = sum(weights.values())
+        raw = {k: self.n * w / total for k, w in weights.items()}
+        quotas = {k: math.floor(v) for k, v in raw.items()}
+        rest = self.n - sum(quotas.values())
+        for k in sorted(raw, key=lambda k: (-(raw[k] - quotas[k]), k))[:rest]:
+            quotas[k] += 1
+        return quotas
+
+
+def read_lines(path: str, what: str) -> list[tuple[int, str]]:
+    """``(line number, stripped line)`` of a names file, blank and ``#`` lines left out."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read {what} file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputFileError(
+            path,
+            f"{what} file is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+        ) from None
+    return [
+        (i, ln.strip())
+        for i, ln in enumerate(lines, 1)
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+
+
+def read_list(path: str, what: str) -> list[str]:
+    return [ln for _, ln in read_lines(path, what)]

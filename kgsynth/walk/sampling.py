@@ -1,0 +1,175 @@
+"""The attempt loop: attempts in order, each with its own random stream, until every structure's
+quota is met or given up (:func:`sample_walks`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kgsynth.errors import InputFileError, KGSynthError
+from kgsynth.kg.base import KG
+from kgsynth.kg.graph import KGGraph
+from kgsynth.stage import Reject
+from kgsynth.walk.config import WalkConfig, WalkError, read_lines
+from kgsynth.walk.records import Walk, WalkState, stable_hash, walk_id_of, walk_to_row
+from kgsynth.walk.sampler import Outcome, WalkSampler, finish
+from kgsynth.walk.workers import _WorkerPool
+
+log = logging.getLogger(__name__)
+
+MAX_BLOCK = 256  # attempts sampled side by side, their look-ups batched
+MIN_BLOCK = 16
+
+
+def seed_entities(graph: KGGraph, cfg: WalkConfig) -> list[str]:
+    """Candidate start entities (sorted IRIs): the ``--seeds`` names, else every named entity."""
+    if cfg.seeds:
+        iris = []
+        for lineno, name in read_lines(cfg.seeds, "seeds"):
+            res = graph.resolve(name)
+            if res is None:
+                raise InputFileError(cfg.seeds, f"no entity named {name!r}", lineno)
+            iris.append(res.entity.iri)
+        return sorted(set(iris))
+    return graph.name_index().all_iris()
+
+
+def sample_walks(
+    kg: KG,
+    cfg: WalkConfig,
+    *,
+    state: WalkState | None = None,
+    on_attempt: Callable[[WalkState], None] | None = None,
+    graph: KGGraph | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield accepted walk rows in attempt order until the quotas are met (or exhausted).
+    ``graph``: the cached access to ``kg`` to walk on (default: a fresh :class:`KGGraph`)."""
+    graph = graph if graph is not None else KGGraph(kg)
+    state = state or WalkState()
+    shard, num_shards = cfg.shard_index()
+    seeds = seed_entities(graph, cfg)
+    if num_shards > 1:
+        seeds = [s for s in seeds if stable_hash(s) % num_shards == shard]
+    if not seeds:
+        raise WalkError("no seed entities to start walks from (empty KG, seeds file or shard)")
+    sampler = WalkSampler(graph, cfg, seeds)
+    state.relations_available = len(sampler.frequency)
+    quotas = cfg.quotas()
+    give_up = cfg.max_attempts_per_walk
+    # a graph without a cache could not keep what a batch fetched: it runs one attempt at a time
+    side_by_side = graph.cache_size > 0
+    ahead: dict[int, tuple[str, Outcome]] = {}  # attempt -> (structure it assumed, outcome)
+    # attempt -> its walk's answer set as a worker found it (or why there is none)
+    answers_ahead: dict[int, list[tuple[str, str]] | str | KGSynthError | None] = {}
+    pool = _WorkerPool(kg, cfg, cfg.workers) if cfg.workers > 1 else None
+
+    def seed_of(attempt: int) -> str:
+        # its own random stream, so the start entities of coming attempts are known ahead
+        return random.Random(f"{cfg.seed}/{cfg.shard}/{attempt}/seed").choice(seeds)
+
+    def rng_of(attempt: int) -> random.Random:
+        return random.Random(f"{cfg.seed}/{cfg.shard}/{attempt}")
+
+    def sample_ahead(first: int, open_structures: list[str], weights: list[int]) -> None:
+        """Sample the coming attempts side by side with the structure weights as they are now.
+        An attempt is taken from here only when it picks the same structure when its turn
+        comes (accepted walks change the weights); it is sampled alone otherwise."""
+        # about as many attempts as the open quotas still need, at the rate seen so far
+        done = state.next_attempt - first_attempt
+        rate = (done + 1) / (sum(state.accepted.values()) - accepted_before + 1)
+        # with workers, a round holds a block for each (fewer rounds for them to wait on)
+        most = MAX_BLOCK * cfg.workers
+        size = min(most, max(MIN_BLOCK, math.ceil(sum(weights) * rate * 1.1)))
+        batch = []
+        for k in range(first, first + size):
+            rng = rng_of(k)
+            structure = rng.choices(open_structures, weights=weights, k=1)[0]
+            batch.append((k, structure, rng, seed_of(k)))
+        ahead.clear()
+        answers_ahead.clear()
+        if pool is not None:
+            found = pool.sample(batch)
+            ahead.update({k: (structure, found[k][0]) for k, structure, _, _ in batch})
+            answers_ahead.update({k: found[k][1] for k, _, _, _ in batch})
+            return
+        outcomes = sampler.sample_many(batch)
+        ahead.update({k: (structure, outcomes[k]) for k, structure, _, _ in batch})
+
+    accepted_before = sum(state.accepted.values())
+    first_attempt = state.next_attempt
+    try:
+        while True:
+            open_structures = [
+                s for s in quotas if state.accepted[s] < quotas[s] and s not in state.exhausted
+            ]
+            if not open_structures:
+                return
+            j = state.next_attempt
+            weights = [quotas[s] - state.accepted[s] for s in open_structures]
+            if side_by_side and j not in ahead:
+                sample_ahead(j, open_structures, weights)
+            rng = rng_of(j)
+            structure = rng.choices(open_structures, weights=weights, k=1)[0]
+            state.next_attempt += 1
+            state.attempts[structure] += 1
+            reason: str | None = None
+            try:
+                assumed, outcome = ahead.pop(j, ("", None))
+                if assumed != structure:
+                    outcome = finish(sampler.sample(structure, rng, seed_of(j)))
+                if isinstance(outcome, KGSynthError):
+                    raise outcome
+                if isinstance(outcome, str):
+                    reason = outcome
+                else:
+                    walk = outcome
+                    assert isinstance(walk, Walk)
+                    walk.sampled_answer = walk.branches[0][-1].name
+                    walk_id = walk_id_of(walk)
+                    if (
+                        num_shards > 1
+                        and stable_hash(json.dumps(sorted(t[0] for t in walk.topics))) % num_shards
+                        != shard
+                    ):
+                        raise Reject("other_shard")
+                    if walk_id in state.keys:
+                        raise Reject("duplicate")
+                    found = answers_ahead.pop(j, None) if assumed == structure else None
+                    if found is None:
+                        walk.answers = sampler.answer_set(walk)
+                    elif isinstance(found, KGSynthError):
+                        raise found
+                    elif isinstance(found, str):
+                        raise Reject(found)
+                    else:  # a worker ran the answer query
+                        walk.sparql = sampler.to_sparql(walk)
+                        walk.answers = found
+                    if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
+                        raise Reject("inconsistent_answer")
+            except Reject as rej:
+                reason = rej.reason
+            if reason is not None:
+                state.rejects[reason] += 1
+                # a structure whose acceptance rate falls under 1/give_up is given up, so a KG that
+                # cannot yield it ends with the counts instead of sampling forever
+                if state.attempts[structure] > give_up * (state.accepted[structure] + 1):
+                    log.warning(
+                        "giving up on %s after %d attempts", structure, state.attempts[structure]
+                    )
+                    state.exhausted.add(structure)
+                if on_attempt:
+                    on_attempt(state)
+                continue
+            state.keys.add(walk_id)
+            state.accepted[structure] += 1
+            if on_attempt:
+                on_attempt(state)
+            yield walk_to_row(walk, cfg.seed, j)
+
+    finally:
+        if pool is not None:
+            pool.close()
