@@ -25,7 +25,9 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from kgsynth.config import option
 from kgsynth.errors import ConfigError
 
 LAUNCHERS = ("auto", "none", "torchrun", "deepspeed")
@@ -35,15 +37,17 @@ LAUNCHERS = ("auto", "none", "torchrun", "deepspeed")
 class LaunchConfig:
     """How many processes, where, and through which launcher."""
 
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-    launcher: str = (
-        "auto"  # auto: none for one process, else deepspeed with --deepspeed, else torchrun
+    nproc_per_node: int = option(1, "Processes (GPUs) per node; > 1 starts a launcher.")
+    nnodes: int = option(1, "Nodes.")
+    node_rank: int = option(0, "This node's rank (torchrun).")
+    master_addr: str = option("127.0.0.1", "Address of the rank-0 node.")
+    master_port: int = option(29500, "Port of the rank-0 node.")
+    launcher: str = option(
+        "auto",
+        "auto (none for one process, deepspeed with --deepspeed, else torchrun), none, torchrun "
+        "or deepspeed.",
     )
-    hostfile: str | None = None  # deepspeed launcher, multi-node
+    hostfile: str | None = option(None, "DeepSpeed hostfile for a multi-node deepspeed launch.")
 
     @property
     def world_size(self) -> int:
@@ -125,6 +129,26 @@ def launch_command(spec_path: str | Path, launch: LaunchConfig, launcher: str) -
             spec,
         ]
     raise ConfigError(f"no launch command for launcher {launcher!r}")
+
+
+def run_launched(command: list[str], summary_path: Path) -> dict[str, Any] | None:
+    """Run a launch command to its end; the summary rank 0 wrote (None on a torchrun node
+    other than rank 0's, which writes none)."""
+    import json
+    import subprocess
+
+    from kgsynth.errors import KGSynthError
+
+    summary_path.unlink(missing_ok=True)
+    try:
+        rc = subprocess.run(command, check=False).returncode
+    except OSError as exc:
+        raise KGSynthError(f"cannot start {command[0]}: {exc.strerror}") from None
+    if rc != 0:
+        raise KGSynthError(f"{Path(command[0]).name} exited with status {rc}; see its output above")
+    if not summary_path.is_file():
+        return None
+    return json.loads(summary_path.read_text())
 
 
 def main(argv: list[str] | None = None) -> int:

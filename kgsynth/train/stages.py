@@ -1,0 +1,271 @@
+"""The training stages as the CLI runs them: ``kgsynth train stage1|stage2|rl|merge``.
+
+Each takes its built config, its inputs and its run folder, trains in this process or through
+a launcher (:mod:`kgsynth.train.launch`), and writes the folder's ``manifest.json`` last; the
+CLI only builds the config, shows progress and prints the result.
+
+- :func:`plan` — the launcher and command a run will use (what ``--dry-run`` prints);
+- :func:`run_sft` — SFT into a run folder that resumes an unfinished run of the same options;
+- :func:`run_rl` — GRPO, written through :class:`kgsynth.stage_io.StagedOutput`;
+- :func:`run_merge` — a LoRA run's adapter folded into full weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgsynth.errors import KGSynthError
+from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
+
+Progress = Callable[[int, int, dict], None]
+RL_SPEC = "rl_spec.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the run's processes come from: ``none`` (this process) or a launch command."""
+
+    launch: LaunchConfig
+    launcher: str
+    spec_path: Path
+
+    @property
+    def command(self) -> list[str]:
+        if self.launcher == "none":
+            return [sys.executable, "-m", "kgsynth.train.launch", str(self.spec_path)]
+        return launch_command(self.spec_path, self.launch, self.launcher)
+
+
+def plan(launch: LaunchConfig, deepspeed: str | None, spec_path: Path) -> Plan:
+    """The launcher ``launch`` resolves to (checked), for a run whose spec is ``spec_path``."""
+    return Plan(launch, resolve_launcher(launch, deepspeed is not None), spec_path)
+
+
+def sft_dry_run(stage: str, cfg: Any, corpus: Path, out_dir: Path, p: Plan) -> dict[str, Any]:
+    """What ``--dry-run`` prints of an SFT run: the resolved configuration and the launch."""
+    from kgsynth.train.sft import resolve_config
+
+    return {
+        "stage": stage,
+        "corpus": str(corpus),
+        "out": str(out_dir),
+        "config": dataclasses.asdict(resolve_config(cfg, stage)),
+        "launcher": p.launcher,
+        "world_size": p.launch.world_size,
+    }
+
+
+def run_sft(
+    stage: str,
+    cfg: Any,
+    corpus: Path,
+    out_dir: Path,
+    p: Plan,
+    *,
+    overwrite: bool,
+    config_path: Path | None,
+    status: Callable[[str], AbstractContextManager[Any]] | None = None,
+    progress: Callable[[], AbstractContextManager[Progress]] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
+    """Train an SFT stage into ``out_dir`` and write its manifest; the manifest, or None on a
+    torchrun node other than rank 0's. ``status(message)`` wraps the preparation,
+    ``progress()`` yields the step callback of a run in this process, ``notify`` is told the
+    launch command of a launched one."""
+    from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
+    from kgsynth.train.sft import SUMMARY, prepare_run, train_sft
+
+    started = time.perf_counter()
+    check_folder_target(out_dir)
+    check_overlap(
+        [out_dir], [("--corpus", corpus), ("--init", cfg.init), ("--config", config_path)]
+    )
+    # one run per folder: a second one on it fails at once (the lock goes with the process)
+    with OutputLock(out_dir):
+        recover_input(corpus)
+        with (status or _quiet)("reading the corpus and preparing the run folder…"):
+            spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=overwrite)
+        if p.launcher == "none":
+            with (progress or _no_progress)() as step:
+                summary = train_sft(spec, progress=step)
+        else:
+            if notify:
+                notify(f"launching: {shlex.join(p.command)}")
+            summary = run_launched(p.command, out_dir / SUMMARY)
+        if summary is None:  # a torchrun node other than rank 0's
+            return None
+        return _sft_manifest(spec, p, summary, started)
+
+
+@contextlib.contextmanager
+def _quiet(message: str) -> Iterator[None]:
+    yield
+
+
+@contextlib.contextmanager
+def _no_progress() -> Iterator[None]:
+    yield None
+
+
+def _sft_manifest(spec: Any, p: Plan, summary: dict[str, Any], started: float) -> dict[str, Any]:
+    from kgsynth.manifest import sha256_file, write_manifest
+
+    run_dir = Path(spec.out)
+    start_from: dict[str, Any] = {"path": str(spec.model_path)}
+    weights = spec.model_path / "model.safetensors"
+    if weights.is_file():
+        start_from["weights_sha256"] = sha256_file(weights)
+    final = run_dir / "model.safetensors"
+    return write_manifest(
+        run_dir / "manifest.json",
+        stage=f"train {spec.stage}",
+        config=dataclasses.asdict(spec.config),
+        launch={
+            **dataclasses.asdict(p.launch),
+            "launcher": p.launcher,
+            "command": shlex.join(p.command),
+        },
+        input={
+            "corpus": spec.corpus,
+            "sha256": sha256_file(spec.corpus),
+            "rows": summary["data"]["rows"],
+        },
+        start_from=start_from,
+        output={
+            "path": str(run_dir),
+            "weights_sha256": sha256_file(final) if final.is_file() else None,
+            "bytes": sum(f.stat().st_size for f in run_dir.glob("*") if f.is_file()),
+        },
+        elapsed_s=round(time.perf_counter() - started, 3),
+        **{k: v for k, v in summary.items() if k != "stage"},
+    )
+
+
+def preset_base(preset: str | None, config: Path | None) -> dict[str, Any]:
+    """The GRPOConfig fields of the preset named by --preset or the config file's ``preset``."""
+    from kgsynth.config import load_yaml
+    from kgsynth.train.presets import preset_values
+
+    name = preset
+    if name is None and config is not None:
+        name = load_yaml(config, "rl").get("preset")
+    if name is None:
+        return {}
+    if not isinstance(name, str):
+        raise KGSynthError(f"--config: {config}: preset must be a name (got {name!r})")
+    return preset_values(name)
+
+
+def rl_dry_run(questions: Path, kg: str | None, cfg: Any, out_dir: Path, p: Plan) -> dict:
+    """What ``--dry-run`` prints of an RL run."""
+    command = p.command if p.launcher != "none" else None
+    return {
+        "questions": str(questions),
+        "kg": kg,
+        "out": str(out_dir),
+        "config": dataclasses.asdict(cfg),
+        "launcher": p.launcher,
+        "world_size": p.launch.world_size,
+        "command": shlex.join(command) if command else None,
+    }
+
+
+def run_rl(
+    questions: Path,
+    kg: str | None,
+    profile: str | None,
+    cfg: Any,
+    out_dir: Path,
+    p: Plan,
+    *,
+    overwrite: bool,
+    config_path: Path | None,
+    progress: Progress | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
+    """GRPO into ``out_dir`` (staged: the folder appears whole) and its manifest; the manifest,
+    or None on a torchrun node other than rank 0's. Without ``overwrite`` a killed run's
+    checkpoints stay and training goes on from the last."""
+    from kgsynth.manifest import sha256_file
+    from kgsynth.stage_io import StagedOutput
+    from kgsynth.train.grpo import SUMMARY, RLSpec, read_rl_questions, train_grpo
+
+    started = time.perf_counter()
+    qs = read_rl_questions(questions)
+    staged = StagedOutput(
+        out_dir,
+        folder=True,
+        overwrite=overwrite,
+        # without --overwrite, a killed run's checkpoints stay and train_grpo goes on from the last
+        resume=not overwrite,
+        inputs=[
+            ("--questions", questions),
+            ("--kg", kg),
+            ("--init", cfg.init),
+            ("--config", config_path),
+            ("--phase2-questions", cfg.phase2_questions),
+        ],
+    )
+    with staged:
+        if kg is None:
+            from kgsynth.kg.open import DEFAULT_KG
+
+            kg = str(DEFAULT_KG)
+        spec = RLSpec(str(questions), kg, profile, str(staged.staging), cfg)
+        if p.launcher == "none":
+            summary = train_grpo(spec, progress=progress, questions=qs)
+        else:
+            spec.write(staged.path(RL_SPEC))
+            command = launch_command(staged.path(RL_SPEC), p.launch, p.launcher)
+            if notify:
+                notify(f"launching: {shlex.join(command)}")
+            launched = run_launched(command, staged.staging / SUMMARY)
+            if launched is None:  # a torchrun node other than rank 0's
+                return None
+            summary = launched
+        manifest = staged.write_manifest(
+            "train rl",
+            cfg,
+            input={
+                "questions": str(questions),
+                "sha256": sha256_file(questions),
+                "rows": len(qs),
+                "kg": spec.kg,
+            },
+            start_from={"path": str(cfg.init)},
+            output={"path": str(out_dir)},
+            elapsed_s=round(time.perf_counter() - started, 3),
+            **summary,
+        )
+        staged.commit()
+    return manifest
+
+
+def run_merge(run: Path, out_dir: Path, *, overwrite: bool) -> dict[str, Any]:
+    """A LoRA run folder's adapter folded into its base weights, into ``out_dir``; what
+    :func:`kgsynth.train.lora.merge` reports."""
+    from kgsynth.stage_io import StagedOutput
+    from kgsynth.train.lora import merge
+
+    started = time.perf_counter()
+    staged = StagedOutput(out_dir, folder=True, overwrite=overwrite, inputs=[("RUN", run)])
+    with staged:
+        info = merge(run, staged.staging)
+        staged.write_manifest(
+            "train merge",
+            input={"run": str(run)},
+            output={"path": str(out_dir)},
+            parameters=info["parameters"],
+            elapsed_s=round(time.perf_counter() - started, 3),
+        )
+        staged.commit()
+    return info
