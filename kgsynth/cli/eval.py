@@ -12,8 +12,6 @@ here::
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,8 +37,7 @@ from kgsynth.cli.options import (
     ToolsOption,
     TurnTokensOption,
 )
-from kgsynth.errors import ConfigError, InputFileError, KGSynthError
-from kgsynth.modelio import is_model_folder
+from kgsynth.errors import ConfigError, KGSynthError
 
 
 def eval_cmd(
@@ -228,24 +225,10 @@ def _evaluate(
     config: Path | None,
     overwrite: bool,
 ) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    from kgsynth import eval as evaluation
     from kgsynth.config import build_config
-    from kgsynth.eval import (
-        BASELINES,
-        PREDICTION_SCHEMA,
-        EvalConfig,
-        check_records,
-        checkpoint_label,
-        eval_png,
-        evaluate,
-        untrained_model,
-    )
+    from kgsynth.eval.outputs import eval_output, write_eval
     from kgsynth.llm import make_llm
-    from kgsynth.manifest import sha256_file, write_manifest
-    from kgsynth.qafiles import read_questions
-    from kgsynth.stage_io import StagedOutput
 
     started = time.perf_counter()
     if questions is None:
@@ -260,173 +243,75 @@ def _evaluate(
         raise ConfigError(
             f"--llm must be hf or openai (got {llm!r}); the template backend cannot act as an agent"
         )
-    unknown = [b for b in baselines if b not in BASELINES]
+    unknown = [b for b in baselines if b not in evaluation.BASELINES]
     if unknown:
         raise ConfigError(
-            f"--baseline: unknown {', '.join(unknown)}; choose from {', '.join(BASELINES)}"
+            f"--baseline: unknown {', '.join(unknown)}; choose from {', '.join(evaluation.BASELINES)}"
         )
     if baseline_model and "untrained" not in baselines:
         raise ConfigError("--baseline-model goes with --baseline untrained")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1 (got {limit})")
-    cfg = build_config(EvalConfig, config, overrides, section="eval")
-    if llm == "hf" and cfg.system_text is None:
-        from kgsynth.agent.loop import stored_system_prompt
-
-        # the checkpoint is prompted the way it was trained (and its untrained start alike)
-        cfg = dataclasses.replace(cfg, system_text=stored_system_prompt(model))
+    cfg = build_config(evaluation.EvalConfig, config, overrides, section="eval")
+    cfg = cfg.for_policy(llm, model)
     if cfg.runs > 1 and cfg.temperature == 0:
         err.print(
             f"[yellow]warning:[/yellow] --runs {cfg.runs} at --temperature 0: greedy runs of a "
             "local model are identical; sample with --temperature > 0",
             highlight=False,
         )
-    records = read_questions(questions, qtype_file=qtype_file, limit=limit)
-    check_records(records, questions)
-    if llm == "hf" and not is_model_folder(model):
-        raise ConfigError(
-            f"--model: {model} is not a transformers checkpoint folder (no config.json)"
-        )
-    untrained: str | None = None
-    if "untrained" in baselines:
-        if baseline_model:
-            untrained = baseline_model
-        elif llm == "openai":
-            raise ConfigError(
-                "--baseline untrained with --llm openai needs --baseline-model NAME "
-                "(the base model's name on the same server)"
-            )
-        else:
-            untrained = str(untrained_model(model))
+    records = evaluation.load_questions(questions, qtype_file=qtype_file, limit=limit)
+    systems = evaluation.plan_systems(model, llm, baselines, baseline_model)
     options = _llm_options(llm, llm_options)
-    if (out_dir / "config.json").is_file() or (
-        llm == "hf" and out_dir.resolve() == Path(model).resolve()
-    ):
-        # its manifest.json and files would replace the checkpoint's own
-        raise ConfigError(f"--out: {out_dir} is a model checkpoint; choose another folder")
-    staged = StagedOutput(
+    staged = eval_output(
         out_dir,
-        folder=True,
         overwrite=overwrite,
-        names={
-            "predictions.parquet",
-            "metrics.json",
-            "eval.png",
-            "manifest.json",
-            "tensorboard",
-            "wandb",
-        },
-        inputs=[
-            ("--questions", questions),
-            ("--qtype-file", qtype_file),
-            ("--kg", kg),
-            ("--model", model if llm == "hf" else None),
-            ("--baseline-model", untrained if llm == "hf" else None),
-            ("--cache", cache),
-            ("--config", config),
-        ],
+        backend=llm,
+        systems=systems,
+        questions=questions,
+        qtype_file=qtype_file,
+        kg=kg,
+        cache=cache,
+        config=config,
     )
     with staged:
         graph = open_graph_option(kg, profile)
-        label = label or checkpoint_label(model)
-
-        # what to run: (system name, model, tools?)
-        plan: list[tuple[str, str, bool]] = [("model", model, True)]
-        if untrained:
-            plan.append(("untrained", untrained, True))
-        if "no-tools" in baselines:
-            plan.append(("no-tools", model, False))
+        label = label or evaluation.checkpoint_label(model)
         clients: dict[str, Any] = {}
-        all_rows: list[dict[str, Any]] = []
-        results: dict[str, dict[str, Any]] = {}
+        for system in systems:
+            if system.model not in clients:
+                clients[system.model] = make_llm(llm, cache=cache, model=system.model, **options)
         with progress_bar() as bar:
-            for system, name, with_tools in plan:
-                if name not in clients:
-                    clients[name] = make_llm(llm, cache=cache, model=name, **options)
-                client = clients[name]
-                task = bar.add_task(
-                    label if system == "model" else system, total=len(records) * cfg.runs, info=""
+            task = bar.add_task(label, total=len(records) * cfg.runs * len(systems), info="")
+
+            def progress(done: int, total: int, info: str) -> None:
+                requests = sum(c.stats.requests for c in clients.values())
+                errors = sum(c.stats.errors for c in clients.values())
+                bar.update(
+                    task, completed=done, info=f"{info}; requests {requests}, errors {errors}"
                 )
 
-                def progress(
-                    done: int, total: int, info: str, task: Any = task, client: Any = client
-                ) -> None:
-                    st = client.stats
-                    bar.update(
-                        task,
-                        completed=done,
-                        info=f"{info}; requests {st.requests}, errors {st.errors}",
-                    )
-
-                rows, metrics = evaluate(
-                    records,
-                    client,
-                    graph if with_tools else None,
-                    cfg,
-                    system=system,
-                    tools=with_tools,
-                    progress=progress,
-                )
-                all_rows.extend(rows)
-                results[system] = metrics
+            result = evaluation.run(
+                records,
+                cfg,
+                graph=graph,
+                llm={s.name: clients[s.model] for s in systems},
+                progress=progress,
+            )
         for client in clients.values():
             client.close()
-
-        main = results.pop("model")
-        metrics = {
-            "label": label,
-            "questions_file": str(questions),
-            "config": dataclasses.asdict(cfg),
-            "kg": graph.kg.describe(),
-            **main,
-            "baselines": results,
-        }
-        if cfg.runs > 1 and cfg.temperature == 0:
-            metrics["note"] = "several runs at temperature 0: greedy runs of a local model agree"
-        paths = {
-            "predictions": out_dir / "predictions.parquet",
-            "metrics": out_dir / "metrics.json",
-            "png": out_dir / "eval.png",
-        }
-        pq.write_table(
-            pa.Table.from_pylist(all_rows, schema=PREDICTION_SCHEMA),
-            staged.path("predictions.parquet"),
-        )
-        staged.path("metrics.json").write_text(
-            json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n"
-        )
-        eval_png(metrics, staged.path("eval.png"))
-        if cfg.report_to != "none":
-            from kgsynth.tracking import Tracker, scalars
-
-            tracker = Tracker(cfg.report_to, staged.staging, name=f"eval-{label or 'model'}")
-            values = scalars(metrics["overall"], "eval/")
-            for hops, cell in (metrics.get("breakdowns", {}).get("hops") or {}).items():
-                values.update(scalars(cell, f"eval/{hops}-hop/"))
-            tracker.log(0, values)
-            tracker.close()
-        write_manifest(
-            staged.path("manifest.json"),
-            stage="eval",
+        metrics = write_eval(
+            staged,
+            result,
+            cfg,
             label=label,
-            config=dataclasses.asdict(cfg),
-            input={
-                "questions": str(questions),
-                "sha256": sha256_file(questions),
-                "rows": len(records),
-                "limit": limit,
-            },
-            model={"backend": llm, "model": model},
-            baselines={s: {"model": m, "tools": t} for s, m, t in plan if s != "model"},
-            kg=graph.kg.describe(),
-            llm={name: c.describe() for name, c in clients.items()},
-            output={
-                **{k: str(v) for k, v in paths.items()},
-                "prediction_rows": len(all_rows),
-            },
-            elapsed_s=round(time.perf_counter() - started, 3),
+            questions=questions,
+            limit=limit,
+            backend=llm,
+            systems=systems,
+            clients=clients,
+            started=started,
         )
-        staged.commit()
     _print_results(out, metrics)
     out.print(f"→ {out_dir} (predictions.parquet, metrics.json, eval.png, manifest.json)")
 
@@ -485,25 +370,30 @@ def _print_results(out: Any, metrics: dict[str, Any]) -> None:
 
 
 def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) -> None:
+    from kgsynth.eval import run_compare
+    from kgsynth.eval.outputs import compare_output, write_compare
+
+    result = run_compare(dirs)
+    _print_compare(result.accepted)
+    if out_dir is not None:
+        with compare_output(out_dir, dirs, overwrite=overwrite) as staged:
+            write_compare(staged, result, dirs)
+        out.print(
+            f"→ {out_dir / 'compare.md'}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}"
+        )
+
+
+def _print_compare(rows: list[dict[str, Any]]) -> None:
     from rich.table import Column, Table
 
     from kgsynth.eval import (
         METRIC_NAMES,
         SHOWN_METRICS,
         UNION_LABEL,
-        compare_markdown,
-        compare_png,
-        compare_runs,
         fmt_value,
         hop_columns,
     )
 
-    if not dirs:
-        raise ConfigError("--compare needs evaluation folders: kgsynth eval --compare DIR DIR …")
-    for d in dirs:
-        if not d.exists():
-            raise InputFileError(d, "no such folder")
-    rows = compare_runs(dirs)
     hops = hop_columns(rows)
     with_union = any(r["union_hits_at_1"] is not None for r in rows)
     table = Table(
@@ -539,35 +429,6 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
     out.print(table)
     if hops:
         out.print(by_hop)
-    if out_dir is not None:
-        from kgsynth.manifest import write_manifest
-        from kgsynth.stage_io import StagedOutput
-
-        md = out_dir / "compare.md"
-        sources = "\n".join(f"- {r['label']}: `{r['source']}`" for r in rows)
-        staged = StagedOutput(
-            out_dir,
-            folder=True,
-            overwrite=overwrite,
-            inputs=[("--compare", d) for d in dirs],
-            names={"compare.md", "compare.png", "compare.json", "manifest.json"},
-        )
-        with staged:
-            staged.path("compare.md").write_text(
-                "# Evaluations compared\n\nMeans over runs; cells by hop read EM / F1 / Hits@1.\n\n"
-                + compare_markdown(rows)
-                + f"\n![compare](compare.png)\n\nSources:\n\n{sources}\n"
-            )
-            compare_png(rows, staged.path("compare.png"))
-            staged.path("compare.json").write_text(json.dumps(rows, indent=2) + "\n")
-            write_manifest(
-                staged.path("manifest.json"),
-                stage="eval compare",
-                input={"folders": [str(d) for d in dirs]},
-                output={"markdown": str(md), "rows": len(rows)},
-            )
-            staged.commit()
-        out.print(f"→ {md}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}")
 
 
 __all__ = ["eval_cmd"]

@@ -50,6 +50,7 @@ from kgsynth.eval.compare import (
     fmt_value,
     hop_columns,
     load_metrics,
+    run_compare,
 )
 from kgsynth.eval.config import (
     BASELINES,
@@ -60,11 +61,12 @@ from kgsynth.eval.config import (
     UNION_LABEL,
     EvalConfig,
     check_records,
+    load_questions,
 )
 from kgsynth.eval.episodes import run_agent, run_no_tools
 from kgsynth.eval.figures import compare_png, eval_png
 from kgsynth.eval.scoring import majority_choice, pass_at_k, pass_ks, summarize, union_answers
-from kgsynth.eval.systems import evaluate
+from kgsynth.eval.systems import System, evaluate, plan_systems, run
 from kgsynth.schema import PREDICTION_SCHEMA
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "SHOWN_METRICS",
     "UNION_LABEL",
     "EvalConfig",
+    "System",
     "check_records",
     "checkpoint_label",
     "ci_cell",
@@ -88,10 +91,14 @@ __all__ = [
     "fmt_value",
     "hop_columns",
     "load_metrics",
+    "load_questions",
     "majority_choice",
     "pass_at_k",
     "pass_ks",
+    "plan_systems",
+    "run",
     "run_agent",
+    "run_compare",
     "run_no_tools",
     "summarize",
     "union_answers",

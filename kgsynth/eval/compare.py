@@ -8,9 +8,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import InputFileError
+from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.eval.config import METRIC_LEGEND, METRIC_NAMES, SHOWN_METRICS, UNION_LABEL
 from kgsynth.eval.scoring import sorted_groups
+from kgsynth.stage import StageResult
 
 
 def find_metrics(path: str | Path) -> Path:
@@ -74,6 +75,18 @@ def compare_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         for name, base in (m.get("baselines") or {}).items():
             rows.append(_table_row(f"{label} · {name}", base, str(find_metrics(path))))
     return rows
+
+
+def run_compare(folders: Sequence[Path]) -> StageResult[list[dict[str, Any]]]:
+    """The ``eval --compare`` stage: ``accepted`` holds one table row per evaluation folder
+    (and per baseline it ran, see :func:`compare_runs`)."""
+    if not folders:
+        raise ConfigError("--compare needs evaluation folders: kgsynth eval --compare DIR DIR …")
+    for d in folders:
+        if not d.exists():
+            raise InputFileError(d, "no such folder")
+    rows = compare_runs(folders)
+    return StageResult(accepted=rows, stats={"rows": len(rows)})
 
 
 def hop_columns(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -3,6 +3,7 @@ options (:class:`EvalConfig`) and the checks a question file must pass before it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ UNION_LABEL = "KG-R1 N runs (union)"
 BREAKDOWNS = ("hops", "qtype", "structure")
 BASELINES = ("untrained", "no-tools")
 MODEL_SYSTEM = "model"
+NO_TOOLS_SYSTEM = "no-tools"
 CI_LEVEL = 0.95
 CI_RESAMPLES = 2000
 CI_SEED = 0
@@ -94,6 +96,15 @@ class EvalConfig:
             relation_ranking=self.relation_ranking,  # type: ignore[arg-type]
         )
 
+    def for_policy(self, backend: str, model: str) -> EvalConfig:
+        """This config with the checkpoint's stored system prompt (an hf checkpoint is
+        prompted the way it was trained, and its untrained start alike)."""
+        if backend != "hf" or self.system_text is not None:
+            return self
+        from kgsynth.agent.loop import stored_system_prompt
+
+        return dataclasses.replace(self, system_text=stored_system_prompt(model))
+
     def params(self, run: int) -> GenerationParams:
         """Sampling parameters of run ``run``: its own seed, so N runs are N samples."""
         return GenerationParams(
@@ -131,6 +142,17 @@ def check_records(records: Sequence[QARecord], path: str | Path) -> None:
                 "eval gives the agent its topic entities",
                 rec.line,
             )
+
+
+def load_questions(
+    path: Path, *, qtype_file: Path | None = None, limit: int | None = None
+) -> list[QARecord]:
+    """The questions to evaluate (the first ``limit``), each checked (:func:`check_records`)."""
+    from kgsynth.qafiles import read_questions
+
+    records = read_questions(path, qtype_file=qtype_file, limit=limit)
+    check_records(records, path)
+    return records
 
 
 def question_id(rec: QARecord) -> str:

@@ -1,17 +1,61 @@
-"""One system under test evaluated: its predictions scored and aggregated, with its speed."""
+"""The eval stage: every system under test (the model as a KG agent, and the baselines) answers
+the questions; its predictions are scored and aggregated (:func:`run`, the stage contract of
+:mod:`kgsynth.stage`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from kgsynth.eval.config import MODEL_SYSTEM, EvalConfig
+from kgsynth.errors import ConfigError
+from kgsynth.eval.checkpoints import untrained_model
+from kgsynth.eval.config import MODEL_SYSTEM, NO_TOOLS_SYSTEM, EvalConfig
 from kgsynth.eval.episodes import EvalProgress, run_agent, run_no_tools
 from kgsynth.eval.scoring import summarize
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM
+from kgsynth.modelio import is_model_folder
 from kgsynth.qafiles import QARecord
+from kgsynth.stage import StageResult
+
+
+@dataclass(frozen=True)
+class System:
+    """One system under test: its name in the outputs (``model``, ``untrained``,
+    ``no-tools``), the model it runs, and whether it acts through the KG tools."""
+
+    name: str
+    model: str
+    tools: bool
+
+
+def plan_systems(
+    model: str, backend: str, baselines: Sequence[str], baseline_model: str | None
+) -> list[System]:
+    """What to evaluate: the model as an agent, then each baseline asked for. The untrained
+    model is ``baseline_model``, else found through the checkpoint's ``start_from`` chain."""
+    if backend == "hf" and not is_model_folder(model):
+        raise ConfigError(
+            f"--model: {model} is not a transformers checkpoint folder (no config.json)"
+        )
+    plan = [System(MODEL_SYSTEM, model, True)]
+    if "untrained" in baselines:
+        if baseline_model:
+            untrained = baseline_model
+        elif backend == "openai":
+            raise ConfigError(
+                "--baseline untrained with --llm openai needs --baseline-model NAME "
+                "(the base model's name on the same server)"
+            )
+        else:
+            untrained = str(untrained_model(model))
+        plan.append(System("untrained", untrained, True))
+    if NO_TOOLS_SYSTEM in baselines:
+        plan.append(System(NO_TOOLS_SYSTEM, model, False))
+    return plan
 
 
 def evaluate(
@@ -47,3 +91,50 @@ def evaluate(
     metrics["backend"] = llm.backend
     metrics["tools"] = cfg.toolset if tools else None
     return rows, metrics
+
+
+def run(
+    questions: Sequence[QARecord],
+    cfg: EvalConfig,
+    *,
+    graph: KGGraph,
+    llm: Mapping[str, LLM],
+    progress: EvalProgress | None = None,
+) -> StageResult[list[dict[str, Any]]]:
+    """Evaluate each system of ``llm`` (system name -> its client, the ``model`` system first;
+    ``no-tools`` answers without the tools) on ``questions``. ``accepted`` holds every
+    prediction row (``predictions.parquet``); ``stats`` the model's metrics with the
+    configuration, the KG and each baseline's metrics (``metrics.json`` without its label and
+    question file). ``progress`` counts the predictions of all systems together; its ``info``
+    names the system."""
+    per_system = len(questions) * cfg.runs
+    rows: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}
+    for i, (system, client) in enumerate(llm.items()):
+
+        def on_progress(done: int, total: int, info: str, i: int = i, system: str = system) -> None:
+            if progress:
+                progress(i * per_system + done, len(llm) * per_system, f"{system}: {info}")
+
+        tools = system != NO_TOOLS_SYSTEM
+        system_rows, metrics = evaluate(
+            questions,
+            client,
+            graph if tools else None,
+            cfg,
+            system=system,
+            tools=tools,
+            progress=on_progress,
+        )
+        rows.extend(system_rows)
+        results[system] = metrics
+    main = results.pop(MODEL_SYSTEM)
+    stats = {
+        "config": dataclasses.asdict(cfg),
+        "kg": graph.kg.describe(),
+        **main,
+        "baselines": results,
+    }
+    if cfg.runs > 1 and cfg.temperature == 0:
+        stats["note"] = "several runs at temperature 0: greedy runs of a local model agree"
+    return StageResult(accepted=rows, stats=stats)
