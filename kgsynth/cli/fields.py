@@ -81,9 +81,18 @@ def field_params(cls: type, skip: typing.Iterable[str] = ()) -> list[inspect.Par
 
 
 def config_command(
-    cls: type, *, section: str | None = None, skip: typing.Iterable[str] = ()
+    cls: type,
+    *,
+    section: str | None = None,
+    skip: typing.Iterable[str] = (),
+    base: Callable[[dict[str, Any], Any, str | None], dict[str, Any] | None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Give a command one flag per field of ``cls`` and call it with the built ``cfg``."""
+    """Give a command one flag per field of ``cls`` and call it with the built ``cfg``.
+
+    A parameter of the command itself that is also a field of ``cls`` (rl's required
+    ``--init``) keeps the command's declaration and reaches both the command and the config.
+    ``base(given, config_file, section)`` returns the values layered under the file and the flags (rl's
+    ``--preset``); ``given`` holds the flags as given (None where not)."""
     skip = set(skip)
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -95,6 +104,7 @@ def config_command(
         names = {p.name for p in own}
         fields = field_params(cls, skip | names)
         field_names = [p.name for p in fields]
+        shared = [n for n in flat_fields(cls) if n in names]
         first = [p for p in own if p.name not in _LAST]
         last = [p for p in own if p.name in _LAST]
         if "config" in names:  # which part of the --config file this command reads
@@ -114,6 +124,7 @@ def config_command(
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             overrides = {name: kwargs.pop(name) for name in field_names}
+            overrides.update({name: kwargs[name] for name in shared})
             asked = kwargs.pop("config_section", None)
             part = asked or section
             try:
@@ -124,7 +135,8 @@ def config_command(
                             f"--section: {kwargs['config']} has no section {asked!r} "
                             f"(it has: {', '.join(sorted(map(str, sections))) or 'none'})"
                         )
-                cfg = build_config(cls, kwargs.get("config"), overrides, section=part)
+                layer = base(overrides, kwargs.get("config"), part) if base else None
+                cfg = build_config(cls, kwargs.get("config"), overrides, section=part, base=layer)
             except KGSynthError as exc:
                 fail(exc)
             return fn(cfg=cfg, **kwargs)

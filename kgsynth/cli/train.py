@@ -175,40 +175,14 @@ def _sft(
     )
 
 
-def _rl_config(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """One flag per :class:`GRPOConfig` field, the config built with the ``--preset`` (or the
-    config file's ``preset``) under the file and the flags. ``config_command`` with a preset
-    layer: it has no hook for one yet (see kgsynth.config.build_config's ``base``)."""
-    from kgsynth.config import build_config
+def _preset_layer(given: dict[str, Any], config: Path | None, section: str | None) -> dict:
+    from kgsynth.train.stages import preset_base
 
-    own = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for p in inspect.signature(fn, eval_str=True).parameters.values()
-        if p.name != "cfg"
-    ]
-    params = field_params(GRPOConfig, {p.name for p in own})
-    last = [p for p in own if p.name in ("config", "overwrite")]
-    first = [p for p in own if p not in last]
-
-    @functools.wraps(fn)
-    def command(**kwargs: Any) -> Any:
-        from kgsynth.train.stages import preset_base
-
-        given = {p.name: kwargs.pop(p.name) for p in params}
-        given["init"] = kwargs["init"]  # the command's own (required) --init
-        try:
-            base = preset_base(given["preset"], kwargs["config"])
-            cfg = build_config(GRPOConfig, kwargs["config"], given, section="rl", base=base)
-        except KGSynthError as exc:
-            fail(exc)
-        return fn(cfg=cfg, **kwargs)
-
-    command.__signature__ = inspect.Signature([*first, *params, *last])  # type: ignore[attr-defined]
-    return command
+    return preset_base(given["preset"], config, section)
 
 
 @train_app.command("rl")
-@_rl_config
+@config_command(GRPOConfig, section="rl", base=_preset_layer)
 @with_launch
 def rl_cmd(
     cfg: GRPOConfig,

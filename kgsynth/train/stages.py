@@ -150,14 +150,17 @@ def _sft_manifest(spec: Any, p: Plan, summary: dict[str, Any], started: float) -
     )
 
 
-def preset_base(preset: str | None, config: Path | None) -> dict[str, Any]:
-    """The GRPOConfig fields of the preset named by --preset or the config file's ``preset``."""
+def preset_base(
+    preset: str | None, config: Path | None, section: str | None = "rl"
+) -> dict[str, Any]:
+    """The GRPOConfig fields of the preset named by --preset or the config file's ``preset``
+    (in its ``section``)."""
     from kgsynth.config import load_yaml
     from kgsynth.train.presets import preset_values
 
     name = preset
     if name is None and config is not None:
-        name = load_yaml(config, "rl").get("preset")
+        name = load_yaml(config, section).get("preset")
     if name is None:
         return {}
     if not isinstance(name, str):
