@@ -1,9 +1,18 @@
-"""The agent loop shared by trajectory synthesis, RL rollouts and eval.
+"""The one agent turn loop, shared by trajectory synthesis, eval and RL rollouts.
 
 For each episode: the policy generates until ``</kg-query>`` or ``</answer>``; the turn is
-parsed; a query runs through the tool environment and its ``<information>`` observation is
-appended; repeat. At the turn limit the policy is asked once for a final answer. Episodes are
-stepped together, one ``generate_batch`` per turn, so API and local backends batch.
+applied (:func:`kgsynth.agent.episode.step`: parsed, a query run through the tool environment
+and its ``<information>`` observation appended); repeat. At the turn limit the policy is asked
+once for a final answer. Live episodes are stepped together, a batch per ``generate`` call, so
+API and local backends batch.
+
+What generates a turn is a :class:`TurnPolicy`:
+
+- :class:`TextPolicy` (here) — an LLM client (API, vLLM, HF, template); the messages go out as
+  requests and text comes back. Synthesis and eval use it through :func:`run_episodes`.
+- :class:`~kgsynth.agent.rollout.TokenTurns` — a local model sampled in token space; it keeps
+  each episode's token ids, loss mask and log-probs beside the messages. GRPO uses it through
+  :func:`~kgsynth.agent.rollout.run_rollouts`.
 
 Messages are recorded OpenAI-style: ``system``, ``user``, ``assistant``, and ``tool`` for the
 environment's observations (sent to the policy as ``user`` turns: the text protocol needs no
@@ -13,145 +22,134 @@ writes itself is stripped before parsing and never counts as observed.
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from kgsynth.agent.protocol import (
-    FINAL_ANSWER_PROMPT,
-    NO_ACTION_HINT,
-    STOP_SEQUENCES,
-    close_action,
-    parse_turn,
-    render_observation,
+from kgsynth.agent.episode import (
+    Episode,
+    EpisodeTask,
+    TurnRecord,
+    episode_summary,
+    step,
+    turn_metadata,
 )
+from kgsynth.agent.prompt import (
+    PROMPT_STYLES,
+    SYSTEM_PROMPT_FILE,
+    TOOL_HELP,
+    stored_system_prompt,
+    system_prompt,
+    user_prompt,
+)
+from kgsynth.agent.protocol import FINAL_ANSWER_PROMPT, STOP_SEQUENCES, close_action
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.llm.base import LLM, GenerationParams, Request
-from kgsynth.prompts import render
-
-TOOL_HELP = {
-    "graphwalker": [
-        {
-            "usage": 'get_relations("Entity Name")',
-            "description": "the entity's relations (outgoing and incoming), most relevant first",
-        },
-        {
-            "usage": 'get_triples("Entity Name", ["relation", ...])',
-            "description": "the facts along those relations, by name",
-        },
-    ],
-    "kgr1": [
-        {
-            "usage": 'get_tail_relations("Entity Name")',
-            "description": "relations r with (entity, r, ?)",
-        },
-        {
-            "usage": 'get_head_relations("Entity Name")',
-            "description": "relations r with (?, r, entity)",
-        },
-        {
-            "usage": 'get_tail_entities("Entity Name", "relation")',
-            "description": "the tails of (entity, relation, ?)",
-        },
-        {
-            "usage": 'get_head_entities("Entity Name", "relation")',
-            "description": "the heads of (?, relation, entity)",
-        },
-    ],
-}
-
-PROMPT_STYLES = ("full", "short")
-# A checkpoint trained on trajectories carries the system prompt it was trained with here;
-# eval, RL and free rollouts of that checkpoint use it instead of rendering one.
-SYSTEM_PROMPT_FILE = "agent_system_prompt.txt"
-
-
-def system_prompt(toolset: str = "graphwalker", max_turns: int = 10, style: str = "full") -> str:
-    """The agent's system prompt: ``full`` (protocol explained, for any model) or ``short``
-    (one line of protocol and tool signatures, for small models trained from scratch)."""
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"system prompt style must be one of {', '.join(PROMPT_STYLES)}")
-    name = "agent_system" if style == "full" else "agent_system_short"
-    return render(name, tools=TOOL_HELP[toolset], max_turns=max_turns)
-
-
-def stored_system_prompt(model_dir: str | Path | None) -> str | None:
-    """The system prompt a checkpoint folder was trained with, if it stores one."""
-    if not model_dir:
-        return None
-    path = Path(model_dir) / SYSTEM_PROMPT_FILE
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def user_prompt(question: str, topic_names: Sequence[str], reference: str | None = None) -> str:
-    text = f"Question: {question}\nTopic entities: {', '.join(topic_names)}"
-    if reference:
-        text += (
-            "\n\nA reference action sequence that answers this question (follow it, reasoning "
-            f"in your own words):\n{reference}"
-        )
-    return text
 
 
 @dataclass
-class TurnRecord:
-    """One assistant turn and what the environment made of it."""
+class Generated:
+    """One generated assistant turn: its text, or the backend's error when it gave none.
+    ``sampled`` is what a token policy keeps of it (ids, log-probs)."""
 
     text: str
-    think: str | None
-    action: str | None
-    query: str | None
-    tool: str | None = None
-    args: tuple = ()
-    format_error: str | None = None  # why the turn broke the protocol
-    tool_error: str | None = None  # the tool's ErrorType value
-    llm_error: str | None = None  # the backend gave no text
-    observation: str | None = None
-    entities: tuple[str, ...] = ()
+    error: str | None = None
     completion_tokens: int = 0  # as the backend counted them
+    sampled: Any = None
 
 
 @dataclass
-class EpisodeTask:
-    question: str
-    topic_names: list[str]
-    reference: str | None = None  # referenced rejection sampling: shown, then stripped
+class LiveEpisode:
+    """An episode while the loop runs it: its record, its tool environment and the policy's
+    own per-episode state (a token policy's ids and mask; None for a text policy)."""
+
+    episode: Episode
+    env: ToolEnvironment
+    state: Any = None
+    started: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class Episode:
-    task: EpisodeTask
-    messages: list[dict[str, str]] = field(default_factory=list)  # as stored (no reference)
-    turns: list[TurnRecord] = field(default_factory=list)
-    predicted_answers: list[str] = field(default_factory=list)
-    answered: bool = False
-    forced_answer: bool = False
-    done: bool = False
+class TurnPolicy(Protocol):
+    """What generates the next assistant turn of live episodes."""
 
-    @property
-    def tool_errors(self) -> int:
-        return sum(1 for t in self.turns if t.tool_error)
+    # live episodes per generate call; None: all of them at once
+    batch_size: int | None
 
-    @property
-    def format_errors(self) -> int:
-        return sum(1 for t in self.turns if t.format_error)
+    def begin(self, episode: Episode) -> Any:
+        """The policy's state for a new episode (its first two messages are set)."""
 
-    @property
-    def generated_tokens(self) -> int:
-        return sum(t.completion_tokens for t in self.turns)
+    def generate(self, live: Sequence[LiveEpisode], turn: int) -> list[Generated]:
+        """One assistant turn for each live episode, in order."""
 
-    @property
-    def tool_calls(self) -> list[str]:
-        return [t.query for t in self.turns if t.query is not None]
+    def observe(
+        self, live: LiveEpisode, generated: Generated, reply: dict[str, str], turn: int
+    ) -> None:
+        """The environment's ``reply`` to a turn, in an episode that goes on (``turn + 1`` may
+        be the final-answer turn, whose request message is appended next)."""
 
-    @property
-    def observed_entities(self) -> list[str]:
-        return list(dict.fromkeys(e for t in self.turns for e in t.entities))
+
+def run_turns(
+    policy: TurnPolicy,
+    tasks: Sequence[EpisodeTask],
+    make_env: Callable[[EpisodeTask], ToolEnvironment],
+    *,
+    system_text: str,
+    max_turns: int,
+    timeout_s: float | None = None,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> list[LiveEpisode]:
+    """Run every task to an answer, the turn limit (then one forced answer) or, with
+    ``timeout_s``, its wall-time limit; ``on_turn(turn, active)`` reports each turn."""
+    live = []
+    for task in tasks:
+        ep = Episode(task)
+        ep.messages = [
+            {"role": "system", "content": system_text},
+            {"role": "user", "content": user_prompt(task.question, task.topic_names)},
+        ]
+        state = policy.begin(ep)
+        live.append(LiveEpisode(ep, make_env(task), state))
+    for turn in range(max_turns + 1):
+        active = [s for s in live if not s.episode.done]
+        if not active:
+            break
+        if on_turn:
+            on_turn(turn, len(active))
+        final = turn == max_turns
+        if final:  # the turn limit: ask once for the final answer
+            for s in active:
+                s.episode.messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+                s.episode.forced_answer = True
+        size = policy.batch_size or len(active)
+        for start in range(0, len(active), size):
+            chunk = active[start : start + size]
+            for s, gen in zip(chunk, policy.generate(chunk, turn), strict=True):
+                _advance(policy, s, gen, turn, final, timeout_s)
+    return live
+
+
+def _advance(
+    policy: TurnPolicy,
+    s: LiveEpisode,
+    gen: Generated,
+    turn: int,
+    final: bool,
+    timeout_s: float | None,
+) -> None:
+    ep = s.episode
+    n_messages = len(ep.messages)
+    step(ep, s.env, gen.text, gen.error, final=final, completion_tokens=gen.completion_tokens)
+    if timeout_s is not None and time.monotonic() - s.started > timeout_s and not ep.done:
+        ep.timed_out = True
+        ep.done = True
+    if ep.done:
+        return
+    # the environment's reply (an observation, or the hint after a turn without an action)
+    if len(ep.messages) <= n_messages + 1:
+        ep.done = True
+        return
+    policy.observe(s, gen, ep.messages[-1], turn)
 
 
 def _for_policy(
@@ -165,6 +163,52 @@ def _for_policy(
     return out
 
 
+class TextPolicy:
+    """An LLM client as the turn policy: one ``generate_batch`` of chat requests per turn,
+    sampling until a closing action tag. A task's reference (referenced rejection sampling)
+    is shown in the user prompt the policy sees, never stored in the episode."""
+
+    batch_size = None
+
+    def __init__(self, llm: LLM, params: GenerationParams | None = None) -> None:
+        base = params or GenerationParams(max_tokens=512)
+        self.llm = llm
+        self.params = GenerationParams(
+            temperature=base.temperature,
+            top_p=base.top_p,
+            max_tokens=base.max_tokens,
+            stop=tuple(dict.fromkeys((*base.stop, *STOP_SEQUENCES))),
+            seed=base.seed,
+        )
+
+    def begin(self, episode: Episode) -> None:
+        return None
+
+    def generate(self, live: Sequence[LiveEpisode], turn: int) -> list[Generated]:
+        requests = []
+        for s in live:
+            task = s.episode.task
+            ref = (
+                user_prompt(task.question, task.topic_names, task.reference)
+                if task.reference
+                else None
+            )
+            messages = _for_policy(s.episode.messages, ref)
+            requests.append(
+                Request.make(messages, self.params, task="agent_turn", context={"turn": turn})
+            )
+        completions = self.llm.generate_batch(requests)
+        return [
+            Generated(c.text, None, c.completion_tokens) if c.ok else Generated("", c.error)
+            for c in completions
+        ]
+
+    def observe(
+        self, live: LiveEpisode, generated: Generated, reply: dict[str, str], turn: int
+    ) -> None:
+        return None
+
+
 def run_episodes(
     llm: LLM,
     tasks: Sequence[EpisodeTask],
@@ -176,147 +220,38 @@ def run_episodes(
     on_turn: Callable[[int, int], None] | None = None,
     system_text: str | None = None,
 ) -> list[Episode]:
-    """Run every task to an answer or the turn limit; ``on_turn(turn, active)`` reports.
-    ``system_text`` replaces the rendered system prompt (a checkpoint's stored one)."""
-    base = params or GenerationParams(max_tokens=512)
-    params = GenerationParams(
-        temperature=base.temperature,
-        top_p=base.top_p,
-        max_tokens=base.max_tokens,
-        stop=tuple(dict.fromkeys((*base.stop, *STOP_SEQUENCES))),
-        seed=base.seed,
+    """:func:`run_turns` with an LLM client (:class:`TextPolicy`); ``system_text`` replaces
+    the rendered system prompt (a checkpoint's stored one)."""
+    live = run_turns(
+        TextPolicy(llm, params),
+        tasks,
+        make_env,
+        system_text=system_text or system_prompt(toolset, max_turns),
+        max_turns=max_turns,
+        on_turn=on_turn,
     )
-    sys_text = system_text or system_prompt(toolset, max_turns)
-    episodes = []
-    envs = []
-    for task in tasks:
-        ep = Episode(task)
-        ep.messages = [
-            {"role": "system", "content": sys_text},
-            {"role": "user", "content": user_prompt(task.question, task.topic_names)},
-        ]
-        episodes.append(ep)
-        envs.append(make_env(task))
-    for turn in range(max_turns + 1):
-        active = [i for i, ep in enumerate(episodes) if not ep.done]
-        if not active:
-            break
-        if on_turn:
-            on_turn(turn, len(active))
-        final = turn == max_turns
-        if final:
-            for i in active:
-                episodes[i].messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
-                episodes[i].forced_answer = True
-        requests = []
-        for i in active:
-            ep = episodes[i]
-            ref = (
-                user_prompt(ep.task.question, ep.task.topic_names, ep.task.reference)
-                if ep.task.reference
-                else None
-            )
-            requests.append(
-                Request.make(
-                    _for_policy(ep.messages, ref), params, task="agent_turn", context={"turn": turn}
-                )
-            )
-        completions = llm.generate_batch(requests)
-        for i, comp in zip(active, completions, strict=True):
-            step(
-                episodes[i],
-                envs[i],
-                comp.text if comp.ok else "",
-                comp.error,
-                final=final,
-                completion_tokens=comp.completion_tokens if comp.ok else 0,
-            )
-    return episodes
-
-
-def step(
-    ep: Episode,
-    env: ToolEnvironment,
-    text: str,
-    llm_error: str | None,
-    *,
-    final: bool,
-    completion_tokens: int = 0,
-) -> None:
-    """Apply one generated turn to an episode."""
-    if llm_error:
-        ep.turns.append(TurnRecord("", None, None, None, llm_error=llm_error[:300]))
-        ep.done = True
-        return
-    text = close_action(text)
-    ep.messages.append({"role": "assistant", "content": text})
-    turn = parse_turn(text)
-    record = TurnRecord(
-        text,
-        turn.think,
-        turn.action,
-        turn.query,
-        format_error=turn.format_error,
-        completion_tokens=completion_tokens,
-    )
-    ep.turns.append(record)
-    if turn.answer is not None:
-        ep.predicted_answers = turn.answer
-        ep.answered = True
-        ep.done = True
-        return
-    if final:
-        ep.done = True
-        return
-    if turn.query is not None:
-        result = env.execute(turn.query)
-        record.tool, record.args = result.tool, result.args
-        if result.error is not None:
-            record.tool_error = result.error.value
-        record.observation = result.text
-        record.entities = result.entities
-        ep.messages.append({"role": "tool", "content": render_observation(result.text)})
-        return
-    ep.messages.append({"role": "tool", "content": render_observation(NO_ACTION_HINT)})
-
-
-def episode_summary(ep: Episode) -> dict[str, Any]:
-    """The per-episode fields of a trajectory row."""
-    return {
-        "messages": ep.messages,
-        "predicted_answers": ep.predicted_answers,
-        "answered": ep.answered,
-        "forced_answer": ep.forced_answer,
-        "num_turns": sum(1 for m in ep.messages if m["role"] == "assistant"),
-        "tool_errors": ep.tool_errors,
-        "format_errors": ep.format_errors,
-        "tool_calls": ep.tool_calls,
-        "turns": [turn_metadata(t) for t in ep.turns if not t.llm_error],
-        "observed_entities": ep.observed_entities,
-    }
-
-
-def turn_metadata(t: TurnRecord) -> dict[str, Any]:
-    """A turn's record as stored in trajectories.parquet."""
-    return {
-        "tool": t.tool,
-        "args": json.dumps(list(t.args), ensure_ascii=False) if t.tool else None,
-        "tool_error": t.tool_error,
-        "format_error": t.format_error,
-        "entities": list(t.entities),
-    }
+    return [s.episode for s in live]
 
 
 __all__ = [
     "FINAL_ANSWER_PROMPT",
+    "PROMPT_STYLES",
+    "SYSTEM_PROMPT_FILE",
+    "TOOL_HELP",
     "Episode",
     "EpisodeTask",
+    "Generated",
+    "LiveEpisode",
+    "TextPolicy",
+    "TurnPolicy",
     "TurnRecord",
     "close_action",
     "episode_summary",
     "run_episodes",
+    "run_turns",
     "step",
     "stored_system_prompt",
     "system_prompt",
+    "turn_metadata",
     "user_prompt",
 ]

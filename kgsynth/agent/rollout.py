@@ -1,7 +1,8 @@
 """Token-in/token-out multi-turn rollouts of a local policy against the KG tools (for GRPO).
 
-The same protocol and environment as synthesis and eval (:func:`kgsynth.agent.loop.step`
-applies every turn), but kept in token space: each rollout holds the token ids the policy saw
+The same turn loop, protocol and environment as synthesis and eval
+(:func:`kgsynth.agent.loop.run_turns`, with :class:`TokenTurns` as its turn policy), but kept in
+token space: each rollout holds the token ids the policy saw
 and sampled, a loss mask (1 on sampled tokens, 0 on the prompt, on observation tokens and on
 the end-of-turn tokens the environment closes a turn with) and the log-probability of every
 sampled token under the sampling distribution. Observations are tokenized once, when they are
@@ -20,18 +21,13 @@ text :mod:`kgsynth.agent.render` renders for SFT.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kgsynth.agent.loop import (
-    Episode,
-    EpisodeTask,
-    step,
-    system_prompt,
-    user_prompt,
-)
+from kgsynth.agent.episode import Episode, EpisodeTask
+from kgsynth.agent.loop import Generated, LiveEpisode, run_turns
+from kgsynth.agent.prompt import system_prompt
 from kgsynth.agent.protocol import (
     FINAL_ANSWER_PROMPT,
     INFO_CLOSE,
@@ -76,6 +72,20 @@ class Rollout:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def append(self, ids: Sequence[int], logprobs: Sequence[float] | None, turn: int) -> None:
+        """Tokens the policy sampled in ``turn`` (with their log-probs), or, with ``logprobs``
+        None, tokens the environment appended (masked out)."""
+        self.ids.extend(ids)
+        if logprobs is None:
+            self.mask.extend([0] * len(ids))
+            self.logprobs.extend([0.0] * len(ids))
+            self.turn_of.extend([-1] * len(ids))
+        else:
+            self.mask.extend([1] * len(ids))
+            self.logprobs.extend(logprobs)
+            self.turn_of.extend([turn] * len(ids))
+            self.generated_tokens += len(ids)
 
 
 def check_alignment(r: Rollout) -> None:
@@ -228,31 +238,48 @@ class TokenPolicy:
         return self.tok.decode(ids[:max_tokens], skip_special_tokens=True) + TRUNCATION_MARK, True
 
 
-@dataclass
-class _State:
-    episode: Episode
-    env: ToolEnvironment
-    ids: list[int]
-    mask: list[int]
-    logprobs: list[float]
-    turn_of: list[int]
-    prompt_len: int
-    started: float
-    timed_out: bool = False
-    truncated: int = 0
-    generated: int = 0
+class TokenTurns:
+    """:class:`TokenPolicy` as the loop's turn policy: each episode's state is its
+    :class:`Rollout`; sampled tokens are appended with their log-probs, the environment's
+    reply as tokens the loss masks out."""
 
-    def append(self, ids: Sequence[int], logprobs: Sequence[float] | None, turn: int) -> None:
-        self.ids.extend(ids)
-        if logprobs is None:
-            self.mask.extend([0] * len(ids))
-            self.logprobs.extend([0.0] * len(ids))
-            self.turn_of.extend([-1] * len(ids))
-        else:
-            self.mask.extend([1] * len(ids))
-            self.logprobs.extend(logprobs)
-            self.turn_of.extend([turn] * len(ids))
-            self.generated += len(ids)
+    def __init__(self, policy: TokenPolicy, cfg: RolloutConfig, batch_size: int = 64) -> None:
+        self.policy = policy
+        self.cfg = cfg
+        self.batch_size = batch_size
+
+    def begin(self, episode: Episode) -> Rollout:
+        prompt = self.policy.prompt_ids(episode.messages)
+        n = len(prompt)
+        return Rollout(episode, list(prompt), [0] * n, [0.0] * n, [-1] * n, n)
+
+    def generate(self, live: Sequence[LiveEpisode], turn: int) -> list[Generated]:
+        sampled = self.policy.sample(
+            [s.state.ids for s in live],
+            max_new_tokens=self.cfg.max_turn_tokens,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+        )
+        out = []
+        for s, (toks, lps, eos_end) in zip(live, sampled, strict=True):
+            s.state.append(toks, lps, turn)
+            text = self.policy.tok.decode(toks, skip_special_tokens=True)
+            out.append(Generated(text, None, len(toks), sampled=eos_end))
+        return out
+
+    def observe(
+        self, live: LiveEpisode, generated: Generated, reply: dict[str, str], turn: int
+    ) -> None:
+        r: Rollout = live.state
+        content, cut = self.policy.cap_observation(reply["content"], self.cfg.max_obs_tokens)
+        if cut:
+            r.truncated_observations += 1
+            reply["content"] = content + (INFO_CLOSE if content.startswith(INFO_OPEN) else "")
+        # before the forced final answer, the environment also asks for it
+        last = turn + 1 == self.cfg.max_turns
+        users = [reply["content"]] + ([FINAL_ANSWER_PROMPT] if last else [])
+        suffix = self.policy.turn_suffix(users, ended_with_eos=generated.sampled)
+        r.append(self.policy.encode(suffix), None, turn)
 
 
 def run_rollouts(
@@ -265,110 +292,33 @@ def run_rollouts(
     batch_size: int = 64,
     on_turn: Callable[[int, int], None] | None = None,
 ) -> list[Rollout]:
-    """Run every task to an answer, the turn limit (then one forced answer) or its timeout.
-
-    Active episodes are sampled together, ``batch_size`` sequences per ``generate`` call."""
+    """:func:`~kgsynth.agent.loop.run_turns` with a local model in token space: every task to
+    an answer, the turn limit (then one forced answer) or its timeout. Live episodes are
+    sampled together, ``batch_size`` sequences per ``generate`` call."""
     import torch
 
     if seed is not None:
         torch.manual_seed(seed)
-    sys_text = cfg.system_text or system_prompt(cfg.toolset, cfg.max_turns)
-    states: list[_State] = []
-    for task in tasks:
-        ep = Episode(task)
-        ep.messages = [
-            {"role": "system", "content": sys_text},
-            {"role": "user", "content": user_prompt(task.question, task.topic_names)},
-        ]
-        prompt = policy.prompt_ids(ep.messages)
-        states.append(
-            _State(
-                ep,
-                make_env(task),
-                list(prompt),
-                [0] * len(prompt),
-                [0.0] * len(prompt),
-                [-1] * len(prompt),
-                len(prompt),
-                time.monotonic(),
-            )
-        )
-    for turn in range(cfg.max_turns + 1):
-        active = [s for s in states if not s.episode.done]
-        if not active:
-            break
-        if on_turn:
-            on_turn(turn, len(active))
-        final = turn == cfg.max_turns
-        if final:  # the turn limit: ask once for the final answer
-            for s in active:
-                s.episode.messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
-                s.episode.forced_answer = True  # its tokens were appended with the last reply
-        for start in range(0, len(active), batch_size):
-            chunk = active[start : start + batch_size]
-            sampled = policy.sample(
-                [s.ids for s in chunk],
-                max_new_tokens=cfg.max_turn_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-            )
-            for s, (toks, lps, eos_end) in zip(chunk, sampled, strict=True):
-                _apply(policy, s, toks, lps, eos_end, turn, final, cfg)
-    return [
-        Rollout(
-            s.episode,
-            s.ids,
-            s.mask,
-            s.logprobs,
-            s.turn_of,
-            s.prompt_len,
-            s.timed_out,
-            s.truncated,
-            s.generated,
-        )
-        for s in states
-    ]
-
-
-def _apply(
-    policy: TokenPolicy,
-    s: _State,
-    toks: list[int],
-    lps: list[float],
-    eos_end: bool,
-    turn: int,
-    final: bool,
-    cfg: RolloutConfig,
-) -> None:
-    ep = s.episode
-    s.append(toks, lps, turn)
-    text = policy.tok.decode(toks, skip_special_tokens=True)
-    n_messages = len(ep.messages)
-    step(ep, s.env, text, None, final=final, completion_tokens=len(toks))
-    if time.monotonic() - s.started > cfg.timeout_s and not ep.done:
-        s.timed_out = True
-        ep.done = True
-    if ep.done:
-        return
-    # the environment's reply (an observation, or the hint after a turn without an action)
-    reply = ep.messages[-1] if len(ep.messages) > n_messages + 1 else None
-    if reply is None:
-        ep.done = True
-        return
-    content, cut = policy.cap_observation(reply["content"], cfg.max_obs_tokens)
-    if cut:
-        s.truncated += 1
-        reply["content"] = content + (INFO_CLOSE if content.startswith(INFO_OPEN) else "")
-    # before the forced final answer, the environment also asks for it
-    users = [reply["content"]] + ([FINAL_ANSWER_PROMPT] if turn + 1 == cfg.max_turns else [])
-    suffix = policy.turn_suffix(users, eos_end)
-    s.append(policy.encode(suffix), None, turn)
+    live = run_turns(
+        TokenTurns(policy, cfg, batch_size),
+        tasks,
+        make_env,
+        system_text=cfg.system_text or system_prompt(cfg.toolset, cfg.max_turns),
+        max_turns=cfg.max_turns,
+        timeout_s=cfg.timeout_s,
+        on_turn=on_turn,
+    )
+    rollouts = [s.state for s in live]
+    for r in rollouts:
+        r.timed_out = r.episode.timed_out
+    return rollouts
 
 
 __all__ = [
     "Rollout",
     "RolloutConfig",
     "TokenPolicy",
+    "TokenTurns",
     "check_alignment",
     "run_rollouts",
 ]
