@@ -12,6 +12,7 @@ here::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from kgsynth.cli.common import err, fail, open_graph_option, out, progress_bar
+from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import (
     ApiKeyOption,
     BaseUrlOption,
@@ -27,20 +29,22 @@ from kgsynth.cli.options import (
     DeviceOption,
     KGOption,
     MaxRetriesOption,
-    MaxTurnsOption,
     OverwriteOption,
     ProfileOption,
-    RelationRankingOption,
-    ReportToOption,
-    RerankOption,
     TimeoutOption,
-    ToolsOption,
-    TurnTokensOption,
 )
+from kgsynth.config import field_help
 from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.eval.config import EvalConfig
 
 
+def _field_help(name: str) -> str:
+    return field_help(next(f for f in dataclasses.fields(EvalConfig) if f.name == name))
+
+
+@config_command(EvalConfig, section="eval")
 def eval_cmd(
+    cfg: EvalConfig,
     dirs: Annotated[
         list[Path] | None,
         typer.Argument(
@@ -102,42 +106,9 @@ def eval_cmd(
             "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too)."
         ),
     ] = None,
-    runs: Annotated[
-        int | None, typer.Option(help="Runs per question (run r uses seed + r). \\[default: 1]")
-    ] = None,
-    temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature. \\[default: 0 (greedy)]")
-    ] = None,
-    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling. \\[default: 1]")] = None,
-    max_turns: MaxTurnsOption = None,
-    max_tokens: TurnTokensOption = None,
-    tools: ToolsOption = None,
-    top_k_relations: Annotated[
-        int | None, typer.Option(help="Relations shown by get_relations. \\[default: 10]")
-    ] = None,
-    max_triples: Annotated[
-        int | None, typer.Option(help="Triples shown per relation. \\[default: 5]")
-    ] = None,
-    rerank: RerankOption = None,
-    relation_ranking: RelationRankingOption = None,
-    report_to: ReportToOption = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed of run 0. \\[default: 0]")] = None,
-    limit: Annotated[int | None, typer.Option(help="Use only the first K questions.")] = None,
-    baseline: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Also evaluate a baseline, scored the same way (repeatable): untrained (the "
-            "model the checkpoint was trained from, as the agent) or no-tools (this model "
-            "answering without tools)."
-        ),
-    ] = None,
-    baseline_model: Annotated[
-        str | None,
-        typer.Option(
-            help="The untrained baseline's checkpoint folder (hf) or model name (openai); "
-            "default: followed from the checkpoint's manifest.json start_from."
-        ),
-    ] = None,
+    # --baseline repeats, so it is declared here rather than made from its config field
+    baseline: Annotated[list[str] | None, typer.Option(help=_field_help("baseline"))] = None,
+    baseline_model: Annotated[str | None, typer.Option(help=_field_help("baseline_model"))] = None,
     label: Annotated[
         str | None,
         typer.Option(help="Name in tables and plots. \\[default: the training stage or folder]"),
@@ -148,7 +119,6 @@ def eval_cmd(
     """Evaluate a checkpoint or API model as a KG agent on benchmark questions (EM, F1,
     Hits@1; N runs as mean, majority, first run, KG-R1 union and pass@k; by hops/type/
     structure; optional baselines), or compare earlier evaluations with --compare."""
-
     try:
         if compare:
             _compare(dirs or [], out_dir, overwrite)
@@ -158,7 +128,18 @@ def eval_cmd(
                 f"unexpected argument(s) {' '.join(map(str, dirs))}; folders are only "
                 "given with --compare"
             )
+        llm_options = dict(
+            base_url=base_url,
+            api_key=api_key,
+            concurrency=concurrency,
+            timeout=timeout,
+            max_retries=max_retries,
+            batch_size=batch_size,
+            device=device,
+        )
+        keep = ("batch_size", "device") if llm == "hf" else tuple(llm_options)
         _evaluate(
+            cfg.with_baselines(baseline, baseline_model),
             questions=questions,
             qtype_file=qtype_file,
             out_dir=out_dir,
@@ -166,33 +147,8 @@ def eval_cmd(
             profile=profile,
             llm=llm,
             model=model,
-            llm_options=dict(
-                base_url=base_url,
-                api_key=api_key,
-                concurrency=concurrency,
-                timeout=timeout,
-                max_retries=max_retries,
-                batch_size=batch_size,
-                device=device,
-            ),
+            llm_options={k: v for k, v in llm_options.items() if k in keep and v is not None},
             cache=cache,
-            overrides=dict(
-                runs=runs,
-                temperature=temperature,
-                top_p=top_p,
-                max_turns=max_turns,
-                max_tokens=max_tokens,
-                toolset=tools,
-                top_k_relations=top_k_relations,
-                max_triples=max_triples,
-                rerank=rerank,
-                relation_ranking=relation_ranking,
-                report_to=report_to,
-                seed=seed,
-            ),
-            limit=limit,
-            baselines=baseline or [],
-            baseline_model=baseline_model,
             label=label,
             config=config,
             overwrite=overwrite,
@@ -201,12 +157,8 @@ def eval_cmd(
         fail(exc)
 
 
-def _llm_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
-    keep = ("batch_size", "device") if backend == "hf" else tuple(options)
-    return {k: v for k, v in options.items() if k in keep and v is not None}
-
-
 def _evaluate(
+    cfg: EvalConfig,
     *,
     questions: Path | None,
     qtype_file: Path | None,
@@ -217,16 +169,11 @@ def _evaluate(
     model: str | None,
     llm_options: dict[str, Any],
     cache: Path | None,
-    overrides: dict[str, Any],
-    limit: int | None,
-    baselines: list[str],
-    baseline_model: str | None,
     label: str | None,
     config: Path | None,
     overwrite: bool,
 ) -> None:
     from kgsynth import eval as evaluation
-    from kgsynth.config import build_config
     from kgsynth.eval.outputs import eval_output, write_eval
     from kgsynth.llm import make_llm
 
@@ -243,26 +190,15 @@ def _evaluate(
         raise ConfigError(
             f"--llm must be hf or openai (got {llm!r}); the template backend cannot act as an agent"
         )
-    unknown = [b for b in baselines if b not in evaluation.BASELINES]
-    if unknown:
-        raise ConfigError(
-            f"--baseline: unknown {', '.join(unknown)}; choose from {', '.join(evaluation.BASELINES)}"
-        )
-    if baseline_model and "untrained" not in baselines:
-        raise ConfigError("--baseline-model goes with --baseline untrained")
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit must be >= 1 (got {limit})")
-    cfg = build_config(evaluation.EvalConfig, config, overrides, section="eval")
     cfg = cfg.for_policy(llm, model)
-    if cfg.runs > 1 and cfg.temperature == 0:
+    if cfg.greedy_repeats:
         err.print(
             f"[yellow]warning:[/yellow] --runs {cfg.runs} at --temperature 0: greedy runs of a "
             "local model are identical; sample with --temperature > 0",
             highlight=False,
         )
-    records = evaluation.load_questions(questions, qtype_file=qtype_file, limit=limit)
-    systems = evaluation.plan_systems(model, llm, baselines, baseline_model)
-    options = _llm_options(llm, llm_options)
+    records = evaluation.load_questions(questions, qtype_file=qtype_file, limit=cfg.limit)
+    systems = evaluation.plan_systems(model, llm, cfg)
     staged = eval_output(
         out_dir,
         overwrite=overwrite,
@@ -280,7 +216,9 @@ def _evaluate(
         clients: dict[str, Any] = {}
         for system in systems:
             if system.model not in clients:
-                clients[system.model] = make_llm(llm, cache=cache, model=system.model, **options)
+                clients[system.model] = make_llm(
+                    llm, cache=cache, model=system.model, **llm_options
+                )
         with progress_bar() as bar:
             task = bar.add_task(label, total=len(records) * cfg.runs * len(systems), info="")
 
@@ -306,7 +244,6 @@ def _evaluate(
             cfg,
             label=label,
             questions=questions,
-            limit=limit,
             backend=llm,
             systems=systems,
             clients=clients,

@@ -41,66 +41,52 @@ Usage::
     rows, metrics = evaluate(records, make_llm("hf", model="runs/x/stage1"), KGGraph(kg), EvalConfig(runs=3, temperature=1.0))
 """
 
-from kgsynth.eval.checkpoints import checkpoint_label, untrained_model
-from kgsynth.eval.compare import (
-    ci_cell,
-    compare_markdown,
-    compare_runs,
-    find_metrics,
-    fmt_value,
-    hop_columns,
-    load_metrics,
-    run_compare,
-)
-from kgsynth.eval.config import (
-    BASELINES,
-    METRIC_LEGEND,
-    METRIC_NAMES,
-    METRICS,
-    SHOWN_METRICS,
-    UNION_LABEL,
-    EvalConfig,
-    check_records,
-    load_questions,
-)
-from kgsynth.eval.episodes import run_agent, run_no_tools
-from kgsynth.eval.figures import compare_png, eval_png
-from kgsynth.eval.scoring import majority_choice, pass_at_k, pass_ks, summarize, union_answers
-from kgsynth.eval.systems import System, evaluate, plan_systems, run
-from kgsynth.schema import PREDICTION_SCHEMA
+from __future__ import annotations
 
-__all__ = [
-    "BASELINES",
-    "METRICS",
-    "METRIC_LEGEND",
-    "METRIC_NAMES",
-    "PREDICTION_SCHEMA",
-    "SHOWN_METRICS",
-    "UNION_LABEL",
-    "EvalConfig",
-    "System",
-    "check_records",
-    "checkpoint_label",
-    "ci_cell",
-    "compare_markdown",
-    "compare_png",
-    "compare_runs",
-    "eval_png",
-    "evaluate",
-    "find_metrics",
-    "fmt_value",
-    "hop_columns",
-    "load_metrics",
-    "load_questions",
-    "majority_choice",
-    "pass_at_k",
-    "pass_ks",
-    "plan_systems",
-    "run",
-    "run_agent",
-    "run_compare",
-    "run_no_tools",
-    "summarize",
-    "union_answers",
-    "untrained_model",
-]
+import importlib
+from typing import Any
+
+# Each public name and the module that defines it. The package loads a module when one of its
+# names is first used: the CLI reads EvalConfig on every start, and the agent, KG and plotting
+# layers load only when an evaluation runs.
+_MODULES = {
+    "checkpoints": ("checkpoint_label", "untrained_model"),
+    "compare": (
+        "ci_cell",
+        "compare_markdown",
+        "compare_runs",
+        "find_metrics",
+        "fmt_value",
+        "hop_columns",
+        "load_metrics",
+        "run_compare",
+    ),
+    "config": (
+        "BASELINES",
+        "METRICS",
+        "METRIC_LEGEND",
+        "METRIC_NAMES",
+        "SHOWN_METRICS",
+        "UNION_LABEL",
+        "EvalConfig",
+        "check_records",
+        "load_questions",
+    ),
+    "episodes": ("run_agent", "run_no_tools"),
+    "figures": ("compare_png", "eval_png"),
+    "scoring": ("majority_choice", "pass_at_k", "pass_ks", "summarize", "union_answers"),
+    "systems": ("System", "evaluate", "plan_systems", "run"),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+_HOME["PREDICTION_SCHEMA"] = "kgsynth.schema"
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(home if "." in home else f"{__name__}.{home}")
+    return getattr(module, name)
+
+
+__all__ = sorted(_HOME)

@@ -7,11 +7,15 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from kgsynth.agent.tools import RELATION_RANKINGS, RERANK_MODES, ToolConfig
+from kgsynth.config import option
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.llm.base import GenerationParams
-from kgsynth.qafiles import QARecord
+
+if TYPE_CHECKING:  # the CLI reads this module on every start: the agent layer loads when used
+    from kgsynth.agent.tools import ToolConfig
+    from kgsynth.qafiles import QARecord
 
 METRICS = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1", "precision", "recall")
 SHOWN_METRICS = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1")
@@ -46,23 +50,68 @@ CI_METHOD = (
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Options of ``kgsynth eval`` (the agent's limits match synthesis and RL by default)."""
+    """Options of ``kgsynth eval`` (the agent's limits match synthesis and RL by default).
 
-    runs: int = 1
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_turns: int = 10
-    max_tokens: int = 512
-    toolset: str = "graphwalker"
-    top_k_relations: int = 10
-    max_triples: int = 5
-    rerank: str = "none"  # none | llm: GraphWalker's LLM rerank of the BM25 top-20 relations
-    relation_ranking: str = "bm25"  # bm25 | hybrid: BM25 plus sentence-encoder similarity
-    report_to: str = "none"  # none | tensorboard | wandb: the summary metrics (kgsynth.tracking)
-    seed: int = 0
-    system_text: str | None = None  # the checkpoint's stored system prompt (hf), if any
+    ``limit``, ``baseline`` and ``baseline_model`` say which questions and which baselines run;
+    the manifest records them beside the config (``input.limit``, ``baselines``), so
+    :meth:`recorded` leaves them out of ``config``."""
+
+    runs: int = option(1, "Runs per question (run r uses seed + r).")
+    temperature: float = option(0.0, "Sampling temperature (0: greedy).")
+    top_p: float = option(1.0, "Nucleus sampling.")
+    max_turns: int = option(10, "Turn limit, then one forced answer.")
+    max_tokens: int = option(512, "Tokens per turn.")
+    toolset: str = option("graphwalker", "Tool set: graphwalker or kgr1.", aliases=("--tools",))
+    top_k_relations: int = option(10, "Relations shown by get_relations.")
+    max_triples: int = option(5, "Triples shown per relation.")
+    rerank: str = option(
+        "none",
+        "none, or llm: the LLM (--llm) reorders get_relations' BM25 top 20 before the top k is "
+        "kept (GraphWalker, Table 8); cached like every request.",
+    )
+    relation_ranking: str = option(
+        "bm25",
+        "How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: BM25 plus "
+        "the question's similarity to the relation's words under the bundled all-MiniLM-L6-v2 "
+        "encoder. Use the same in synthesis, RL and eval.",
+    )
+    report_to: str = option(
+        "none",
+        "Mirror the metrics to tensorboard (RUN/tensorboard; `tensorboard --logdir RUN`) or "
+        "wandb (needs `pip install wandb`), or none.",
+    )
+    seed: int = option(0, "Sampling seed of run 0.")
+    system_text: str | None = option(
+        None, "The checkpoint's stored system prompt (hf), if any.", cli=False
+    )
+    limit: int | None = option(None, "Use only the first K questions.", record=False)
+    baseline: tuple[str, ...] = option(
+        (),
+        "Also evaluate a baseline, scored the same way (repeatable): untrained (the model the "
+        "checkpoint was trained from, as the agent) or no-tools (this model answering without "
+        "tools).",
+        record=False,
+    )
+    baseline_model: str | None = option(
+        None,
+        "The untrained baseline's checkpoint folder (hf) or model name (openai); default: "
+        "followed from the checkpoint's manifest.json start_from.",
+        record=False,
+    )
 
     def __post_init__(self) -> None:
+        if isinstance(self.baseline, str):  # a YAML or flag value "untrained,no-tools"
+            object.__setattr__(self, "baseline", self.baseline.split(","))
+        object.__setattr__(self, "baseline", tuple(b.strip() for b in self.baseline if b.strip()))
+        unknown = [b for b in self.baseline if b not in BASELINES]
+        if unknown:
+            raise ConfigError(
+                f"--baseline: unknown {', '.join(unknown)}; choose from {', '.join(BASELINES)}"
+            )
+        if self.baseline_model and "untrained" not in self.baseline:
+            raise ConfigError("--baseline-model goes with --baseline untrained")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"--limit must be >= 1 (got {self.limit})")
         if self.runs < 1:
             raise ConfigError(f"--runs must be >= 1 (got {self.runs})")
         if not 0.0 <= self.temperature <= 5.0:
@@ -75,6 +124,8 @@ class EvalConfig:
             )
         if self.toolset not in ("graphwalker", "kgr1"):
             raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
+        from kgsynth.agent.tools import RELATION_RANKINGS, RERANK_MODES
+
         if self.rerank not in RERANK_MODES:
             raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
         from kgsynth.tracking import check_report_to
@@ -87,7 +138,35 @@ class EvalConfig:
         if self.top_k_relations < 1 or self.max_triples < 1:
             raise ConfigError("--top-k-relations and --max-triples must be >= 1")
 
+    @property
+    def greedy_repeats(self) -> bool:
+        """Several runs at temperature 0: greedy runs of a local model are identical."""
+        return self.runs > 1 and self.temperature == 0
+
+    def recorded(self) -> dict[str, Any]:
+        """The ``config`` that ``metrics.json`` and the manifest record: every field but
+        those recorded elsewhere (``record=False``)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata.get("record", True)
+        }
+
+    def with_baselines(
+        self, baseline: Sequence[str] | None, baseline_model: str | None
+    ) -> EvalConfig:
+        """This config with the baselines given as flags, where given (``--baseline`` repeats,
+        so its command declares it; ``--baseline-model`` is checked against it)."""
+        changes: dict[str, Any] = {}
+        if baseline:
+            changes["baseline"] = tuple(baseline)
+        if baseline_model is not None:
+            changes["baseline_model"] = baseline_model
+        return dataclasses.replace(self, **changes) if changes else self
+
     def tool_config(self) -> ToolConfig:
+        from kgsynth.agent.tools import ToolConfig
+
         return ToolConfig(
             toolset=self.toolset,  # type: ignore[arg-type]
             top_k_relations=self.top_k_relations,

@@ -5,7 +5,6 @@ and a comparison's (``compare.md``, ``compare.png``, ``compare.json``, ``manifes
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -76,7 +75,6 @@ def write_eval(
     *,
     label: str,
     questions: Path,
-    limit: int | None,
     backend: str,
     systems: Sequence[System],
     clients: Mapping[str, LLM],
@@ -110,12 +108,12 @@ def write_eval(
         staged.path("manifest.json"),
         stage="eval",
         label=label,
-        config=dataclasses.asdict(cfg),
+        config=cfg.recorded(),
         input={
             "questions": str(questions),
             "sha256": sha256_file(questions),
             "rows": metrics["counts"]["questions"],
-            "limit": limit,
+            "limit": cfg.limit,
         },
         model={"backend": backend, "model": systems[0].model},
         baselines={s.name: {"model": s.model, "tools": s.tools} for s in systems[1:]},

@@ -4,7 +4,6 @@ the questions; its predictions are scored and aggregated (:func:`run`, the stage
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,19 +31,18 @@ class System:
     tools: bool
 
 
-def plan_systems(
-    model: str, backend: str, baselines: Sequence[str], baseline_model: str | None
-) -> list[System]:
-    """What to evaluate: the model as an agent, then each baseline asked for. The untrained
-    model is ``baseline_model``, else found through the checkpoint's ``start_from`` chain."""
+def plan_systems(model: str, backend: str, cfg: EvalConfig) -> list[System]:
+    """What to evaluate: the model as an agent, then each baseline ``cfg`` asks for. The
+    untrained model is ``cfg.baseline_model``, else found through the checkpoint's
+    ``start_from`` chain."""
     if backend == "hf" and not is_model_folder(model):
         raise ConfigError(
             f"--model: {model} is not a transformers checkpoint folder (no config.json)"
         )
     plan = [System(MODEL_SYSTEM, model, True)]
-    if "untrained" in baselines:
-        if baseline_model:
-            untrained = baseline_model
+    if "untrained" in cfg.baseline:
+        if cfg.baseline_model:
+            untrained = cfg.baseline_model
         elif backend == "openai":
             raise ConfigError(
                 "--baseline untrained with --llm openai needs --baseline-model NAME "
@@ -53,7 +51,7 @@ def plan_systems(
         else:
             untrained = str(untrained_model(model))
         plan.append(System("untrained", untrained, True))
-    if NO_TOOLS_SYSTEM in baselines:
+    if NO_TOOLS_SYSTEM in cfg.baseline:
         plan.append(System(NO_TOOLS_SYSTEM, model, False))
     return plan
 
@@ -130,11 +128,11 @@ def run(
         results[system] = metrics
     main = results.pop(MODEL_SYSTEM)
     stats = {
-        "config": dataclasses.asdict(cfg),
+        "config": cfg.recorded(),
         "kg": graph.kg.describe(),
         **main,
         "baselines": results,
     }
-    if cfg.runs > 1 and cfg.temperature == 0:
+    if cfg.greedy_repeats:
         stats["note"] = "several runs at temperature 0: greedy runs of a local model agree"
     return StageResult(accepted=rows, stats=stats)
