@@ -267,6 +267,22 @@ class ContaminationGuard:
         return self.nearest(texts, progress=progress)[0]
 
 
+def benchmark_guard(
+    files: Sequence[str | os.PathLike[str]], announce: Callable[[str], None] | None = None
+) -> tuple[Callable[[Sequence[str]], np.ndarray] | None, int]:
+    """The similarity function of a guard over the questions in the benchmark ``files``
+    (None when there are no files), and how many benchmark questions they hold. ``announce``
+    is told before the questions are embedded (a while, the first time)."""
+    if not files:
+        return None, 0
+    from kgsynth.qafiles import read_question_texts
+
+    texts = read_question_texts(files)
+    if announce is not None:
+        announce(f"embedding {len(texts):,} benchmark questions (cached after the first run)")
+    return ContaminationGuard(texts).max_similarity, len(texts)
+
+
 def _check_threshold(threshold: float, field: str = "threshold") -> None:
     if not -1.0 <= threshold <= 1.0:
         raise ConfigError(f"{field} must be within [-1, 1] (cosine similarity), got {threshold}")

@@ -142,14 +142,12 @@ def run(
     phases: dict[str, float] = {}
     benchmarks = {"files": list(cfg.benchmark), "questions": 0}
     if max_similarity is None and cfg.benchmark:
-        from kgsynth.contamination import ContaminationGuard
-        from kgsynth.qafiles import read_question_texts
+        from kgsynth.contamination import benchmark_guard
 
-        texts = read_question_texts(cfg.benchmark)
-        benchmarks["questions"] = len(texts)
-        _say(progress, f"embedding {len(texts):,} benchmark questions (cached after the first run)")
         clock = time.perf_counter()
-        max_similarity = ContaminationGuard(texts).max_similarity
+        max_similarity, benchmarks["questions"] = benchmark_guard(
+            cfg.benchmark, lambda info: _say(progress, info)
+        )
         phases["benchmark_embeddings"] = time.perf_counter() - clock
     n = len(inputs)
     _say(progress, f"filtering {n:,} trajectories")
