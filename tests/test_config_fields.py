@@ -28,6 +28,7 @@ class Outer:
     verbose: bool = option(False, "Say more.")
     names: tuple[str, ...] = option(("a", "b"), "Some names.")
     hidden: int = option(3, "Only YAML sets this.", cli=False)
+    files: tuple[str, ...] = option((), "Repeatable.", multiple=True)
     agent: Inner = dataclasses.field(default_factory=lambda: Inner(max_turns=8))
 
     def __post_init__(self) -> None:
@@ -80,6 +81,10 @@ def test_flags_yaml_sections_and_nesting(tmp_path):
     assert seen["cfg"].n == 2 and seen["cfg"].hidden == 1 and seen["cfg"].agent.max_turns == 8
     res = runner.invoke(app, ["cmd", "--verbose", "--names", "x,y"])
     assert seen["cfg"].verbose is True and seen["cfg"].names == "x,y"
+    assert seen["cfg"].files == ()
+    res = runner.invoke(app, ["cmd", "--files", "a.txt", "--files", "b.txt"])
+    assert res.exit_code == 0, res.output
+    assert seen["cfg"].files == ("a.txt", "b.txt")
 
 
 def test_errors_are_one_line_and_name_the_field(tmp_path):

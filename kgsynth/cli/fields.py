@@ -61,13 +61,15 @@ def field_params(cls: type, skip: typing.Iterable[str] = ()) -> list[inspect.Par
         if f.name in skip or not f.metadata.get("cli", True):
             continue
         kind = _cli_type(hint)
+        if f.metadata.get("multiple"):  # a tuple field given as a flag repeated once per value
+            kind = list[str]
         decls = [flag_name(f.name), *f.metadata.get("aliases", ())]
         if kind is bool:
             decls = [f"{flag_name(f.name)}/--no-{f.name.replace('_', '-')}"]
         info = typer.Option(
             *decls,
             help=field_help(f, nested_default(cls, owner, f.name) if owner else MISSING),
-            metavar=f.metadata.get("metavar"),
+            metavar=f.metadata.get("metavar") or ("<str>" if f.metadata.get("multiple") else None),
         )
         params.append(
             inspect.Parameter(
@@ -124,6 +126,9 @@ def config_command(
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             overrides = {name: kwargs.pop(name) for name in field_names}
+            for name, value in overrides.items():  # a repeated flag: a tuple, or not given
+                if isinstance(value, list):
+                    overrides[name] = tuple(value) or None
             overrides.update({name: kwargs[name] for name in shared})
             asked = kwargs.pop("config_section", None)
             part = asked or section

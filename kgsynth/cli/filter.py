@@ -7,7 +7,6 @@ The command builds its :class:`~kgsynth.filter.FilterConfig` (one flag per field
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -16,11 +15,8 @@ import typer
 from kgsynth.cli.common import err, fail, out
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import ConfigOption, OverwriteOption
-from kgsynth.config import field_help
 from kgsynth.errors import KGSynthError
 from kgsynth.filter.config import FilterConfig
-
-_BENCHMARK = next(f for f in dataclasses.fields(FilterConfig) if f.name == "benchmark")
 
 
 @config_command(FilterConfig, section="filter")
@@ -41,7 +37,6 @@ def filter_cmd(
             help="Output folder: accepted.parquet, rejected.parquet, manifest.json, filter_stats.png.",
         ),
     ],
-    benchmark: Annotated[list[Path] | None, typer.Option(help=field_help(_BENCHMARK))] = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
 ) -> None:
@@ -52,8 +47,6 @@ def filter_cmd(
     from kgsynth.stage_io import StagedOutput
 
     try:
-        if benchmark:
-            cfg = dataclasses.replace(cfg, benchmark=tuple(str(b) for b in benchmark))
         inputs = [("--in", p) for p in in_paths] + [("--benchmark", b) for b in cfg.benchmark]
         inputs.append(("--config", config))
         staged = StagedOutput(

@@ -62,12 +62,11 @@ class FilterConfig:
     contamination_threshold: float = option(
         0.85, "Reject questions at or above this cosine similarity."
     )
-    # the command declares --benchmark itself: a flag given once per file
     benchmark: tuple[str, ...] = option(
         (),
         "Benchmark question file(s) (MetaQA txt, JSONL, Parquet) for the contamination filter; "
         "repeatable.",
-        cli=False,
+        multiple=True,
     )
     dedup_actions: bool = option(True, "Reject a repeat of a question's tool-call sequence.")
     max_per_question: int | None = option(3, "Trajectories kept per question; 0 for no cap.")
