@@ -112,6 +112,7 @@ def test_build_config_nests_and_keeps_the_nested_default():
         "verbose",
         "names",
         "hidden",
+        "files",
         "max_turns",
         "toolset",
     }
