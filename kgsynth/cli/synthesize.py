@@ -65,15 +65,9 @@ def _given_on_command_line(name: str) -> bool:
 def _bench_guard(benchmark: list[Path] | None) -> tuple[Any, int]:
     """The contamination guard's score function over the ``--benchmark`` questions (None
     without any), and how many benchmark questions there are."""
-    if not benchmark:
-        return None, 0
-    from kgsynth.contamination import ContaminationGuard
-    from kgsynth.qafiles import read_question_texts
+    from kgsynth.contamination import benchmark_guard
 
-    texts = read_question_texts(benchmark)
-    with err.status(f"embedding {len(texts):,} benchmark questions (cached after the first run)…"):
-        guard = ContaminationGuard(texts)
-    return guard.max_similarity, len(texts)
+    return benchmark_guard(benchmark or [], lambda text: err.print(f"{text}…"))
 
 
 def _write(
