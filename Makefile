@@ -49,42 +49,44 @@ format: install
 
 # The main job on the embedded default (the MetaQA movie KB shipped in data/), offline:
 # import -> walk -> questions (template paraphrases; contamination guard against the MetaQA dev
-# sample) -> oracle trajectories (train split) -> filter -> stage1 (tiny model, the recipe in
-# pipelines/metaqa_default.yaml) -> stage 2 by rejection sampling (free rollouts of stage1 on
-# held-back questions, several samples at temperature, kept by outcome and evidence grounding,
-# plus oracle replays of those questions) -> stage2 -> GRPO -> eval of the untrained model,
-# stage1 (+ no-tools), stage2 and rl on 300 MetaQA dev questions -> summary with 95 % CIs ->
-# report.html (the whole run on one page).
-# SMOKE=1 runs the same chain at a size CI can afford. Every stage refuses to replace an
-# existing output unless --overwrite: `make all` owns $(RUN), so it passes it throughout.
+# sample) -> oracle trajectories (train split) -> filter -> stage1 (tiny model) -> stage 2 by
+# rejection sampling (free rollouts of stage1 on held-back questions, several samples at
+# temperature, kept by outcome and evidence grounding, plus oracle replays of those questions)
+# -> stage2 -> GRPO -> eval of the untrained model, stage1 (+ no-tools), stage2 and rl on 300
+# MetaQA dev questions -> summary with 95 % CIs -> report.html (the whole run on one page).
+# The recipe, every setting of every step, is pipelines/metaqa_default.yaml (one section per
+# step); this file passes only paths, LLM clients and, with SMOKE=1, the smaller sizes CI can
+# afford. Every stage refuses to replace an existing output unless --overwrite: `make all`
+# owns $(RUN), so it passes it throughout.
 K := $(BIN)/kgsynth
-CFG := --config pipelines/metaqa_default.yaml
+PIPELINE ?= pipelines/metaqa_default.yaml
+CFG := --config $(PIPELINE)
 DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
-WALKS ?= $(if $(SMOKE),300,12000)
-STAGE1_STEPS ?= $(if $(SMOKE),40,2500)
-WARMUP_STEPS ?= $(if $(SMOKE),20,1000)
-STAGE2_STEPS ?= $(if $(SMOKE),10,300)
-FREE_LIMIT ?= $(if $(SMOKE),8,150)
-FREE_SAMPLES ?= $(if $(SMOKE),2,4)
-RL_STEPS ?= $(if $(SMOKE),2,40)
-EVAL_LIMIT ?= $(if $(SMOKE),9,300)
-EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --limit $(EVAL_LIMIT) --max-turns 8 --max-tokens 64 --batch-size 64
+# SMOKE=1: the same chain at a size CI can afford (flags override the pipeline file)
+SMOKE_WALK := $(if $(SMOKE),--n 300)
+SMOKE_STAGE1 := $(if $(SMOKE),--max-steps 40 --copy-warmup-steps 20)
+SMOKE_FREE := $(if $(SMOKE),--limit 8 --samples 2)
+SMOKE_STAGE2 := $(if $(SMOKE),--max-steps 10)
+SMOKE_RL := $(if $(SMOKE),--max-steps 2)
+SMOKE_EVAL := $(if $(SMOKE),--limit 9)
+EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 64 $(SMOKE_EVAL)
+QUESTIONS := --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg
 
 all: install
 	@mkdir -p $(RUN) && date +%s > $(RUN)/.started
 	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --overwrite
 	$(K) kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
 	$(K) kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
-	$(K) walk --kg $(RUN)/kg $(CFG) --n $(WALKS) --out $(RUN)/walks/walks.parquet --overwrite
-	$(K) synthesize questions --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split train --out $(RUN)/trajectories/trajectories.parquet --overwrite
-	$(K) filter --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus --overwrite
-	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite --max-steps $(STAGE1_STEPS) --copy-warmup-steps $(WARMUP_STEPS)
-	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode free --llm hf --model $(RUN)/stage1 --split heldout --limit $(FREE_LIMIT) --samples $(FREE_SAMPLES) --temperature 0.8 --max-tokens 64 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite
-	$(K) synthesize trajectories $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --mode oracle --llm template --split heldout --out $(RUN)/stage2_data/oracle.parquet --overwrite
-	$(K) filter --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
-	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite --max-steps $(STAGE2_STEPS)
-	$(K) train rl $(CFG) --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg --init $(RUN)/stage2 --out $(RUN)/rl --overwrite --max-steps $(RL_STEPS)
+	$(K) walk $(CFG) --kg $(RUN)/kg --out $(RUN)/walks/walks.parquet --overwrite $(SMOKE_WALK)
+	$(K) synthesize questions $(CFG) --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV) --overwrite
+	$(K) synthesize trajectories $(CFG) $(QUESTIONS) --llm template --out $(RUN)/trajectories/trajectories.parquet --overwrite
+	$(K) filter $(CFG) --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus --overwrite
+	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite $(SMOKE_STAGE1)
+	$(K) synthesize trajectories $(CFG) --section free_rollouts $(QUESTIONS) --llm hf --model $(RUN)/stage1 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite $(SMOKE_FREE)
+	$(K) synthesize trajectories $(CFG) --section heldout_oracle $(QUESTIONS) --llm template --out $(RUN)/stage2_data/oracle.parquet --overwrite
+	$(K) filter $(CFG) --section filter_stage2 --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
+	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(SMOKE_STAGE2)
+	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --overwrite $(SMOKE_RL)
 	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite
