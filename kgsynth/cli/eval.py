@@ -12,7 +12,6 @@ here::
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,13 +33,8 @@ from kgsynth.cli.options import (
     ProfileOption,
     TimeoutOption,
 )
-from kgsynth.config import field_help
 from kgsynth.errors import ConfigError, KGSynthError
 from kgsynth.eval.config import EvalConfig
-
-
-def _field_help(name: str) -> str:
-    return field_help(next(f for f in dataclasses.fields(EvalConfig) if f.name == name))
 
 
 @config_command(EvalConfig, section="eval")
@@ -107,9 +101,6 @@ def eval_cmd(
             "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too)."
         ),
     ] = None,
-    # --baseline repeats, so it is declared here rather than made from its config field
-    baseline: Annotated[list[str] | None, typer.Option(help=_field_help("baseline"))] = None,
-    baseline_model: Annotated[str | None, typer.Option(help=_field_help("baseline_model"))] = None,
     label: Annotated[
         str | None,
         typer.Option(help="Name in tables and plots. \\[default: the training stage or folder]"),
@@ -140,7 +131,7 @@ def eval_cmd(
         )
         keep = ("batch_size", "device") if llm == "hf" else tuple(llm_options)
         _evaluate(
-            cfg.with_baselines(baseline, baseline_model),
+            cfg,
             questions=questions,
             qtype_file=qtype_file,
             out_dir=out_dir,

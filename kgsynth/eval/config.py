@@ -90,6 +90,7 @@ class EvalConfig:
         "Also evaluate a baseline, scored the same way (repeatable): untrained (the model the "
         "checkpoint was trained from, as the agent) or no-tools (this model answering without "
         "tools).",
+        multiple=True,
         record=False,
     )
     baseline_model: str | None = option(
@@ -151,18 +152,6 @@ class EvalConfig:
             for f in dataclasses.fields(self)
             if f.metadata.get("record", True)
         }
-
-    def with_baselines(
-        self, baseline: Sequence[str] | None, baseline_model: str | None
-    ) -> EvalConfig:
-        """This config with the baselines given as flags, where given (``--baseline`` repeats,
-        so its command declares it; ``--baseline-model`` is checked against it)."""
-        changes: dict[str, Any] = {}
-        if baseline:
-            changes["baseline"] = tuple(baseline)
-        if baseline_model is not None:
-            changes["baseline_model"] = baseline_model
-        return dataclasses.replace(self, **changes) if changes else self
 
     def tool_config(self) -> ToolConfig:
         from kgsynth.agent.tools import ToolConfig
