@@ -14,8 +14,8 @@ from kgsynth.errors import KGSynthError
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-out = Console()
-err = Console(stderr=True)
+stdout = Console()
+stderr = Console(stderr=True)
 
 
 def fail(exc: KGSynthError) -> NoReturn:
@@ -26,7 +26,7 @@ def fail(exc: KGSynthError) -> NoReturn:
 
     message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     message = escape(redact_text(clean_text(message)))
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
+    stderr.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -62,7 +62,7 @@ def check_llm_failures(client, max_failed_fraction: float, written: Path) -> Non
 
 
 def progress_bar(
-    title: str = "{task.description}", *, console: Console = err, count: bool = True
+    title: str = "{task.description}", *, console: Console = stderr, count: bool = True
 ) -> Progress:
     """The commands' progress bar: bold title, bar, done/total (unless ``count`` is off, for
     work of unknown size), the task's ``info`` field and the elapsed time."""
@@ -79,7 +79,7 @@ def open_kg_option(kg: str | None, profile: str | None, timeout: float = 30.0, *
     """The KG named by ``--kg``/``--profile`` (the shipped default without ``--kg``)."""
     from kgsynth.kg import open_kg
 
-    with err.status("opening the KG (a triple file is imported on first use)…"):
+    with stderr.status("opening the KG (a triple file is imported on first use)…"):
         return open_kg(kg, profile=profile, timeout=timeout, **bounds)
 
 

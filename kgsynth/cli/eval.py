@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli.common import err, fail, open_graph_option, out, progress_bar
+from kgsynth.cli.common import fail, open_graph_option, progress_bar, stderr, stdout
 from kgsynth.cli.eval_tables import print_compare, print_results
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import (
@@ -184,7 +184,7 @@ def _evaluate(
         )
     cfg = cfg.for_policy(llm, model)
     if cfg.greedy_repeats:
-        err.print(
+        stderr.print(
             f"[yellow]warning:[/yellow] --runs {cfg.runs} at --temperature 0: greedy runs of a "
             "local model are identical; sample with --temperature > 0",
             highlight=False,
@@ -242,7 +242,7 @@ def _evaluate(
             started=started,
         )
     print_results(metrics)
-    out.print(f"→ {out_dir} (predictions.parquet, metrics.json, eval.png, manifest.json)")
+    stdout.print(f"→ {out_dir} (predictions.parquet, metrics.json, eval.png, manifest.json)")
 
 
 def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) -> None:
@@ -254,7 +254,7 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
     if out_dir is not None:
         with compare_output(out_dir, dirs, overwrite=overwrite) as staged:
             write_compare(staged, result, dirs)
-        out.print(
+        stdout.print(
             f"→ {out_dir / 'compare.md'}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}"
         )
 

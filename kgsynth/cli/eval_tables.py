@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgsynth.cli.common import out
+from kgsynth.cli.common import stdout
 
 
 def print_results(metrics: dict[str, Any]) -> None:
@@ -46,8 +46,8 @@ def print_results(metrics: dict[str, Any]) -> None:
             f"{p['generated_tokens_per_question']:.0f}",
             f"{m['speed']['questions_per_s'] or 0:.2f}",
         )
-    out.print(table)
-    out.print(process)
+    stdout.print(table)
+    stdout.print(process)
     for col, groups in metrics["breakdowns"].items():
         if col != "hops" and len(groups) > 12:
             continue  # long type lists are in metrics.json and eval.png
@@ -59,7 +59,7 @@ def print_results(metrics: dict[str, Any]) -> None:
         )
         for key, v in groups.items():
             by.add_row(key, str(v["questions"]), *(f"{v[k]:.3f}" for k in SHOWN_METRICS))
-        out.print(by)
+        stdout.print(by)
 
 
 def print_compare(rows: list[dict[str, Any]]) -> None:
@@ -106,6 +106,6 @@ def print_compare(rows: list[dict[str, Any]]) -> None:
                 for h in hops
             ),
         )
-    out.print(table)
+    stdout.print(table)
     if hops:
-        out.print(by_hop)
+        stdout.print(by_hop)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from kgsynth.cli.common import err, fail, out
+from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import ConfigOption, OverwriteOption
 from kgsynth.errors import KGSynthError
@@ -52,7 +52,7 @@ def filter_cmd(
         staged = StagedOutput(
             out_dir, folder=True, overwrite=overwrite, names=CORPUS_FILES, inputs=inputs
         )
-        with staged, err.status("reading…") as status:
+        with staged, stderr.status("reading…") as status:
 
             def progress(done: int, total: int, info: str) -> None:
                 status.update(f"{info}…")
@@ -65,7 +65,7 @@ def filter_cmd(
     except KGSynthError as exc:
         fail(exc)
     rejects = {k: v for k, v in manifest["rejects"].items() if v}
-    out.print(
+    stdout.print(
         f"{manifest['accepted']:,} of {manifest['rows_in']:,} trajectories accepted "
         f"→ {out_dir / 'accepted.parquet'} ({manifest['rejected']:,} rejected: {rejects}); "
         f"{manifest['elapsed_s']:.1f}s",

@@ -10,14 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kgsynth.cli.common import (
-    check_count,
-    err,
-    fail,
-    open_graph_option,
-    open_kg_option,
-    out,
-)
+from kgsynth.cli.common import check_count, fail, open_graph_option, open_kg_option, stderr, stdout
 from kgsynth.cli.options import (
     KGOption,
     ProfileOption,
@@ -63,7 +56,7 @@ def kg_import(
 
     try:
         check_overlap([out_dir], [("SRC", src), ("--names", names)])
-        with OutputLock(out_dir), err.status(f"importing {src}…"):
+        with OutputLock(out_dir), stderr.status(f"importing {src}…"):
             report = import_kg(
                 src,
                 out_dir,
@@ -76,9 +69,9 @@ def kg_import(
     except KGSynthError as exc:
         fail(exc)
     if json_out:
-        out.print_json(json.dumps(report.as_dict()))
+        stdout.print_json(json.dumps(report.as_dict()))
         return
-    out.print(
+    stdout.print(
         f"imported {report.triples:,} triples ({report.facts:,} facts + names): "
         f"{report.entities:,} entities ({report.named_entities:,} named), "
         f"{report.relations:,} relations; profile {report.profile}; "
@@ -100,14 +93,14 @@ def kg_stats_cmd(
     try:
         check_count("--top", top)
         graph = open_kg_option(kg, profile)
-        with err.status("counting…"):
+        with stderr.status("counting…"):
             stats = kg_stats(graph, top=top)
     except KGSynthError as exc:
         fail(exc)
     if json_out:
-        out.print_json(json.dumps(stats))
+        stdout.print_json(json.dumps(stats))
         return
-    out.print(
+    stdout.print(
         f"{stats['kg']['location']} ({stats['kg']['profile']} profile): "
         f"{stats['triples']:,} triples, {stats['facts']:,} facts, "
         f"{stats['entities']:,} entities, {stats['relations']:,} relations",
@@ -116,9 +109,9 @@ def kg_stats_cmd(
     table = Table("relation", "count", "hidden", title="top relations")
     for r in stats["top_relations"]:
         table.add_row(r["relation"], f"{r['count']:,}", "yes" if r["hidden"] else "")
-    out.print(table)
+    stdout.print(table)
     deg = stats["degree"]
-    out.print(
+    stdout.print(
         f"degree (facts per entity): min {deg['min']}, median {deg['median']}, "
         f"mean {deg['mean']}, p90 {deg['p90']}, p99 {deg['p99']}, max {deg['max']}",
         highlight=False,
@@ -126,7 +119,7 @@ def kg_stats_cmd(
     table = Table("degree", "entities")
     for b in deg["histogram"]:
         table.add_row(b["degree"], f"{b['entities']:,}")
-    out.print(table)
+    stdout.print(table)
 
 
 @kg_app.command("tool")
@@ -168,9 +161,9 @@ def kg_tool(
         result = env.execute(call)
     except KGSynthError as exc:
         fail(exc)
-    out.print(render_observation(result.text), highlight=False, markup=False, soft_wrap=True)
+    stdout.print(render_observation(result.text), highlight=False, markup=False, soft_wrap=True)
     if result.error:
-        err.print(f"tool error type: {result.error.value}", highlight=False)
+        stderr.print(f"tool error type: {result.error.value}", highlight=False)
         raise typer.Exit(1)
 
 
@@ -210,7 +203,7 @@ def kg_query(
 
         if re.search(r"(?i)^\s*(PREFIX\s+\S*\s*<[^>]*>\s*|BASE\s*<[^>]*>\s*)*ASK\b", query):
             answer = graph.ask(query, timeout=timeout)
-            out.print(json.dumps({"boolean": answer}) if fmt == "json" else str(answer).lower())
+            stdout.print(json.dumps({"boolean": answer}) if fmt == "json" else str(answer).lower())
             return
         rows = graph.select(query, timeout=timeout)
     except KGSynthError as exc:

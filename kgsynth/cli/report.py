@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from kgsynth.cli.common import err, fail, out
+from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.options import OverwriteOption
 from kgsynth.errors import ConfigError, KGSynthError
 
@@ -55,7 +55,7 @@ def _report(run_dir: Path, out_path: Path | None, samples: int, seed: int, overw
     if target.suffix.lower() not in (".html", ".htm"):
         # the report never replaces a stage's own files, whatever --overwrite says
         raise ConfigError(f"--out: {target} must name an .html file")
-    with err.status(f"reading {run_dir}…"):
+    with stderr.status(f"reading {run_dir}…"):
         report = collect_run(run_dir, samples=samples, seed=seed)
         page = render_html(report)
     with StagedOutput(target, overwrite=overwrite) as staged:
@@ -63,7 +63,7 @@ def _report(run_dir: Path, out_path: Path | None, samples: int, seed: int, overw
         staged.commit()
     found = len(report.stages)
     missing = f", {len(report.missing)} missing" if report.missing else ""
-    out.print(
+    stdout.print(
         f"→ {target} ({len(page.encode()) / 1e6:.2f} MB; {found} stages{missing})",
         highlight=False,
     )

@@ -16,12 +16,12 @@ import typer
 from kgsynth.cli.common import (
     check_fraction,
     check_llm_failures,
-    err,
     fail,
     make_stage_llm,
     open_graph_option,
-    out,
     progress_bar,
+    stderr,
+    stdout,
 )
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import (
@@ -67,7 +67,7 @@ def _bench_guard(benchmark: list[Path] | None) -> tuple[Any, int]:
     without any), and how many benchmark questions there are."""
     from kgsynth.contamination import benchmark_guard
 
-    return benchmark_guard(benchmark or [], lambda text: err.print(f"{text}…"))
+    return benchmark_guard(benchmark or [], lambda text: stderr.print(f"{text}…"))
 
 
 def _write(
@@ -185,7 +185,7 @@ def synthesize_questions_cmd(
                 started,
                 benchmarks={"files": [str(b) for b in benchmark or []], "questions": bench_count},
             )
-        out.print(
+        stdout.print(
             f"{manifest['accepted']:,} questions from {manifest['walks']:,} walks → {out_path} "
             f"({manifest['rejected']:,} rejected: {manifest['rejects']}); "
             f"LLM {manifest['llm']['backend']}: {manifest['llm']['stats']['cache_hits']} cache "
@@ -287,7 +287,7 @@ def synthesize_trajectories_cmd(
                 started,
                 kg=graph.kg.describe(),
             )
-        out.print(
+        stdout.print(
             f"{manifest['trajectories']:,} {cfg.mode} trajectories from "
             f"{manifest['questions']:,} questions → {out_path} ({manifest['rejected']:,} "
             f"rejected: {manifest['rejects']}); mean turns {manifest['mean_turns']}, tool errors "

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli.common import err, fail, out, progress_bar
+from kgsynth.cli.common import fail, progress_bar, stderr, stdout
 from kgsynth.cli.fields import config_command, field_params
 from kgsynth.cli.options import ConfigOption, KGOption, ProfileOption
 from kgsynth.errors import KGSynthError
@@ -114,7 +114,7 @@ stage2_cmd = train_app.command("stage2")(
 
 
 def _notify(message: str) -> None:
-    err.print(message, highlight=False, soft_wrap=True)
+    stderr.print(message, highlight=False, soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -122,7 +122,7 @@ def _sft_progress(stage: str) -> Iterator[Callable[[int, int, dict], None]]:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the bar below is the progress
-    with progress_bar(stage, console=err) as bar:
+    with progress_bar(stage, console=stderr) as bar:
         task = bar.add_task("train", total=None, info="")
 
         def progress(step: int, max_steps: int, logs: dict) -> None:
@@ -151,13 +151,13 @@ def _sft(
     try:
         plan = stages.plan(launch, cfg.deepspeed, out_dir / SPEC)
         if dry_run:
-            out.print_json(data=stages.sft_dry_run(stage, cfg, corpus, out_dir, plan))
+            stdout.print_json(data=stages.sft_dry_run(stage, cfg, corpus, out_dir, plan))
             where = "in this process, equivalent to" if plan.launcher == "none" else "command"
-            out.print(f"# {where}:\n{shlex.join(plan.command)}", highlight=False, soft_wrap=True)
+            stdout.print(f"# {where}:\n{shlex.join(plan.command)}", highlight=False, soft_wrap=True)
             return
         manifest = stages.run_sft(
             stage, cfg, corpus, out_dir, plan, overwrite=overwrite, config_path=config,
-            status=err.status, progress=lambda: _sft_progress(stage), notify=_notify,
+            status=stderr.status, progress=lambda: _sft_progress(stage), notify=_notify,
         )  # fmt: skip
     except KGSynthError as exc:
         fail(exc)
@@ -165,7 +165,7 @@ def _sft(
         return
     loss_a, loss_b = manifest["loss_first"], manifest["loss_last"]
     data = manifest["data"]
-    out.print(
+    stdout.print(
         f"{stage}: {manifest['steps']} steps ({manifest['epochs_done']:.2f} epochs) "
         f"in {manifest['wall_s']:.1f}s, loss {loss_a:.3f} → {loss_b:.3f}, "
         f"{manifest['tokens_per_s']:,.0f} tokens/s, non-padding {manifest['nonpad_fraction']:.0%}; "
@@ -218,9 +218,9 @@ def rl_cmd(
         cfg = resolve_config(cfg)
         plan = stages.plan(launch, cfg.deepspeed, out_dir / stages.RL_SPEC)
         if dry_run:
-            out.print_json(data=stages.rl_dry_run(questions, kg, cfg, out_dir, plan))
+            stdout.print_json(data=stages.rl_dry_run(questions, kg, cfg, out_dir, plan))
             return
-        with progress_bar("rl", console=err) as bar:
+        with progress_bar("rl", console=stderr) as bar:
             task = bar.add_task("rl", total=cfg.max_steps, info="")
 
             def progress(step: int, total: int, row: dict) -> None:
@@ -236,7 +236,7 @@ def rl_cmd(
         fail(exc)
     if manifest is None:  # a torchrun node other than rank 0's
         return
-    out.print(
+    stdout.print(
         f"rl: {manifest['steps']} steps in {manifest['wall_s']:.1f}s, reward "
         f"{manifest['reward_first']:.3f} → {manifest['reward_last']:.3f} (first/last fifth), "
         f"{manifest['mean_step_s']:.1f}s/step, {manifest['mean_rollout_tokens_per_s']:,.0f} rollout "
@@ -262,4 +262,4 @@ def merge_cmd(
         info = run_merge(run, out_dir, overwrite=overwrite)
     except KGSynthError as exc:
         fail(exc)
-    out.print(f"merged {run} → {out_dir} ({info['parameters']:,} parameters)", highlight=False)
+    stdout.print(f"merged {run} → {out_dir} ({info['parameters']:,} parameters)", highlight=False)

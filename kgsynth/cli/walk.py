@@ -7,13 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kgsynth.cli.common import (
-    err,
-    fail,
-    open_kg_option,
-    out,
-    progress_bar,
-)
+from kgsynth.cli.common import fail, open_kg_option, progress_bar, stderr, stdout
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import (
     ConfigOption,
@@ -79,13 +73,13 @@ def walk_cmd(
             staged.commit()
     except KGSynthError as exc:
         fail(exc)
-    out.print(
+    stdout.print(
         f"{manifest['accepted']:,} walks in {manifest['elapsed_s']:.1f}s from {manifest['attempts']:,} attempts "
         f"→ {out_path}; by structure {manifest['accepted_by_structure']}; rejects {manifest['rejects']}",
         highlight=False,
     )
     if manifest["exhausted_structures"]:
-        err.print(
+        stderr.print(
             f"[yellow]warning:[/yellow] gave up on {', '.join(manifest['exhausted_structures'])}: "
             "this KG rarely satisfies them under the current constraints",
             highlight=False,
