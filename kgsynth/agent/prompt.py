@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from kgsynth.agent.config import PROMPT_STYLES, AgentConfig
 from kgsynth.prompts import render
 
 TOOL_HELP = {
@@ -43,7 +44,6 @@ TOOL_HELP = {
     ],
 }
 
-PROMPT_STYLES = ("full", "short")
 # A checkpoint trained on trajectories carries the system prompt it was trained with here;
 # eval, RL and free rollouts of that checkpoint use it instead of rendering one.
 SYSTEM_PROMPT_FILE = "agent_system_prompt.txt"
@@ -56,6 +56,12 @@ def system_prompt(toolset: str = "graphwalker", max_turns: int = 10, style: str 
         raise ValueError(f"system prompt style must be one of {', '.join(PROMPT_STYLES)}")
     name = "agent_system" if style == "full" else "agent_system_short"
     return render(name, tools=TOOL_HELP[toolset], max_turns=max_turns)
+
+
+def agent_system_prompt(cfg: AgentConfig) -> str:
+    """The system prompt an agent config asks for: its ``system_text`` (a checkpoint's stored
+    prompt) when set, else the one rendered for its tool set, turn limit and style."""
+    return cfg.system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
 
 
 def stored_system_prompt(model_dir: str | Path | None) -> str | None:

@@ -25,9 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.agent.config import AgentConfig, AgentConfigError
 from kgsynth.agent.episode import Episode, EpisodeTask
 from kgsynth.agent.loop import Generated, LiveEpisode, run_turns
-from kgsynth.agent.prompt import system_prompt
+from kgsynth.agent.prompt import agent_system_prompt
 from kgsynth.agent.protocol import (
     FINAL_ANSWER_PROMPT,
     INFO_CLOSE,
@@ -37,22 +38,30 @@ from kgsynth.agent.protocol import (
 )
 from kgsynth.agent.render import CHATML_TEMPLATE
 from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.config import option
 
 _SENTINEL = "\x1eASSISTANT-TURN\x1e"
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    """Limits of one rollout (per-turn generation cap, observation cap, turns, wall time)."""
+class RolloutConfig(AgentConfig):
+    """The agent's settings plus the limits of one rollout in token space: observation tokens
+    per tool call, sampling, and the wall time. A per-turn cap of 256 tokens unless set."""
 
-    toolset: str = "graphwalker"
-    max_turns: int = 10
-    max_turn_tokens: int = 256  # generated tokens per assistant turn
-    max_obs_tokens: int = 512  # observation tokens appended per tool call
-    temperature: float = 1.0
-    top_p: float = 1.0
-    timeout_s: float = 120.0  # per rollout; a rollout past it ends where it is
-    system_text: str | None = None  # the policy checkpoint's stored system prompt, if any
+    max_turn_tokens: int = option(256, "Tokens the policy samples per assistant turn")
+    max_obs_tokens: int = option(512, "Observation tokens appended per tool call")
+    temperature: float = option(1.0, "Sampling temperature")
+    top_p: float = option(1.0, "Nucleus sampling: the top-p share of probability mass")
+    timeout_s: float = option(
+        120.0, "Wall time per rollout; a rollout past it ends where it is (timed_out)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_obs_tokens < 1:
+            raise AgentConfigError(f"max_obs_tokens must be >= 1 (got {self.max_obs_tokens})")
+        if not self.timeout_s > 0:
+            raise AgentConfigError(f"timeout_s must be > 0 (got {self.timeout_s})")
 
 
 @dataclass
@@ -303,7 +312,7 @@ def run_rollouts(
         TokenTurns(policy, cfg, batch_size),
         tasks,
         make_env,
-        system_text=cfg.system_text or system_prompt(cfg.toolset, cfg.max_turns),
+        system_text=agent_system_prompt(cfg),
         max_turns=cfg.max_turns,
         timeout_s=cfg.timeout_s,
         on_turn=on_turn,

@@ -33,25 +33,25 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from rank_bm25 import BM25Okapi
 
+from kgsynth.agent.config import (
+    NEIGHBOR_ORDERS,
+    RELATION_RANKINGS,
+    RERANK_MODES,
+    AgentConfig,
+    NeighborOrder,
+    ToolSetName,
+)
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 
-ToolSetName = Literal["graphwalker", "kgr1"]
-
 
 class DenseScorer(Protocol):
     def scores(self, question: str, relation_texts: Sequence[str]) -> Any: ...
-
-
-NeighborOrder = Literal["relevance", "alphabetical"]
-NEIGHBOR_ORDERS = ("relevance", "alphabetical")
-RERANK_MODES = ("none", "llm")
-RELATION_RANKINGS = ("bm25", "hybrid")
 
 
 class ErrorType(StrEnum):
@@ -84,37 +84,10 @@ class ToolResult:
         return self.error is None
 
 
-@dataclass(frozen=True)
-class ToolConfig:
-    """Limits shared by synthesis, RL and eval so that all see the same observations."""
-
-    toolset: ToolSetName = "graphwalker"
-    top_k_relations: int = 10
-    max_triples_per_relation: int = 5
-    max_observation_chars: int = 2_000
-    neighbor_order: NeighborOrder = "relevance"
-    rerank: Literal["none", "llm"] = "none"  # GraphWalker Table 8: an LLM reorders the BM25 top 20
-    # bm25 (GraphWalker), or hybrid: BM25 plus a sentence encoder's similarity (relrank.py)
-    relation_ranking: Literal["bm25", "hybrid"] = "bm25"
-    kgr1_max_relations: int | None = None  # None: the full set, as KG-R1 returns it
-    kgr1_max_entities: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.rerank not in RERANK_MODES:
-            raise ValueError(f"rerank must be none or llm (got {self.rerank!r})")
-        if self.relation_ranking not in RELATION_RANKINGS:
-            raise ValueError(
-                f"relation_ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
-            )
-        if self.neighbor_order not in NEIGHBOR_ORDERS:
-            raise ValueError(
-                f"neighbor_order must be one of {', '.join(NEIGHBOR_ORDERS)} "
-                f"(got {self.neighbor_order!r})"
-            )
-        for name in ("kgr1_max_relations", "kgr1_max_entities"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None (got {value})")
+# The tool environment reads the agent's one config (toolset, top_k_relations,
+# max_triples_per_relation, max_observation_chars, neighbor_order, rerank, relation_ranking and
+# the kgr1 caps), so that synthesis, RL and eval see the same observations.
+ToolConfig = AgentConfig
 
 
 _TOKEN_RE = re.compile(r"[A-Za-z][a-z]*|[0-9]+|[^\W\d_]+", re.UNICODE)
@@ -151,7 +124,7 @@ def rank_relations(
     return [relations[i] for i in order]
 
 
-def prime_relation_ranking(config: ToolConfig, questions: Iterable[str]) -> None:
+def prime_relation_ranking(config: AgentConfig, questions: Iterable[str]) -> None:
     """Encode the questions in batches before the episodes when the ranking is ``hybrid``
     (one by one they cost about twice as much); nothing otherwise."""
     if config.relation_ranking == "hybrid" and config.toolset == "graphwalker":
@@ -215,7 +188,7 @@ class ToolEnvironment:
 
     graph: KGGraph
     question: str = ""
-    config: ToolConfig = field(default_factory=ToolConfig)
+    config: AgentConfig = field(default_factory=AgentConfig)
     # (question, entity name, BM25-ranked relations) -> reordered; needed with rerank="llm"
     reranker: Callable[[str, str, Sequence[Relation]], list[Relation]] | None = None
     dense: DenseScorer | None = None  # hybrid ranking's scorer (default: relrank.shared_scorer)
@@ -427,3 +400,24 @@ class ToolEnvironment:
         entity, notes = self._entity(name)
         rels, _ = self._select_relations(entity, [relation], direction)
         return self._triples_text(entity, rels, notes, [])
+
+
+__all__ = [
+    "NEIGHBOR_ORDERS",
+    "RELATION_RANKINGS",
+    "RERANK_MODES",
+    "DenseScorer",
+    "ErrorType",
+    "NeighborOrder",
+    "ToolConfig",
+    "ToolEnvironment",
+    "ToolResult",
+    "ToolSetName",
+    "order_neighbors",
+    "prime_relation_ranking",
+    "rank_relations",
+    "relation_pattern",
+    "relation_words",
+    "tokenize",
+    "truncate",
+]

@@ -1,0 +1,135 @@
+"""The agent's settings, declared once: :class:`AgentConfig`.
+
+Trajectory synthesis, eval and RL run the same agent (tool set, turn limit, per-turn token cap,
+system prompt, what the KG tools show), so these settings live in one frozen dataclass that the
+tool environment reads (``ToolConfig`` is another name for it) and that RL's
+:class:`~kgsynth.agent.rollout.RolloutConfig` extends with its token-space limits. Each field
+documents itself (``kgsynth.config.option``): its help text is its ``--flag``'s, and older flag
+names are kept as aliases (``--tools``, ``--max-tokens``, ``--max-triples``).
+
+A stage config that still declares these fields flat gets its agent settings with
+:func:`agent_config_of`, which reads the old field names (``max_tokens``, ``max_triples``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kgsynth.config import option
+from kgsynth.errors import ConfigError
+
+ToolSetName = Literal["graphwalker", "kgr1"]
+NeighborOrder = Literal["relevance", "alphabetical"]
+TOOLSETS = ("graphwalker", "kgr1")
+NEIGHBOR_ORDERS = ("relevance", "alphabetical")
+RERANK_MODES = ("none", "llm")
+RELATION_RANKINGS = ("bm25", "hybrid")
+PROMPT_STYLES = ("full", "short")
+
+# Stage-config field names that differ from AgentConfig's (the stage's name -> the field here).
+STAGE_FIELD_NAMES = {
+    "max_tokens": "max_turn_tokens",
+    "max_triples": "max_triples_per_relation",
+}
+
+
+class AgentConfigError(ConfigError, ValueError):
+    """A bad agent setting: a ConfigError (the CLI reports it in one line, exit code 2) that is
+    also the ValueError library callers of ``ToolConfig`` have always caught."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What the agent is and what its tools show; the same in synthesis, RL and eval so that
+    all three see the same prompts and observations."""
+
+    toolset: Literal["graphwalker", "kgr1"] = option(
+        "graphwalker",
+        "Tool set: graphwalker (get_relations, get_triples) or kgr1 (KG-R1's four one-way tools)",
+        aliases=("--tools",),
+    )
+    max_turns: int = option(10, "Assistant turns before the agent is asked for a final answer")
+    max_turn_tokens: int = option(
+        512, "Tokens the policy generates per assistant turn", aliases=("--max-tokens",)
+    )
+    system_prompt: str = option(
+        "full",
+        "System prompt style: full (the protocol explained) or short (one line of protocol "
+        "and the tool signatures, for small models trained from scratch)",
+    )
+    system_text: str | None = option(
+        None, "A system prompt to use instead of the rendered one (a checkpoint's)", cli=False
+    )
+    top_k_relations: int = option(10, "Relations get_relations shows, most relevant first")
+    max_triples_per_relation: int = option(
+        5, "Triples get_triples shows per relation and direction", aliases=("--max-triples",)
+    )
+    max_observation_chars: int = option(
+        2_000, "Observation length cap (cut at a line, with a visible marker)", cli=False
+    )
+    neighbor_order: Literal["relevance", "alphabetical"] = option(
+        "relevance",
+        "Which neighbours a capped list shows: relevance (question words first, then a seeded "
+        "order) or alphabetical",
+        cli=False,
+    )
+    # GraphWalker Table 8: an LLM reorders the BM25 top 20
+    rerank: Literal["none", "llm"] = option(
+        "none", "Relation rerank: none, or llm (an LLM reorders the BM25 top 20, GraphWalker)"
+    )
+    relation_ranking: Literal["bm25", "hybrid"] = option(
+        "bm25",
+        "Relation ranking: bm25 (GraphWalker), or hybrid (BM25 plus a sentence encoder's "
+        "similarity)",
+    )
+    kgr1_max_relations: int | None = option(
+        None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
+    )
+    kgr1_max_entities: int | None = option(
+        None, "kgr1: cap on the entities listed (none: the full set, as KG-R1)", cli=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.toolset not in TOOLSETS:
+            raise AgentConfigError(f"toolset must be graphwalker or kgr1 (got {self.toolset!r})")
+        if self.max_turns < 1:
+            raise AgentConfigError(f"max_turns must be >= 1 (got {self.max_turns})")
+        if self.max_turn_tokens < 1:
+            raise AgentConfigError(f"max_turn_tokens must be >= 1 (got {self.max_turn_tokens})")
+        if self.system_prompt not in PROMPT_STYLES:
+            raise AgentConfigError(
+                f"system_prompt must be one of {', '.join(PROMPT_STYLES)} "
+                f"(got {self.system_prompt!r})"
+            )
+        if self.rerank not in RERANK_MODES:
+            raise AgentConfigError(f"rerank must be none or llm (got {self.rerank!r})")
+        if self.relation_ranking not in RELATION_RANKINGS:
+            raise AgentConfigError(
+                f"relation_ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
+            )
+        if self.neighbor_order not in NEIGHBOR_ORDERS:
+            raise AgentConfigError(
+                f"neighbor_order must be one of {', '.join(NEIGHBOR_ORDERS)} "
+                f"(got {self.neighbor_order!r})"
+            )
+        for name in ("kgr1_max_relations", "kgr1_max_entities"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise AgentConfigError(f"{name} must be >= 1 or None (got {value})")
+
+
+AGENT_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig))
+
+
+def agent_config_of(stage_config: Any, **overrides: Any) -> AgentConfig:
+    """The :class:`AgentConfig` a stage config's flat agent fields describe (its fields named
+    as AgentConfig's, or by their older names in :data:`STAGE_FIELD_NAMES`); ``overrides``
+    win (e.g. GRPO's ``max_turn_tokens`` once its recipe resolved it)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(stage_config):
+        name = STAGE_FIELD_NAMES.get(f.name, f.name)
+        if name in AGENT_FIELDS:
+            values[name] = getattr(stage_config, f.name)
+    return AgentConfig(**{**values, **overrides})
