@@ -124,6 +124,16 @@ def flat_fields(cls: type) -> dict[str, tuple[str | None, dataclasses.Field, Any
     return flat
 
 
+def alias_names(cls: type) -> dict[str, str]:
+    """Older names of options (a field's ``aliases`` flags, e.g. ``--max-tokens``) -> the
+    option's name, so that a YAML file or preset written with the old name still works."""
+    names: dict[str, str] = {}
+    for name, (_, f, _) in flat_fields(cls).items():
+        for alias in f.metadata.get("aliases", ()):
+            names[alias.lstrip("-").replace("-", "_")] = name
+    return names
+
+
 def build_config(
     cls: type[C],
     config_file: str | Path | None,
@@ -134,8 +144,10 @@ def build_config(
     """``cls`` from its defaults, then ``base`` (a preset), then the YAML file, then the
     non-None ``overrides``. Options of a nested config are given by their own names."""
     fields = flat_fields(cls)
+    aliases = alias_names(cls)
     values: dict[str, Any] = {}
     for name, value in (base or {}).items():
+        name = aliases.get(name, name)
         if name not in fields:
             raise ConfigError(f"preset sets unknown option {name!r}")
         values[name] = value
@@ -143,6 +155,7 @@ def build_config(
         raw = load_yaml(config_file, section)
         for key, value in raw.items():
             name = str(key).replace("-", "_")
+            name = aliases.get(name, name)
             if name not in fields:
                 raise ConfigError(
                     f"--config: {config_file}: unknown option {key!r}; valid: {', '.join(sorted(fields))}"

@@ -117,3 +117,10 @@ def test_build_config_nests_and_keeps_the_nested_default():
         "toolset",
     }
     assert field_help(dataclasses.fields(Outer)[2]) == "Say more. \\[default: false]"
+
+
+def test_an_older_name_still_works_in_yaml_and_presets(tmp_path):
+    cfg_file = tmp_path / "recipe.yaml"
+    cfg_file.write_text("outer:\n  tools: kgr1\n")
+    assert build_config(Outer, cfg_file, {}, section="outer").agent.toolset == "kgr1"
+    assert build_config(Outer, None, {}, base={"tools": "kgr1"}).agent.toolset == "kgr1"
