@@ -223,3 +223,17 @@ def field_help(f: dataclasses.Field, default: Any = dataclasses.MISSING) -> str:
     elif isinstance(default, (tuple, list)):
         default = ",".join(map(str, default)) or "none"
     return f"{text} \\[default: {default}]".strip()
+
+
+def config_record(cfg: Any) -> dict[str, Any]:
+    """``cfg`` as a manifest records it: every option under its one name (a nested config's
+    options among the outer ones, as flags and YAML name them), leaving out fields marked
+    ``record=False`` (recorded elsewhere in the manifest)."""
+    record: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            record.update(config_record(value))
+        elif f.metadata.get("record", True):
+            record[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return record

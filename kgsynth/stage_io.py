@@ -26,7 +26,6 @@ What it guarantees:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -346,11 +345,12 @@ class StagedOutput:
         inside a folder): the stage's name, its resolved config (a dataclass) and ``fields``,
         with the command, versions and git sha that :func:`kgsynth.manifest.write_manifest`
         adds. Returns what was written."""
+        from kgsynth.config import config_record
         from kgsynth.manifest import write_manifest
 
         where = self.path("manifest.json") if self.folder else self.sidecar("manifest.json")
         if cfg is not None:
-            fields = {"config": dataclasses.asdict(cfg), **fields}
+            fields = {"config": config_record(cfg), **fields}
         return write_manifest(where, stage=stage, **fields)
 
     def commit(self) -> None:

@@ -92,32 +92,24 @@ class AgentConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.toolset not in TOOLSETS:
-            raise AgentConfigError(f"toolset must be graphwalker or kgr1 (got {self.toolset!r})")
-        if self.max_turns < 1:
-            raise AgentConfigError(f"max_turns must be >= 1 (got {self.max_turns})")
-        if self.max_turn_tokens < 1:
-            raise AgentConfigError(f"max_turn_tokens must be >= 1 (got {self.max_turn_tokens})")
-        if self.system_prompt not in PROMPT_STYLES:
-            raise AgentConfigError(
-                f"system_prompt must be one of {', '.join(PROMPT_STYLES)} "
-                f"(got {self.system_prompt!r})"
-            )
-        if self.rerank not in RERANK_MODES:
-            raise AgentConfigError(f"rerank must be none or llm (got {self.rerank!r})")
-        if self.relation_ranking not in RELATION_RANKINGS:
-            raise AgentConfigError(
-                f"relation_ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
-            )
-        if self.neighbor_order not in NEIGHBOR_ORDERS:
-            raise AgentConfigError(
-                f"neighbor_order must be one of {', '.join(NEIGHBOR_ORDERS)} "
-                f"(got {self.neighbor_order!r})"
-            )
+        def need(ok: bool, name: str, rule: str) -> None:
+            """A failed check names the field, the rule, its flag(s) and the value."""
+            if not ok:
+                f = next(f for f in dataclasses.fields(self) if f.name == name)
+                flags = "/".join(["--" + name.replace("_", "-"), *f.metadata.get("aliases", ())])
+                raise AgentConfigError(
+                    f"{name} must be {rule} ({flags}; got {getattr(self, name)!r})"
+                )
+
+        need(self.toolset in TOOLSETS, "toolset", "graphwalker or kgr1")
+        need(self.max_turns >= 1, "max_turns", ">= 1")
+        need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
+        need(self.system_prompt in PROMPT_STYLES, "system_prompt", " or ".join(PROMPT_STYLES))
+        need(self.rerank in RERANK_MODES, "rerank", "none or llm")
+        need(self.relation_ranking in RELATION_RANKINGS, "relation_ranking", "bm25 or hybrid")
+        need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise AgentConfigError(f"{name} must be >= 1 or None (got {value})")
+            need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")
 
 
 AGENT_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig))
@@ -133,3 +125,28 @@ def agent_config_of(stage_config: Any, **overrides: Any) -> AgentConfig:
         if name in AGENT_FIELDS:
             values[name] = getattr(stage_config, f.name)
     return AgentConfig(**{**values, **overrides})
+
+
+def nests_agent(cls: type) -> type:
+    """Class decorator for a stage config whose ``agent`` field holds its :class:`AgentConfig`
+    (synthesis and eval; the field's default factory sets the stage's own defaults).
+
+    The agent's options stay options of the stage: the constructor (and ``dataclasses.replace``)
+    takes them under their own names or the stage's older ones (:data:`STAGE_FIELD_NAMES`), and
+    they read back as attributes (``cfg.max_turns`` is ``cfg.agent.max_turns``). Flags and YAML
+    keys are the agent's fields (``kgsynth.config.flat_fields``)."""
+    names = {**{n: n for n in AGENT_FIELDS}, **STAGE_FIELD_NAMES}
+    init = cls.__init__
+    agent_field = next(f for f in dataclasses.fields(cls) if f.name == "agent")
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        flat = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
+        if flat:
+            agent = kwargs.get("agent") or agent_field.default_factory()  # type: ignore[misc]
+            kwargs["agent"] = dataclasses.replace(agent, **flat)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    for name, target in names.items():
+        setattr(cls, name, property(lambda self, t=target: getattr(self.agent, t)))
+    return cls

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kgsynth.config import option
+from kgsynth.agent.config import AgentConfig, nests_agent
+from kgsynth.config import config_record, option
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.llm.base import GenerationParams
 
@@ -48,6 +49,7 @@ CI_METHOD = (
 )
 
 
+@nests_agent
 @dataclass(frozen=True)
 class EvalConfig:
     """Options of ``kgsynth eval`` (the agent's limits match synthesis and RL by default).
@@ -59,31 +61,14 @@ class EvalConfig:
     runs: int = option(1, "Runs per question (run r uses seed + r).")
     temperature: float = option(0.0, "Sampling temperature (0: greedy).")
     top_p: float = option(1.0, "Nucleus sampling.")
-    max_turns: int = option(10, "Turn limit, then one forced answer.")
-    max_tokens: int = option(512, "Tokens per turn.")
-    toolset: str = option("graphwalker", "Tool set: graphwalker or kgr1.", aliases=("--tools",))
-    top_k_relations: int = option(10, "Relations shown by get_relations.")
-    max_triples: int = option(5, "Triples shown per relation.")
-    rerank: str = option(
-        "none",
-        "none, or llm: the LLM (--llm) reorders get_relations' BM25 top 20 before the top k is "
-        "kept (GraphWalker, Table 8); cached like every request.",
-    )
-    relation_ranking: str = option(
-        "bm25",
-        "How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: BM25 plus "
-        "the question's similarity to the relation's words under the bundled all-MiniLM-L6-v2 "
-        "encoder. Use the same in synthesis, RL and eval.",
-    )
+    # the agent's settings, shared with synthesis and RL; given and read under their own names
+    agent: AgentConfig = field(default_factory=AgentConfig)
     report_to: str = option(
         "none",
         "Mirror the metrics to tensorboard (RUN/tensorboard; `tensorboard --logdir RUN`) or "
         "wandb (needs `pip install wandb`), or none.",
     )
     seed: int = option(0, "Sampling seed of run 0.")
-    system_text: str | None = option(
-        None, "The checkpoint's stored system prompt (hf), if any.", cli=False
-    )
     limit: int | None = option(None, "Use only the first K questions.", record=False)
     baseline: tuple[str, ...] = option(
         (),
@@ -119,23 +104,9 @@ class EvalConfig:
             raise ConfigError(f"--temperature must be in [0, 5] (got {self.temperature})")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
-        if self.max_turns < 1 or self.max_tokens < 1:
-            raise ConfigError(
-                f"--max-turns and --max-tokens must be >= 1 (got {self.max_turns}, {self.max_tokens})"
-            )
-        if self.toolset not in ("graphwalker", "kgr1"):
-            raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
-        from kgsynth.agent.tools import RELATION_RANKINGS, RERANK_MODES
-
-        if self.rerank not in RERANK_MODES:
-            raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
         from kgsynth.tracking import check_report_to
 
         check_report_to(self.report_to)
-        if self.relation_ranking not in RELATION_RANKINGS:
-            raise ConfigError(
-                f"--relation-ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
-            )
         if self.top_k_relations < 1 or self.max_triples < 1:
             raise ConfigError("--top-k-relations and --max-triples must be >= 1")
 
@@ -147,22 +118,11 @@ class EvalConfig:
     def recorded(self) -> dict[str, Any]:
         """The ``config`` that ``metrics.json`` and the manifest record: every field but
         those recorded elsewhere (``record=False``)."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.metadata.get("record", True)
-        }
+        return config_record(self)
 
     def tool_config(self) -> ToolConfig:
-        from kgsynth.agent.tools import ToolConfig
-
-        return ToolConfig(
-            toolset=self.toolset,  # type: ignore[arg-type]
-            top_k_relations=self.top_k_relations,
-            max_triples_per_relation=self.max_triples,
-            rerank=self.rerank,  # type: ignore[arg-type]
-            relation_ranking=self.relation_ranking,  # type: ignore[arg-type]
-        )
+        """What the KG tools show (the agent's settings)."""
+        return self.agent
 
     def for_policy(self, backend: str, model: str) -> EvalConfig:
         """This config with the checkpoint's stored system prompt (an hf checkpoint is

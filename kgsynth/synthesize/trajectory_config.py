@@ -3,10 +3,10 @@ field, named as the field, with its help and its checks here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kgsynth.agent.loop import PROMPT_STYLES
-from kgsynth.agent.tools import RELATION_RANKINGS, RERANK_MODES, ToolConfig
+from kgsynth.agent.config import AgentConfig, nests_agent
+from kgsynth.agent.tools import ToolConfig
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
 
@@ -15,6 +15,7 @@ STRATA = ("none", "structure", "hops")
 SPLITS = ("all", "train", "heldout")
 
 
+@nests_agent
 @dataclass(frozen=True)
 class TrajectoryConfig:
     """Options of ``kgsynth synthesize trajectories``."""
@@ -25,29 +26,10 @@ class TrajectoryConfig:
     )
     samples: int = option(1, "Episodes per question (free/referenced).")
     temperature: float = option(0.7, "Policy temperature.")
-    max_turns: int = option(10, "Turn limit, then one forced answer.")
-    max_tokens: int = option(512, "Tokens per turn.")
-    toolset: str = option("graphwalker", "Tool set: graphwalker or kgr1.", aliases=("--tools",))
-    top_k_relations: int = option(10, "Relations get_relations shows.")
-    max_triples: int = option(5, "Triples shown per relation.")
-    rerank: str = option(
-        "none",
-        "none, or llm: the LLM (--llm) reorders get_relations' BM25 top 20 before the top k is "
-        "kept (GraphWalker, Table 8); cached like every request.",
-    )
-    relation_ranking: str = option(
-        "bm25",
-        "How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: BM25 "
-        "plus the question's similarity to the relation's words under the bundled "
-        "all-MiniLM-L6-v2 encoder. Use the same in synthesis, RL and eval.",
-    )
+    # the agent's settings (tool set, turn limit, tokens per turn, what the tools show, system
+    # prompt), shared with eval and RL; given and read under their own names
+    agent: AgentConfig = field(default_factory=AgentConfig)
     seed: int = option(0, "Sampling seed (sample i uses seed + i).")
-    system_prompt: str = option(
-        "full",
-        "The agent's system prompt: full or short (one line, for small models trained from "
-        "scratch). An --llm hf checkpoint that stores the prompt it was trained with uses that "
-        "one.",
-    )
     # the stored trajectory keeps the plain prompt; the reflection text only shapes the sample
     reflection: bool = option(
         False,
@@ -80,22 +62,10 @@ class TrajectoryConfig:
     limit: int | None = option(None, "Use only the first K questions.")
 
     def __post_init__(self) -> None:
-        if self.system_prompt not in PROMPT_STYLES:
-            raise ConfigError(
-                f"--system-prompt must be one of {', '.join(PROMPT_STYLES)} (got {self.system_prompt!r})"
-            )
         if self.mode not in MODES:
             raise ConfigError(f"--mode must be one of {', '.join(MODES)} (got {self.mode!r})")
-        if self.toolset not in ("graphwalker", "kgr1"):
-            raise ConfigError(f"--tools must be graphwalker or kgr1 (got {self.toolset!r})")
-        if self.rerank not in RERANK_MODES:
-            raise ConfigError(f"--rerank must be none or llm (got {self.rerank!r})")
-        if self.relation_ranking not in RELATION_RANKINGS:
-            raise ConfigError(
-                f"--relation-ranking must be bm25 or hybrid (got {self.relation_ranking!r})"
-            )
-        if self.samples < 1 or self.max_turns < 1 or self.max_tokens < 1:
-            raise ConfigError("--samples, --max-turns and --max-tokens must be >= 1")
+        if self.samples < 1:
+            raise ConfigError(f"--samples must be >= 1 (got {self.samples})")
         if self.split not in SPLITS:
             raise ConfigError(f"--split must be all, train or heldout (got {self.split!r})")
         if not 0 < self.heldout_fraction < 1:
@@ -117,11 +87,5 @@ class TrajectoryConfig:
             raise ConfigError(f"--limit must be >= 1 (got {self.limit})")
 
     def tool_config(self) -> ToolConfig:
-        # the same mapping as EvalConfig's until both nest the shared AgentConfig
-        return ToolConfig(
-            toolset=self.toolset,  # type: ignore[arg-type]
-            top_k_relations=self.top_k_relations,
-            max_triples_per_relation=self.max_triples,
-            rerank=self.rerank,  # type: ignore[arg-type]
-            relation_ranking=self.relation_ranking,  # type: ignore[arg-type]
-        )
+        """What the KG tools show (the agent's settings)."""
+        return self.agent
