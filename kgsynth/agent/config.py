@@ -150,3 +150,15 @@ def nests_agent(cls: type) -> type:
     for name, target in names.items():
         setattr(cls, name, property(lambda self, t=target: getattr(self.agent, t)))
     return cls
+
+
+def agent_option(name: str, **changes: Any) -> Any:
+    """An :class:`AgentConfig` option declared by a stage config that keeps it as its own
+    field (GRPO, whose recipe fills the turn-token budget after the config is built): the
+    agent's default, help and aliases, with ``changes`` (``default=``, ``help=``) on top, so
+    that the option is documented once. The stage derives its ``AgentConfig`` with
+    :func:`agent_config_of`."""
+    f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
+    meta = {**f.metadata, **changes}
+    default = meta.pop("default", f.default)
+    return option(default, **meta)

@@ -127,7 +127,6 @@ def _start(spec: RLSpec, device: str, dtype: Any, bf16: bool, resumed: Path | No
     from kgsynth.agent.loop import stored_system_prompt
     from kgsynth.agent.rewards import GraphDistance
     from kgsynth.agent.rollout import RolloutConfig, TokenPolicy
-    from kgsynth.agent.tools import ToolConfig
     from kgsynth.kg.graph import KGGraph
     from kgsynth.kg.open import open_kg
     from kgsynth.modelio import load_causal_lm
@@ -166,24 +165,16 @@ def _start(spec: RLSpec, device: str, dtype: Any, bf16: bool, resumed: Path | No
         ref=ref,
         sampler=TokenPolicy(policy.module, tok),
         graph=graph,
-        tool_cfg=ToolConfig(
-            toolset=cfg.toolset,  # type: ignore[arg-type]
-            top_k_relations=cfg.top_k_relations,
-            max_triples_per_relation=cfg.max_triples_per_relation,
-            relation_ranking=cfg.relation_ranking,  # type: ignore[arg-type]
-        ),
+        tool_cfg=cfg.agent,
         distance=GraphDistance(graph, max_depth=cfg.distance_max_depth)
         if rspec.needs_distance
         else None,
         rcfg=RolloutConfig(
-            toolset=cfg.toolset,
-            max_turns=cfg.max_turns,
-            max_turn_tokens=int(cfg.max_turn_tokens or 64),
+            **{**dataclasses.asdict(cfg.agent), "system_text": stored_system_prompt(cfg.init)},
             max_obs_tokens=cfg.max_obs_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             timeout_s=cfg.rollout_timeout_s,
-            system_text=stored_system_prompt(cfg.init),
         ),
         rspec=rspec,
         autocast=torch.autocast("cuda", dtype=torch.bfloat16)

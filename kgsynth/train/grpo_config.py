@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.config import option
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.modelio import is_model_folder
@@ -110,7 +111,7 @@ class GRPOConfig:
     )
     temperature: float = option(1.0, "Sampling temperature of rollouts.")
     top_p: float = option(1.0, "Nucleus sampling of rollouts: the probability mass kept.")
-    max_turns: int = option(10, "Turn limit, then one forced answer.")
+    max_turns: int = agent_option("max_turns")
     max_turn_tokens: int | None = option(None, f"Generated tokens per turn. {_RECIPES}")
     max_obs_tokens: int = option(512, "Observation tokens kept per call.")
     rollout_timeout_s: float = option(
@@ -119,20 +120,15 @@ class GRPOConfig:
         aliases=("--rollout-timeout",),
     )
     rollout_batch_size: int = option(64, "Sequences per generate() call.")
-    toolset: str = option("graphwalker", "Tool set: graphwalker or kgr1.", aliases=("--tools",))
-    relation_ranking: str = option(
-        "bm25",
-        "How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: BM25 "
-        "plus the question's similarity to the relation's words under the bundled "
-        "all-MiniLM-L6-v2 encoder. Use the same in synthesis, RL and eval.",
-    )
+    toolset: str = agent_option("toolset")
+    relation_ranking: str = agent_option("relation_ranking")
     report_to: str = option("none", HELP["report_to"])
     lora_r: int = option(0, HELP["lora_r"] + " The KL reference is the adapter switched off.")
     lora_alpha: float = option(16.0, HELP["lora_alpha"])
     lora_dropout: float = option(0.05, HELP["lora_dropout"])
     lora_target: str = option("all-linear", HELP["lora_target"])
-    top_k_relations: int = option(10, "Relations get_relations returns.")
-    max_triples_per_relation: int = option(5, "Triples get_triples returns per relation.")
+    top_k_relations: int = agent_option("top_k_relations")
+    max_triples_per_relation: int = agent_option("max_triples_per_relation")
     distance_max_depth: int = option(
         3, "The distance reward's search depth (hops from the topic entities)."
     )
@@ -167,17 +163,13 @@ class GRPOConfig:
         need(c.max_grad_norm > 0, f"max_grad_norm must be > 0 (got {c.max_grad_norm})")
         need(c.temperature > 0, f"temperature must be > 0 for sampling (got {c.temperature})")
         need(0 < c.top_p <= 1, f"top_p must be in (0, 1] (got {c.top_p})")
-        need(c.max_turns >= 1, f"max_turns must be >= 1 (got {c.max_turns})")
         need(
             c.max_turn_tokens is None or c.max_turn_tokens >= 1,
             f"max_turn_tokens must be >= 1 (got {c.max_turn_tokens})",
         )
         need(c.max_obs_tokens >= 8, f"max_obs_tokens must be >= 8 (got {c.max_obs_tokens})")
         need(c.rollout_timeout_s > 0, f"rollout_timeout_s must be > 0 (got {c.rollout_timeout_s})")
-        need(
-            c.toolset in ("graphwalker", "kgr1"),
-            f"toolset must be graphwalker or kgr1 (got {c.toolset!r})",
-        )
+        agent_config_of(c, max_turn_tokens=c.max_turn_tokens or 64)  # AgentConfig's checks
         need(c.save_steps >= 1, f"save_steps must be >= 1 (got {c.save_steps})")
         need(c.logging_steps >= 1, f"logging_steps must be >= 1 (got {c.logging_steps})")
         need(
@@ -190,6 +182,12 @@ class GRPOConfig:
             c.phase2_questions is None or "fbeta" in rewards.components,
             "phase2_questions needs the fbeta reward (its switch starts the second phase)",
         )
+
+    @property
+    def agent(self) -> AgentConfig:
+        """The agent these options describe (the turn-token budget as the recipe filled it;
+        64 until it is)."""
+        return agent_config_of(self, max_turn_tokens=self.max_turn_tokens or 64)
 
 
 def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
