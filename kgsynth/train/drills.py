@@ -32,6 +32,15 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kgsynth.agent.protocol import (
+    ANSWER,
+    INFO_CLOSE,
+    INFO_OPEN,
+    KG_QUERY,
+    render_observation,
+    tagged,
+)
+
 DRILL_SYSTEM = "Copy the names exactly as they are written."
 _TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
 
@@ -48,7 +57,7 @@ def _observed_triples(
             if m["role"] != "tool":
                 continue
             for line in m["content"].splitlines():
-                t = _TRIPLE.match(re.sub(r"</?information>", "", line).strip())
+                t = _TRIPLE.match(line.replace(INFO_OPEN, "").replace(INFO_CLOSE, "").strip())
                 if not t:
                     continue
                 relations.setdefault(t.group(2), None)
@@ -78,27 +87,23 @@ def copy_drills(
         if kind == 0:
             picked = rng.sample(names, min(len(names), rng.randint(1, 4)))
             user = "Names: " + "; ".join(picked)
-            reply = f"<answer>{_q(picked)}</answer>"
+            reply = tagged(ANSWER, _q(picked))
         elif kind == 1:
             head = rng.choice(names)
             rel = rng.choice(rels)
             tails = rng.sample(names, min(len(names), rng.randint(1, 4)))
             lines = "\n".join(f"({head}, {rel}, {t})" for t in tails)
-            user = f"<information>{lines}</information>"
-            reply = f"<answer>{_q(tails)}</answer>"
+            user = render_observation(lines)
+            reply = tagged(ANSWER, _q(tails))
         else:
             topic = rng.choice(names)
             user = f"Topic entities: {topic}"
             if rng.random() < 0.5:
-                reply = (
-                    f"<kg-query>get_relations({json.dumps(topic, ensure_ascii=False)})</kg-query>"
-                )
+                reply = tagged(KG_QUERY, f"get_relations({json.dumps(topic, ensure_ascii=False)})")
             else:
                 rel = rng.choice(rels)
-                reply = (
-                    f"<kg-query>get_triples({json.dumps(topic, ensure_ascii=False)}, "
-                    f"{_q([rel])})</kg-query>"
-                )
+                call = f"get_triples({json.dumps(topic, ensure_ascii=False)}, {_q([rel])})"
+                reply = tagged(KG_QUERY, call)
         out.append(
             [
                 {"role": "system", "content": DRILL_SYSTEM},

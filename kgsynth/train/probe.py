@@ -21,9 +21,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from kgsynth.agent.protocol import ACTION_TAGS
 from kgsynth.agent.render import assistant_spans
 
-_ACTION = re.compile(r"<(kg-query|answer)>(.*?)</\1>", re.DOTALL)
+_ACTION = re.compile(f"<({'|'.join(ACTION_TAGS)})>(.*?)</\\1>", re.DOTALL)
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)+)"')
 
 
