@@ -171,6 +171,7 @@ def delimited_to_ntriples(
         return result
 
 
+# delimited_to_ntriples' arguments, passed through once the input stream is open
 def _convert(
     stream: pa.NativeFile,
     dest: Path,
