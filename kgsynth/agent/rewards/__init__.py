@@ -86,7 +86,6 @@ from __future__ import annotations
 
 # every public name, from the module that defines it (spec.py imports some of the same names
 # from components.py: this list is the package's face, that one what the weighted sum uses)
-# the package's names, re-exported (spec.py imports the same list from components to use them)
 from kgsynth.agent.rewards.components import (
     ANSWER_COMPONENTS,
     FBETA_EARLY,
