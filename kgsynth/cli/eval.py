@@ -190,7 +190,7 @@ def _evaluate(
             highlight=False,
         )
     records = evaluation.load_questions(questions, qtype_file=qtype_file, limit=cfg.limit)
-    systems = evaluation.plan_systems(model, llm, cfg)
+    systems = evaluation.plan_subjects(model, llm, cfg)
     staged = eval_output(
         out_dir,
         overwrite=overwrite,

@@ -75,7 +75,7 @@ _MODULES = {
     "episodes": ("run_agent", "run_no_tools"),
     "figures": ("compare_png", "eval_png"),
     "scoring": ("majority_choice", "pass_at_k", "pass_ks", "summarize", "union_answers"),
-    "systems": ("System", "evaluate", "plan_systems", "run"),
+    "subjects": ("Subject", "evaluate", "plan_subjects", "run"),
 }
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
 _HOME["PREDICTION_SCHEMA"] = "kgsynth.schema"

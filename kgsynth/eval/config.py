@@ -1,4 +1,4 @@
-"""What ``kgsynth eval`` measures and how: the metric names, the systems under test, the
+"""What ``kgsynth eval`` measures and how: the metric names, the subjects (what is evaluated), the
 options (:class:`EvalConfig`) and the checks a question file must pass before it is evaluated."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ PASS_METRIC = "hit"  # a run counts as correct for pass@k when some answer is go
 UNION_LABEL = "KG-R1 N runs (union)"
 BREAKDOWNS = ("hops", "qtype", "structure")
 BASELINES = ("untrained", "no-tools")
-MODEL_SYSTEM = "model"
-NO_TOOLS_SYSTEM = "no-tools"
+MODEL_SUBJECT = "model"
+NO_TOOLS_SUBJECT = "no-tools"
 CI_LEVEL = 0.95
 CI_RESAMPLES = 2000
 CI_SEED = 0

@@ -1,4 +1,4 @@
-"""The systems under test answering the questions: the policy as a KG agent
+"""The subjects (what is evaluated) answering the questions: the policy as a KG agent
 (:func:`run_agent`, the same loop, tools, limits and system prompt as trajectory synthesis and
 RL) and the policy alone without tools (:func:`run_no_tools`); one scored prediction row per
 question and run."""
@@ -19,7 +19,7 @@ from kgsynth.agent.loop import (
 from kgsynth.agent.protocol import parse_turn
 from kgsynth.agent.rerank import LLMReranker
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
-from kgsynth.eval.config import MODEL_SYSTEM, EvalConfig, question_id
+from kgsynth.eval.config import MODEL_SUBJECT, EvalConfig, question_id
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.metrics import score
@@ -86,7 +86,7 @@ def run_agent(
     graph: KGGraph,
     cfg: EvalConfig,
     *,
-    system: str = MODEL_SYSTEM,
+    system: str = MODEL_SUBJECT,
     progress: EvalProgress | None = None,
 ) -> list[dict[str, Any]]:
     """Prediction rows of the agent: every question ``cfg.runs`` times, through the KG tools."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.eval.compare import hop_columns
-from kgsynth.eval.config import METRIC_NAMES, MODEL_SYSTEM, SHOWN_METRICS, UNION_LABEL
+from kgsynth.eval.config import METRIC_NAMES, MODEL_SUBJECT, SHOWN_METRICS, UNION_LABEL
 from kgsynth.eval.scoring import sorted_groups
 
 _COLORS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
@@ -56,7 +56,7 @@ def eval_png(metrics: dict[str, Any], path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems: dict[str, dict[str, Any]] = {metrics.get("label") or MODEL_SYSTEM: metrics}
+    systems: dict[str, dict[str, Any]] = {metrics.get("label") or MODEL_SUBJECT: metrics}
     systems.update(metrics.get("baselines") or {})
     runs = metrics["counts"]["runs"]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8))
@@ -99,7 +99,7 @@ def eval_png(metrics: dict[str, Any], path: str | Path) -> None:
         ax.bar_label(bars, fmt="%.2f", fontsize=6)
         ax.set_xlim(0, 1.05)
         ax.tick_params(axis="y", labelsize=6)
-        ax.set_title(f"F1 by {col} ({metrics.get('label') or MODEL_SYSTEM}; top 20 by count)")
+        ax.set_title(f"F1 by {col} ({metrics.get('label') or MODEL_SUBJECT}; top 20 by count)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

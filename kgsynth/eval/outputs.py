@@ -13,9 +13,9 @@ from typing import Any
 
 from kgsynth.errors import ConfigError
 from kgsynth.eval.compare import compare_markdown
-from kgsynth.eval.config import MODEL_SYSTEM, EvalConfig
+from kgsynth.eval.config import MODEL_SUBJECT, EvalConfig
 from kgsynth.eval.figures import compare_png, eval_png
-from kgsynth.eval.systems import System
+from kgsynth.eval.subjects import Subject
 from kgsynth.llm.base import LLM
 from kgsynth.stage import StageResult
 from kgsynth.stage_io import StagedOutput
@@ -36,7 +36,7 @@ def eval_output(
     *,
     overwrite: bool,
     backend: str,
-    systems: Sequence[System],
+    systems: Sequence[Subject],
     questions: Path,
     qtype_file: Path | None,
     kg: str | None,
@@ -76,7 +76,7 @@ def write_eval(
     label: str,
     questions: Path,
     backend: str,
-    systems: Sequence[System],
+    systems: Sequence[Subject],
     clients: Mapping[str, LLM],
     started: float,
 ) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def _report_to(backend: str, staged: StagedOutput, label: str, metrics: dict[str
     """The summary metrics (overall, and by hops) mirrored to tensorboard or wandb."""
     from kgsynth.tracking import Tracker, scalars
 
-    tracker = Tracker(backend, staged.staging, name=f"eval-{label or MODEL_SYSTEM}")
+    tracker = Tracker(backend, staged.staging, name=f"eval-{label or MODEL_SUBJECT}")
     values = scalars(metrics["overall"], "eval/")
     for hops, cell in (metrics.get("breakdowns", {}).get("hops") or {}).items():
         values.update(scalars(cell, f"eval/{hops}-hop/"))

@@ -1,6 +1,6 @@
-"""The eval stage: every system under test (the model as a KG agent, and the baselines) answers
-the questions; its predictions are scored and aggregated (:func:`run`, the stage contract of
-:mod:`kgsynth.stage`)."""
+"""The eval stage: every subject (what is evaluated: the model as a KG agent, and the
+baselines) answers the questions; its predictions are scored and aggregated (:func:`run`, the
+stage contract of :mod:`kgsynth.stage`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from kgsynth.errors import ConfigError
 from kgsynth.eval.checkpoints import untrained_model
-from kgsynth.eval.config import MODEL_SYSTEM, NO_TOOLS_SYSTEM, EvalConfig
+from kgsynth.eval.config import MODEL_SUBJECT, NO_TOOLS_SUBJECT, EvalConfig
 from kgsynth.eval.episodes import EvalProgress, run_agent, run_no_tools
 from kgsynth.eval.scoring import summarize
 from kgsynth.kg.graph import KGGraph
@@ -22,16 +22,17 @@ from kgsynth.stage import StageResult
 
 
 @dataclass(frozen=True)
-class System:
-    """One system under test: its name in the outputs (``model``, ``untrained``,
-    ``no-tools``), the model it runs, and whether it acts through the KG tools."""
+class Subject:
+    """One subject of the evaluation: its name in the outputs (their ``system`` column:
+    ``model``, ``untrained``, ``no-tools``), the model it runs, and whether it acts through the
+    KG tools."""
 
     name: str
     model: str
     tools: bool
 
 
-def plan_systems(model: str, backend: str, cfg: EvalConfig) -> list[System]:
+def plan_subjects(model: str, backend: str, cfg: EvalConfig) -> list[Subject]:
     """What to evaluate: the model as an agent, then each baseline ``cfg`` asks for. The
     untrained model is ``cfg.baseline_model``, else found through the checkpoint's
     ``start_from`` chain."""
@@ -39,7 +40,7 @@ def plan_systems(model: str, backend: str, cfg: EvalConfig) -> list[System]:
         raise ConfigError(
             f"--model: {model} is not a transformers checkpoint folder (no config.json)"
         )
-    plan = [System(MODEL_SYSTEM, model, True)]
+    plan = [Subject(MODEL_SUBJECT, model, True)]
     if "untrained" in cfg.baseline:
         if cfg.baseline_model:
             untrained = cfg.baseline_model
@@ -50,9 +51,9 @@ def plan_systems(model: str, backend: str, cfg: EvalConfig) -> list[System]:
             )
         else:
             untrained = str(untrained_model(model))
-        plan.append(System("untrained", untrained, True))
-    if NO_TOOLS_SYSTEM in cfg.baseline:
-        plan.append(System(NO_TOOLS_SYSTEM, model, False))
+        plan.append(Subject("untrained", untrained, True))
+    if NO_TOOLS_SUBJECT in cfg.baseline:
+        plan.append(Subject(NO_TOOLS_SUBJECT, model, False))
     return plan
 
 
@@ -62,7 +63,7 @@ def evaluate(
     graph: KGGraph | None,
     cfg: EvalConfig,
     *,
-    system: str = MODEL_SYSTEM,
+    system: str = MODEL_SUBJECT,
     tools: bool = True,
     progress: EvalProgress | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -114,7 +115,7 @@ def run(
             if progress:
                 progress(i * per_system + done, len(llm) * per_system, f"{system}: {info}")
 
-        tools = system != NO_TOOLS_SYSTEM
+        tools = system != NO_TOOLS_SUBJECT
         system_rows, metrics = evaluate(
             questions,
             client,
@@ -126,7 +127,7 @@ def run(
         )
         rows.extend(system_rows)
         results[system] = metrics
-    main = results.pop(MODEL_SYSTEM)
+    main = results.pop(MODEL_SUBJECT)
     stats = {
         "config": cfg.recorded(),
         "kg": graph.kg.describe(),
