@@ -221,13 +221,13 @@ class ToolEnvironment:
         return self.call(call)
 
     def call(self, call: ToolCall) -> ToolResult:
-        spec = self.tools.get(call.name)
-        if spec is None:
+        entry = self.tools.get(call.name)
+        if entry is None:
             names = ", ".join(self.tools)
             return self._error(
                 ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available: {names}.", call
             )
-        arity, fn = spec
+        arity, fn = entry
         if len(call.args) != arity or not isinstance(call.args[0], str):
             usage = self.usage(call.name)
             return self._error(ErrorType.WRONG_ARGUMENTS, f"wrong arguments; use {usage}.", call)

@@ -15,7 +15,9 @@ DEFAULT_TIMEOUT_S = 30.0
 
 
 class KG(abc.ABC):
-    """A knowledge graph reachable through read-only SPARQL.
+    """A knowledge graph store reachable through read-only SPARQL (the embedded Oxigraph store
+    or an endpoint). Stages that think in entities and relations use the
+    :class:`~kgsynth.kg.graph.KGGraph` built over it.
 
     Backends implement :meth:`_select_iter` (or :meth:`_select`) and :meth:`_ask`; the public
     methods run the read-only guard first and send the text it checked, so nothing a caller

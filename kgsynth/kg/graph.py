@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 
 
 class KGGraph(BatchPrefetch):
-    """Entity and relation look-ups with caching, shared by tools and walks."""
+    """The KG as the agent's tools and the walker see it: named entities, their relations in
+    both directions and their neighbours, looked up with caching. A :class:`~kgsynth.kg.base.KG`
+    is the store those look-ups are sent to as SPARQL; a ``KGGraph`` is built over one."""
 
     def __init__(self, kg: KG, *, cache_size: int = 200_000, max_neighbors: int = 10_000) -> None:
         self.kg = kg
