@@ -55,9 +55,21 @@ def for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     ]
 
 
-def _chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    template = getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
-    return tokenizer.apply_chat_template(messages, tokenize=False, chat_template=template)
+def chat_template(tokenizer: Any) -> str:
+    """The chat template a policy is rendered with: its tokenizer's, else the ChatML one."""
+    return getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
+
+
+def chat_text(
+    tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool = False
+) -> str:
+    """``messages`` as the policy reads them (SFT's samples and GRPO's rollouts alike)."""
+    return tokenizer.apply_chat_template(
+        messages,
+        tokenize=False,
+        add_generation_prompt=generation_prompt,
+        chat_template=chat_template(tokenizer),
+    )
 
 
 def assistant_spans(
@@ -69,12 +81,12 @@ def assistant_spans(
     templates render a conversation as the concatenation of its turns); inside an assistant
     segment the span runs from its content to the end of the end-of-turn token after it."""
     msgs = for_template(messages)
-    text = _chat(tokenizer, msgs)
+    text = chat_text(tokenizer, msgs)
     eos = getattr(tokenizer, "eos_token", None) or ""
     spans: list[tuple[int, int]] = []
     prev = 0
     for i, m in enumerate(msgs):
-        upto = _chat(tokenizer, msgs[: i + 1])
+        upto = chat_text(tokenizer, msgs[: i + 1])
         if not text.startswith(upto):
             raise ValueError("the chat template does not render conversations turn by turn")
         if m["role"] == "assistant":

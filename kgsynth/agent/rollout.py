@@ -36,7 +36,7 @@ from kgsynth.agent.protocol import (
     STOP_SEQUENCES,
     TRUNCATION_MARK,
 )
-from kgsynth.agent.render import CHATML_TEMPLATE
+from kgsynth.agent.render import chat_text
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.config import option
 
@@ -122,7 +122,6 @@ class TokenPolicy:
     def __init__(self, model: Any, tokenizer: Any) -> None:
         self.model = model
         self.tok = tokenizer
-        self.template = getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
         eos = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
         self.eos_ids = {eos} if eos is not None else set()
@@ -134,12 +133,7 @@ class TokenPolicy:
         self.stop_strings = [] if len(self.stop_ids) == len(STOP_SEQUENCES) else STOP_SEQUENCES
 
     def chat(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
-        return self.tok.apply_chat_template(
-            messages,
-            tokenize=False,
-            add_generation_prompt=generation_prompt,
-            chat_template=self.template,
-        )
+        return chat_text(self.tok, messages, generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok(text, add_special_tokens=False)["input_ids"])
