@@ -190,12 +190,12 @@ def _evaluate(
             highlight=False,
         )
     records = evaluation.load_questions(questions, qtype_file=qtype_file, limit=cfg.limit)
-    systems = evaluation.plan_subjects(model, llm, cfg)
+    subjects = evaluation.plan_subjects(model, llm, cfg)
     staged = eval_output(
         out_dir,
         overwrite=overwrite,
         backend=llm,
-        systems=systems,
+        subjects=subjects,
         questions=questions,
         qtype_file=qtype_file,
         kg=kg,
@@ -206,13 +206,13 @@ def _evaluate(
         graph = open_graph_option(kg, profile)
         label = label or evaluation.checkpoint_label(model)
         clients: dict[str, Any] = {}
-        for system in systems:
-            if system.model not in clients:
-                clients[system.model] = make_llm(
-                    llm, cache=cache, model=system.model, **llm_options
+        for subject in subjects:
+            if subject.model not in clients:
+                clients[subject.model] = make_llm(
+                    llm, cache=cache, model=subject.model, **llm_options
                 )
         with progress_bar() as bar:
-            task = bar.add_task(label, total=len(records) * cfg.runs * len(systems), info="")
+            task = bar.add_task(label, total=len(records) * cfg.runs * len(subjects), info="")
 
             def progress(done: int, total: int, info: str) -> None:
                 requests = sum(c.stats.requests for c in clients.values())
@@ -225,7 +225,7 @@ def _evaluate(
                 records,
                 cfg,
                 graph=graph,
-                llm={s.name: clients[s.model] for s in systems},
+                llm={s.name: clients[s.model] for s in subjects},
                 progress=progress,
             )
         for client in clients.values():
@@ -237,7 +237,7 @@ def _evaluate(
             label=label,
             questions=questions,
             backend=llm,
-            systems=systems,
+            subjects=subjects,
             clients=clients,
             started=started,
         )

@@ -36,7 +36,7 @@ def eval_output(
     *,
     overwrite: bool,
     backend: str,
-    systems: Sequence[Subject],
+    subjects: Sequence[Subject],
     questions: Path,
     qtype_file: Path | None,
     kg: str | None,
@@ -46,11 +46,11 @@ def eval_output(
     """The staged evaluation folder; refused when it is a model checkpoint (its manifest.json
     and files would replace the checkpoint's own). Its inputs: the question file, the KG, the
     checkpoints of an hf run, the request cache and the config file."""
-    model = systems[0].model
+    model = subjects[0].model
     hf = backend == "hf"
     if (out_dir / "config.json").is_file() or (hf and out_dir.resolve() == Path(model).resolve()):
         raise ConfigError(f"--out: {out_dir} is a model checkpoint; choose another folder")
-    untrained = next((s.model for s in systems if s.name == "untrained"), None)
+    untrained = next((s.model for s in subjects if s.name == "untrained"), None)
     return StagedOutput(
         out_dir,
         folder=True,
@@ -76,7 +76,7 @@ def write_eval(
     label: str,
     questions: Path,
     backend: str,
-    systems: Sequence[Subject],
+    subjects: Sequence[Subject],
     clients: Mapping[str, LLM],
     started: float,
 ) -> dict[str, Any]:
@@ -115,8 +115,8 @@ def write_eval(
             "rows": metrics["counts"]["questions"],
             "limit": cfg.limit,
         },
-        model={"backend": backend, "model": systems[0].model},
-        baselines={s.name: {"model": s.model, "tools": s.tools} for s in systems[1:]},
+        model={"backend": backend, "model": subjects[0].model},
+        baselines={s.name: {"model": s.model, "tools": s.tools} for s in subjects[1:]},
         kg=metrics["kg"],
         llm={name: c.describe() for name, c in clients.items()},
         output={
