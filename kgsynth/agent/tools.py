@@ -65,6 +65,7 @@ class ErrorType(StrEnum):
     NO_RESULTS = "no_results"
     TIMEOUT = "timeout"
     KG_UNAVAILABLE = "kg_unavailable"
+    QUERY_REFUSED = "query_refused"  # agent-written SPARQL the guard (or the form check) refused
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,9 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:cut]}\n[... truncated: {rest} more lines]"
 
 
-class _Failure(Exception):
+class ToolFailure(Exception):
+    """Raised inside a tool: the call fails with ``error`` and the agent reads ``text``."""
+
     def __init__(self, error: ErrorType, text: str) -> None:
         super().__init__(text)
         self.error = error
@@ -206,8 +209,10 @@ class ToolEnvironment:
                 "get_head_entities": (2, lambda e, r: self._entities_one_way(e, r, "in")),
                 "get_tail_entities": (2, lambda e, r: self._entities_one_way(e, r, "out")),
             }
-        else:
-            raise ValueError(f"unknown tool set {self.config.toolset!r}")
+        else:  # the SPARQL-writing sets (KnowCoder-A1, ISP) live in their own modules
+            from kgsynth.agent.toolsets import make_tools
+
+            tools = make_tools(self)
         self.tools = tools
 
     # --- entry point ---------------------------------------------------------------------
@@ -233,7 +238,7 @@ class ToolEnvironment:
             return self._error(ErrorType.WRONG_ARGUMENTS, f"wrong arguments; use {usage}.", call)
         try:
             result = fn(*call.args)
-        except _Failure as fail:
+        except ToolFailure as fail:
             return self._error(fail.error, fail.text, call)
         except KGTimeoutError:
             return self._error(
@@ -279,7 +284,7 @@ class ToolEnvironment:
         resolution = self.graph.resolve(name)
         if resolution is None:
             shown = name if len(name) <= 80 else name[:77] + "..."
-            raise _Failure(
+            raise ToolFailure(
                 ErrorType.ENTITY_NOT_FOUND,
                 f'no entity named "{shown}"; use an exact name from the question or an '
                 "earlier observation.",
@@ -302,7 +307,7 @@ class ToolEnvironment:
         self, entity: Entity, rels: list[Relation], notes: tuple[str, ...]
     ) -> ToolResult:
         if not rels:
-            raise _Failure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
+            raise ToolFailure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
         if self.config.toolset == "kgr1":  # the full set, by name; a cap is an option
             cap = self.config.kgr1_max_relations
             ranked = sorted(rels, key=lambda r: (r.name, r.direction))[:cap]
@@ -347,7 +352,7 @@ class ToolEnvironment:
                 more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
                 lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
         if len(seen) == 1:
-            raise _Failure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
+            raise ToolFailure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
         if missing:
             lines.append(f'(not relations of "{entity.name}": {", ".join(missing)})')
         return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
@@ -367,7 +372,7 @@ class ToolEnvironment:
                 missing.append(name)
         if not rels:
             listed = ", ".join(missing) if missing else "(none given)"
-            raise _Failure(
+            raise ToolFailure(
                 ErrorType.RELATION_NOT_FOUND,
                 f'"{entity.name}" has no relation {listed}; call get_relations first'
                 if self.config.toolset == "graphwalker"
@@ -396,7 +401,7 @@ class ToolEnvironment:
 
     def _entities_one_way(self, name: str, relation: object, direction: str) -> ToolResult:
         if not isinstance(relation, str):
-            raise _Failure(ErrorType.WRONG_ARGUMENTS, "give one relation name as a string.")
+            raise ToolFailure(ErrorType.WRONG_ARGUMENTS, "give one relation name as a string.")
         entity, notes = self._entity(name)
         rels, _ = self._select_relations(entity, [relation], direction)
         return self._triples_text(entity, rels, notes, [])
