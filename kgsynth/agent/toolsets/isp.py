@@ -1,0 +1,338 @@
+"""ISP-KGR's tool set (``isp``): node exploration through relation-enumeration templates, and
+SPARQL execution.
+
+``node("Entity Name")`` — the entity's one- and two-hop templates, each a query shape the
+agent can complete: one hop ``(e, r, ?x)`` or ``(?x, r, e)``, two hops
+``(e, r1, ?m) (?m, r2, ?x)`` with each hop in either direction. Templates are ranked against
+the question by the words of their relations (a template's text: ``directed by starred
+actors``): the cosine similarity under the bundled all-MiniLM-L6-v2 encoder
+(:func:`kgsynth.agent.relrank.shared_scorer`) plus BM25 scaled to [0, 1], the ``hybrid`` score
+of :func:`~kgsynth.agent.tools.rank_relations`. The cosine alone misleads on short relation
+names: for "who directed Kismet" it gives ``starred actors`` 0.37 and ``directed by`` 0.29;
+a shared word counts most with BM25 added. When the encoder cannot load, BM25 alone ranks them
+and the observation says so. The best :data:`MAX_TEMPLATES` are shown, one line each: the hops
+by name, how many distinct answers ``?x`` the template reaches, and its SPARQL triple patterns
+with the entity's IRI; IRIs are written as prefixed names where Oxigraph can parse them back,
+after ``PREFIX`` lines the agent copies into its query (:class:`Prefixes`).
+
+``sparql("SELECT ...")`` — runs the agent's query through the read-only guard, the timeout and
+the row cap (:func:`kgsynth.agent.toolsets.sparql_result`); rows are shown by name.
+
+The work of one ``node`` call is bounded: only the :data:`MAX_FIRST_HOP` best-ranked first-hop
+relations are expanded to a second hop, each through at most :data:`MAX_MIDS` of its
+neighbours (chosen in the environment's seeded relevance order, see
+:func:`~kgsynth.agent.tools.order_neighbors`). Answer counts come from
+:class:`~kgsynth.kg.graph.KGGraph`'s cached look-ups: a one-hop count is the relation's
+fan-out; a two-hop count is the union over the neighbours looked at, shown as "at least" when
+the first hop has more neighbours than were looked at. The entity itself is not counted as an
+answer of a two-hop template (its patterns then carry ``FILTER(?x != e)``), and a two-hop
+template that reaches only the entity is not shown.
+
+Built by :class:`~kgsynth.agent.tools.ToolEnvironment` when ``toolset="isp"``::
+
+    ToolEnvironment(graph, "who directed Kismet", AgentConfig(toolset="isp")).execute('node("Kismet")')
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
+from kgsynth.agent.tools import (
+    DenseScorer,
+    ErrorType,
+    ToolEnvironment,
+    ToolFailure,
+    ToolResult,
+    order_neighbors,
+    rank_relations,
+    relation_words,
+)
+from kgsynth.agent.toolsets import ToolTable, sparql_result
+from kgsynth.kg import sparql
+from kgsynth.kg.graph import Entity, KGGraph, Relation
+from kgsynth.kg.terms import Term
+
+log = logging.getLogger(__name__)
+
+MAX_TEMPLATES = 10
+"""Templates a ``node`` observation shows, most similar to the question first (ISP: top 10)."""
+MAX_FIRST_HOP = 20
+"""First-hop relations (the best-ranked) expanded to a second hop."""
+MAX_MIDS = 5
+"""Neighbours per expanded first-hop relation whose relations give the second hops."""
+
+TOOL_HELP = [
+    {
+        "usage": 'node("Entity Name")',
+        "description": "the entity's one- and two-hop query templates, most relevant first, "
+        "each with its answer count and SPARQL triple patterns (?x is the answer)",
+    },
+    {
+        "usage": 'sparql("SELECT ... WHERE { ... }")',
+        "description": "run a SELECT or ASK query over the KG; rows are shown by name",
+    },
+]
+
+ENCODER_FALLBACK_NOTE = (
+    "note: the sentence encoder could not be loaded; templates are ranked by BM25 instead."
+)
+
+
+@dataclass
+class Template:
+    """One relation-enumeration template of an entity: one or two hops, the answer ``?x``.
+
+    ``mids`` are the first hop's neighbours (IRIs) through which the second hop was found;
+    ``sampled`` says the first hop has more neighbours than ``mids`` (counts are then lower
+    bounds)."""
+
+    hops: tuple[Relation, ...]
+    mids: tuple[str, ...] = ()
+    sampled: bool = False
+    answers: int = 0
+    reaches_entity: bool = False
+
+    @property
+    def text(self) -> str:
+        """What is ranked against the question: the relation words of the hops."""
+        return " ".join(relation_words(r) for r in self.hops)
+
+    def shape(self, name: str) -> str:
+        """The hops by name: ``Kismet -directed_by-> ?m <-directed_by- ?x``."""
+        parts = [name]
+        for i, rel in enumerate(self.hops):
+            var = "?x" if i == len(self.hops) - 1 else "?m"
+            arrow = f"-{rel.name}->" if rel.direction == "out" else f"<-{rel.name}-"
+            parts += [arrow, var]
+        return " ".join(parts)
+
+    def patterns(self, entity_iri: str, term: Callable[[str], str] = sparql.iri) -> str:
+        """The SPARQL triple patterns of the template with the entity's IRI. A hop across an
+        unnamed node (a flattened Freebase CVT) is two patterns through ``?c1``/``?c2``, as in
+        WebQSP's queries; :meth:`KGGraph.pattern`'s filters that the node is unnamed are left
+        out, they would triple a line's length. ``term`` writes an IRI (see :class:`Prefixes`)."""
+        node = term(entity_iri)
+        if len(self.hops) == 1:
+            return hop_patterns(node, self.hops[0], "?x", "?c1", term)
+        first = hop_patterns(node, self.hops[0], "?m", "?c1", term)
+        text = f"{first} {hop_patterns('?m', self.hops[1], '?x', '?c2', term)}"
+        return text + f" FILTER(?x != {node})" if self.reaches_entity else text
+
+
+def hop_patterns(
+    subject: str, rel: Relation, obj: str, mid: str, term: Callable[[str], str] = sparql.iri
+) -> str:
+    """Triple patterns for ``subject --rel--> obj`` (SPARQL terms), through ``mid`` when the
+    relation is a two-edge path."""
+    head, tail = (obj, subject) if rel.inverse else (subject, obj)
+    edges = [term(p) for p in rel.path]
+    if len(edges) == 1:
+        return f"{head} {edges[0]} {tail} ."
+    return f"{head} {edges[0]} {mid} . {mid} {edges[1]} {tail} ."
+
+
+# a prefixed name's local part kgsynth writes: letters, digits, _ - . and %XX (no final dot),
+# at most one dot: Oxigraph 0.5's parser refuses ns:film.actor.film (valid SPARQL)
+_LOCAL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]|%[0-9A-Fa-f]{2})*(?<!\.)$")
+_PREFIX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+class Prefixes:
+    """Short names for IRIs in an observation: a namespace (an IRI up to its last ``/`` or
+    ``#``) gets ``PREFIX name:``, named after its last path segment (``entity:``, ``ns:``)
+    when that is free, else ``ns1:``, ``ns2:`` …; an IRI whose local part is not a plain
+    prefixed name (``Kismet_(1944)``), or has more than one dot (Freebase's
+    ``film.actor.film``, which Oxigraph cannot parse), stays written in full."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}  # namespace -> prefix name
+
+    def __call__(self, iri: str) -> str:
+        cut = max(iri.rfind("/"), iri.rfind("#")) + 1
+        space, local = iri[:cut], iri[cut:]
+        if not cut or not _LOCAL.match(local) or local.count(".") > 1 or ">" in space:
+            return sparql.iri(iri)
+        name = self.names.get(space)
+        if name is None:
+            last = space.rstrip("/#").rsplit("/", 1)[-1].lower()
+            taken = set(self.names.values())
+            name = last if _PREFIX_NAME.match(last) and last not in taken else ""
+            i = 1
+            while not name or name in taken:
+                name, i = f"ns{i}", i + 1
+            self.names[space] = name
+        return f"{name}:{local}"
+
+    def declarations(self) -> list[str]:
+        return [f"PREFIX {name}: <{space}>" for space, name in self.names.items()]
+
+
+class TemplateRanker:
+    """Orders template texts by similarity to the question: BM25 scaled to [0, 1] plus the
+    sentence encoder's cosine (:func:`~kgsynth.agent.tools.rank_relations`' hybrid score), or
+    BM25 alone when the encoder cannot load (then :attr:`fell_back` is set and every later call
+    uses BM25)."""
+
+    def __init__(self, question: str, dense: DenseScorer | None) -> None:
+        self.question = question
+        self._dense = dense
+        self.fell_back = False
+
+    def _scorer(self) -> DenseScorer | None:
+        if self.fell_back:
+            return None
+        if self._dense is None:
+            from kgsynth.agent.relrank import shared_scorer
+
+            self._dense = shared_scorer()
+        return self._dense
+
+    def rank(self, templates: Sequence[Template]) -> list[Template]:
+        """``templates`` most similar first; ties keep the given order (no question: as given)."""
+        # rank_relations ranks relations by their names' words: one stand-in per template
+        stand_ins = [Relation(t.text, "out", (str(i),)) for i, t in enumerate(templates)]
+        scorer = self._scorer() if self.question else None
+        try:
+            ranked = rank_relations(self.question, stand_ins, scorer)
+        except Exception as exc:  # any load failure (missing package, model files, device)
+            log.warning("sentence encoder unavailable (%s); ranking templates by BM25", exc)
+            self.fell_back = True
+            ranked = rank_relations(self.question, stand_ins)
+        return [templates[int(r.path[0])] for r in ranked]
+
+
+def explore(
+    env: ToolEnvironment,
+    entity: Entity,
+    ranker: TemplateRanker,
+    *,
+    max_first_hop: int = MAX_FIRST_HOP,
+    max_mids: int = MAX_MIDS,
+) -> list[Template]:
+    """Every template of ``entity`` within the bounds, ranked (answer counts not yet set:
+    see :func:`count_answers`). One-hop templates are ranked first; the ``max_first_hop`` best
+    first hops are expanded through ``max_mids`` of their neighbours each."""
+    graph = env.graph
+    fanouts = graph.fanouts(entity.iri)
+    one_hop = ranker.rank([Template((r,), answers=n) for r, n in fanouts.items()])
+    mids_of: dict[Relation, list[str]] = {}
+    sampled: dict[Relation, bool] = {}
+    for t in one_hop[:max_first_hop]:
+        rel = t.hops[0]
+        named = [n for n in graph.neighbors(entity.iri, rel) if n.term.kind == "iri"]
+        chosen = order_neighbors(env.question, entity.iri, rel, named, max_mids)[:max_mids]
+        mids_of[rel] = [n.term.value for n in chosen]
+        sampled[rel] = len(named) > len(chosen)
+    graph.prefetch_lookups(fanouts=[m for mids in mids_of.values() for m in mids])
+    two_hop: dict[tuple[Relation, Relation], list[str]] = {}
+    for r1, mids in mids_of.items():
+        for mid in mids:
+            for r2 in graph.fanouts(mid):
+                two_hop.setdefault((r1, r2), []).append(mid)
+    candidates = [
+        Template((r1, r2), tuple(mids), sampled[r1]) for (r1, r2), mids in two_hop.items()
+    ]
+    everything = [*one_hop, *candidates]  # one ranking over both: BM25's scores need one corpus
+    return ranker.rank(everything)
+
+
+def count_answers(graph: KGGraph, entity: Entity, template: Template) -> None:
+    """Set a two-hop template's answer count: the distinct answers reached through its
+    ``mids`` (cached target look-ups), the entity itself left out."""
+    if len(template.hops) == 1:
+        return
+    answers: set[Term] = set()
+    for mid in template.mids:
+        answers.update(graph.targets(mid, template.hops[1]))
+    me = Term("iri", entity.iri)
+    template.reaches_entity = me in answers
+    answers.discard(me)
+    template.answers = len(answers)
+
+
+def node(
+    env: ToolEnvironment,
+    name: str,
+    ranker: TemplateRanker,
+    *,
+    max_templates: int = MAX_TEMPLATES,
+    max_first_hop: int = MAX_FIRST_HOP,
+    max_mids: int = MAX_MIDS,
+) -> ToolResult:
+    """ISP's node exploration of ``name``: the best ``max_templates`` templates (module doc)."""
+    entity, notes = env._entity(name)
+    graph = env.graph
+    ranked = explore(env, entity, ranker, max_first_hop=max_first_hop, max_mids=max_mids)
+    if not ranked:
+        raise ToolFailure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
+    graph.prefetch_lookups(
+        targets=[
+            (m, t.hops[1]) for t in ranked[: max_templates * 2] if len(t.hops) == 2 for m in t.mids
+        ]
+    )
+    shown: list[Template] = []
+    for t in ranked:
+        count_answers(graph, entity, t)
+        if t.answers > 0:  # a two-hop template that only comes back to the entity
+            shown.append(t)
+        if len(shown) == max_templates:
+            break
+    if ranker.fell_back:
+        notes = (*notes, ENCODER_FALLBACK_NOTE)
+    order = ", most similar to the question first" if env.question else ""
+    term = Prefixes()
+    body = []
+    for i, t in enumerate(shown, 1):
+        more = "at least " if t.sampled else ""
+        count = f"{more}{t.answers} answer{'' if t.answers == 1 else 's'}"
+        body.append(f"{i}. {t.shape(entity.name)} ({count}): {t.patterns(entity.iri, term)}")
+    lines = [
+        *notes,
+        f'Templates of "{entity.name}" ({term(entity.iri)}){order}; ?x is the answer; '
+        "a query declares the prefixes it uses:",
+        *term.declarations(),
+        *body,
+    ]
+    return ToolResult("\n".join(lines), entities=(entity.name, entity.iri), notes=notes)
+
+
+def make_tools(
+    env: ToolEnvironment,
+    *,
+    timeout: float = AGENT_QUERY_TIMEOUT_S,
+    max_rows: int = AGENT_MAX_ROWS,
+) -> ToolTable:
+    """The ``isp`` tool table of ``env``: ``node`` (arity 1) and ``sparql`` (arity 1);
+    ``timeout`` and ``max_rows`` bound the agent's queries."""
+    ranker = TemplateRanker(env.question, env.dense)
+
+    def node_tool(name: str) -> ToolResult:
+        ranker.question = env.question
+        return node(env, name, ranker)
+
+    def sparql_tool(query: str) -> ToolResult:
+        return sparql_result(env, query, "sparql", timeout=timeout, max_rows=max_rows)
+
+    tools: dict[str, tuple[int, Callable[..., ToolResult]]] = {
+        "node": (1, node_tool),
+        "sparql": (1, sparql_tool),
+    }
+    return tools
+
+
+__all__ = [
+    "MAX_FIRST_HOP",
+    "MAX_MIDS",
+    "MAX_TEMPLATES",
+    "TOOL_HELP",
+    "Template",
+    "TemplateRanker",
+    "count_answers",
+    "explore",
+    "make_tools",
+    "node",
+]
