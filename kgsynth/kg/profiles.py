@@ -42,6 +42,9 @@ class KGProfile:
     relation_namespace: str = KGSYNTH_RELATION
     # Language tag import writes names with (None: plain literal).
     label_lang: str | None = None
+    # Predicates whose objects are the entity's types (classes): rdf:type, Freebase's
+    # type.object.type, Wikidata's P31 (instance of).
+    type_predicates: tuple[str, ...] = (RDF_TYPE,)
 
     @property
     def label_predicate(self) -> str:
@@ -131,6 +134,7 @@ FREEBASE = KGProfile(
     entity_namespace=FREEBASE_NS,
     relation_namespace=FREEBASE_NS,
     label_lang="en",
+    type_predicates=(FREEBASE_NS + "type.object.type",),
 )
 
 WIKIDATA = KGProfile(
@@ -141,6 +145,7 @@ WIKIDATA = KGProfile(
     entity_namespace=WIKIDATA_ENTITY,
     relation_namespace=WIKIDATA_DIRECT,
     label_lang="en",
+    type_predicates=(WIKIDATA_DIRECT + "P31",),
 )
 
 PROFILES: dict[str, KGProfile] = {p.name: p for p in (GENERIC, FREEBASE, WIKIDATA)}
