@@ -246,3 +246,12 @@ def test_tool_help_names_both_tools():
         'sparql("SELECT ... WHERE { ... }")',
     ]
     assert all(set(h) == {"usage", "description"} for h in isp.TOOL_HELP)
+
+
+def test_a_wrong_number_of_arguments_is_wrong_arguments():
+    from tests.kgfixtures import movie_kg
+
+    env = ToolEnvironment(KGGraph(movie_kg()), "who directed Kismet", AgentConfig(toolset="isp"))
+    result = env.execute('node("Kismet", "extra")')
+    assert result.error == ErrorType.WRONG_ARGUMENTS
+    assert result.text == 'Error (wrong arguments): wrong arguments; use node("Entity Name").'

@@ -337,9 +337,7 @@ def test_bad_arguments_are_wrong_arguments(movies, tool, args):
     assert result.text == f"Error (wrong arguments): wrong arguments; use {knowcoder.USAGE[tool]}."
 
 
-@pytest.mark.xfail(
-    raises=KeyError, strict=True, reason="ToolEnvironment.usage() does not know these tools yet"
-)
 def test_a_wrong_number_of_arguments_is_wrong_arguments(movies):
     result = env_for(movies).execute('SearchTypes("film", "extra")')
     assert result.error == ErrorType.WRONG_ARGUMENTS
+    assert result.text.endswith(f"use {knowcoder.USAGE['SearchTypes']}.")

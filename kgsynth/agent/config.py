@@ -20,9 +20,9 @@ from typing import Any, Literal
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
 
-ToolSetName = Literal["graphwalker", "kgr1"]
+ToolSetName = Literal["graphwalker", "kgr1", "knowcoder", "isp"]
 NeighborOrder = Literal["relevance", "alphabetical"]
-TOOLSETS = ("graphwalker", "kgr1")
+TOOLSETS = ("graphwalker", "kgr1", "knowcoder", "isp")
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
 RELATION_RANKINGS = ("bm25", "hybrid")
@@ -45,9 +45,11 @@ class AgentConfig:
     """What the agent is and what its tools show; the same in synthesis, RL and eval so that
     all three see the same prompts and observations."""
 
-    toolset: Literal["graphwalker", "kgr1"] = option(
+    toolset: Literal["graphwalker", "kgr1", "knowcoder", "isp"] = option(
         "graphwalker",
-        "Tool set: graphwalker (get_relations, get_triples) or kgr1 (KG-R1's four one-way tools)",
+        "Tool set: graphwalker (get_relations, get_triples), kgr1 (KG-R1's four one-way tools), "
+        "knowcoder (KnowCoder-A1: SearchTypes, SearchGraphPatterns, ExecuteSPARQL) or isp "
+        "(ISP: node exploration and sparql)",
         aliases=("--tools",),
     )
     max_turns: int = option(10, "Assistant turns before the agent is asked for a final answer")
@@ -101,7 +103,7 @@ class AgentConfig:
                     f"{name} must be {rule} ({flags}; got {getattr(self, name)!r})"
                 )
 
-        need(self.toolset in TOOLSETS, "toolset", "graphwalker or kgr1")
+        need(self.toolset in TOOLSETS, "toolset", "graphwalker, kgr1, knowcoder or isp")
         need(self.max_turns >= 1, "max_turns", ">= 1")
         need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
         need(self.system_prompt in PROMPT_STYLES, "system_prompt", " or ".join(PROMPT_STYLES))

@@ -55,7 +55,23 @@ def system_prompt(toolset: str = "graphwalker", max_turns: int = 10, style: str 
     if style not in PROMPT_STYLES:
         raise ValueError(f"system prompt style must be one of {', '.join(PROMPT_STYLES)}")
     name = "agent_system" if style == "full" else "agent_system_short"
-    return render(name, tools=TOOL_HELP[toolset], max_turns=max_turns)
+    return render(name, tools=tool_help(toolset), max_turns=max_turns)
+
+
+def tool_help(toolset: str) -> list[dict[str, str]]:
+    """The tool list a system prompt shows for ``toolset`` (the SPARQL-writing sets keep theirs
+    in their modules)."""
+    if toolset in TOOL_HELP:
+        return TOOL_HELP[toolset]
+    if toolset == "knowcoder":
+        from kgsynth.agent.toolsets import knowcoder
+
+        return knowcoder.TOOL_HELP
+    if toolset == "isp":
+        from kgsynth.agent.toolsets import isp
+
+        return isp.TOOL_HELP
+    raise ValueError(f"unknown tool set {toolset!r}")
 
 
 def agent_system_prompt(cfg: AgentConfig) -> str:

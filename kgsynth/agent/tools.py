@@ -252,14 +252,17 @@ class ToolEnvironment:
         return ToolResult(text, None, call.name, call.args, result.entities, result.notes)
 
     def usage(self, name: str) -> str:
-        return {
-            "get_relations": 'get_relations("Entity Name")',
-            "get_triples": 'get_triples("Entity Name", ["relation", ...])',
-            "get_head_relations": 'get_head_relations("Entity Name")',
-            "get_tail_relations": 'get_tail_relations("Entity Name")',
-            "get_head_entities": 'get_head_entities("Entity Name", "relation")',
-            "get_tail_entities": 'get_tail_entities("Entity Name", "relation")',
-        }[name]
+        """How to call tool ``name``, as the system prompt shows it."""
+        from kgsynth.agent.prompt import tool_help
+
+        return next(
+            (
+                h["usage"]
+                for h in tool_help(self.config.toolset)
+                if h["usage"].startswith(name + "(")
+            ),
+            f"{name}(...)",
+        )
 
     def _error(self, error: ErrorType, text: str, call: ToolCall | None = None) -> ToolResult:
         return ToolResult(

@@ -128,18 +128,21 @@ def kg_tool(
     kg: KGOption = None,
     profile: ProfileOption = None,
     question: Annotated[str, typer.Option(help="Question used to rank the relations.")] = "",
-    tools: Annotated[str, typer.Option(help="Tool set: graphwalker or kgr1.")] = "graphwalker",
+    tools: Annotated[
+        str, typer.Option(help="Tool set: graphwalker, kgr1, knowcoder or isp.")
+    ] = "graphwalker",
     top_k: Annotated[int, typer.Option(help="Relations shown by get_relations.")] = 10,
     max_triples: Annotated[int, typer.Option(help="Triples shown per relation.")] = 5,
     relation_ranking: RelationRankingOption = None,
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
+    from kgsynth.agent.config import TOOLSETS
     from kgsynth.agent.protocol import render_observation
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.text import clean_text
 
-    if tools not in ("graphwalker", "kgr1"):
-        fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose graphwalker or kgr1"))
+    if tools not in TOOLSETS:
+        fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose {', '.join(TOOLSETS)}"))
     if relation_ranking not in (None, "bm25", "hybrid"):
         fail(KGSynthError(f"--relation-ranking must be bm25 or hybrid (got {relation_ranking!r})"))
     # argv holds a non-UTF-8 byte as a lone surrogate

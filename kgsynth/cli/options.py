@@ -65,11 +65,6 @@ MaxTurnsOption = Annotated[
     int | None, typer.Option(help="Turn limit, then one forced answer. \\[default: 10]")
 ]
 TurnTokensOption = Annotated[int | None, typer.Option(help="Tokens per turn. \\[default: 512]")]
-ToolsOption = Annotated[
-    str | None,
-    typer.Option("--tools", help="Tool set: graphwalker or kgr1. \\[default: graphwalker]"),
-]
-
 RerankOption = Annotated[
     str | None,
     typer.Option(

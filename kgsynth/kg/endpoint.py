@@ -27,6 +27,7 @@ import base64
 import http.client
 import logging
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -43,6 +44,12 @@ from kgsynth.kg.terms import Row, Term
 from kgsynth.text import clean_text
 
 log = logging.getLogger(__name__)
+
+# what engines answer (HTTP 5xx) for a query stopped for its run time: Virtuoso's estimate
+# check ("The estimated execution time … exceeds the limit") and its timeout (SR171)
+_OVER_TIME = re.compile(
+    r"estimated execution time .* exceeds the limit|SR171: Transaction timed out"
+)
 
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 _RDF_LANG_STRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
@@ -290,6 +297,13 @@ class SparqlEndpointKG(KG):
                 last = exc
                 continue
             status, raw = result.response.status, result.response.body
+            if status >= 500 and _OVER_TIME.search(raw[:500].decode("utf-8", "replace")):
+                # the engine refused or stopped the query for its run time (Virtuoso checks
+                # its estimate before it starts): a timeout, and retrying would only repeat it
+                raise KGTimeoutError(
+                    f"the endpoint stopped the query for its run time: "
+                    f"{raw[:200].decode('utf-8', 'replace').strip()}"
+                )
             if status == 429 or status >= 500:
                 last = KGError(f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}")
                 continue

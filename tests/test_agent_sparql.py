@@ -1,0 +1,161 @@
+"""Agent-written SPARQL (kgsynth.agent.sparql_exec) against real backends: the embedded store,
+``oxigraph serve`` and Virtuoso (when installed).
+
+Hostile queries (updates smuggled past comments and strings, SERVICE anywhere, CONSTRUCT and
+DESCRIBE, runaway joins) are sent the way an agent's ``ExecuteSPARQL``/``sparql`` call sends
+them, through a tool environment: every refusal and timeout comes back as a typed tool error
+the agent reads, the store keeps the triples it had, and the recording server named in every
+SERVICE hears nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+
+from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, QueryRefused, query_form, run_agent_query
+from kgsynth.agent.tools import ErrorType, ToolEnvironment
+from kgsynth.agent.toolsets import sparql_result
+from kgsynth.kg.base import KG
+from kgsynth.kg.endpoint import SparqlEndpointKG
+from kgsynth.kg.graph import KGGraph
+from kgsynth.kg.profiles import get_profile
+from tests.test_guard import (
+    SETTINGS as GUARD_SETTINGS,
+)
+from tests.test_guard import (
+    Recorder,
+    count,
+    service_calls,
+    smuggled_updates,
+    writable_embedded,
+)
+
+# the guard's own tests send 150 cases per family and backend; these check that what it refuses
+# reaches the agent as a typed error, on fewer
+SETTINGS = settings(GUARD_SETTINGS, max_examples=25)
+REFUSALS: collections.Counter[str] = collections.Counter()  # refusals per backend and kind
+E = "http://kgsynth.org/entity/"
+R = "http://kgsynth.org/relation/"
+# six copies of every triple joined: far more rows than any timeout lets through
+RUNAWAY = (
+    "SELECT (COUNT(*) AS ?n) WHERE { " + " ".join(f"?s{i} ?p{i} ?o{i} ." for i in range(6)) + " }"
+)
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Iterator[Recorder]:
+    rec = Recorder()
+    yield rec
+    rec.close()
+
+
+@pytest.fixture(params=["embedded", "oxigraph", "virtuoso"])
+def backend(request: pytest.FixtureRequest) -> Iterator[KG]:
+    if request.param == "embedded":
+        kg: KG = writable_embedded()
+    else:
+        url = request.getfixturevalue(f"{request.param}_endpoint")
+        kg = SparqlEndpointKG(url, get_profile("generic"), timeout=10, retries=0)
+    kg.backend_name = request.param  # type: ignore[attr-defined]
+    yield kg
+    kg.close()
+
+
+def agent_env(kg: KG, timeout: float = 10.0) -> ToolEnvironment:
+    """A tool environment whose one tool runs the agent's query as ExecuteSPARQL does."""
+    env = ToolEnvironment(KGGraph(kg), "who directed Amelie")
+    env.tools = {"sparql": (1, lambda q: sparql_result(env, q, "sparql", timeout=timeout))}
+    return env
+
+
+def call(env: ToolEnvironment, query: str):
+    return env.call(type("Call", (), {"name": "sparql", "args": (query,)})())
+
+
+def test_answers_are_shown_by_name_and_capped(backend: KG):
+    graph = KGGraph(backend)
+    ans = run_agent_query(graph, f"SELECT ?d WHERE {{ <{E}Amelie> <{R}directed_by> ?d }}")
+    assert ans.text == "?d\nJean-Pierre Jeunet" and ans.names == ("Jean-Pierre Jeunet",)
+    assert run_agent_query(graph, f"ASK {{ <{E}Amelie> ?p ?o }}").text == "true"
+    capped = run_agent_query(graph, "SELECT ?s ?p ?o WHERE { ?s ?p ?o }", max_rows=3)
+    assert capped.capped and capped.text.count("\n") == 4  # header, 3 rows, the marker
+    assert "showing the first 3" in capped.text
+    assert run_agent_query(graph, f"SELECT ?x WHERE {{ <{E}Nobody> ?p ?x }}").text == "no rows"
+    assert AGENT_MAX_ROWS == 50
+
+
+def test_smuggled_updates_are_refused_as_typed_errors(backend: KG, recorder: Recorder):
+    env, before = agent_env(backend), count(backend)
+    name = backend.backend_name  # type: ignore[attr-defined]
+
+    @SETTINGS
+    @given(query=smuggled_updates(recorder.url))
+    def check(query: str) -> None:
+        result = call(env, query)
+        if result.error is not None:
+            assert result.error == ErrorType.QUERY_REFUSED, (result, query)
+            assert result.text.startswith("Error (query refused): the query was refused")
+            REFUSALS[f"{name}: update"] += 1
+        assert count(backend) == before
+        assert recorder.hits == []
+
+    check()
+
+
+def test_service_anywhere_is_refused_and_calls_nothing(backend: KG, recorder: Recorder):
+    env, before = agent_env(backend), count(backend)
+    name = backend.backend_name  # type: ignore[attr-defined]
+
+    @SETTINGS
+    @given(query=service_calls(recorder.url))
+    def check(query: str) -> None:
+        result = call(env, query)
+        assert result.error == ErrorType.QUERY_REFUSED, query
+        REFUSALS[f"{name}: service"] += 1
+        assert recorder.hits == [] and count(backend) == before
+
+    check()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o }",
+        "DESCRIBE <http://kgsynth.org/entity/Amelie>",
+        "PREFIX e: <http://kgsynth.org/entity/> construct { ?s ?p ?o } WHERE { ?s ?p ?o }",
+    ],
+)
+def test_only_select_and_ask_are_run(backend: KG, query: str):
+    result = call(agent_env(backend), query)
+    assert result.error == ErrorType.QUERY_REFUSED
+    assert "write a SELECT or an ASK query" in result.text
+    REFUSALS[f"{backend.backend_name}: form"] += 1  # type: ignore[attr-defined]
+
+
+def test_a_runaway_query_times_out_as_a_typed_error_and_the_store_answers_after(backend: KG):
+    env, before = agent_env(backend, timeout=0.5), count(backend)
+    result = call(env, RUNAWAY)
+    assert result.error == ErrorType.TIMEOUT, result
+    REFUSALS[f"{backend.backend_name}: timeout"] += 1  # type: ignore[attr-defined]
+    follow_up = call(agent_env(backend), f"ASK {{ <{E}Amelie> ?p ?o }}")
+    assert follow_up.ok and follow_up.text == "true"
+    assert count(backend) == before
+
+
+def test_query_form_and_refusal_text():
+    assert query_form("PREFIX a: <http://x/>\nselect * WHERE { ?s ?p ?o }") == "SELECT"
+    assert query_form("  ask { ?s ?p ?o }") == "ASK"
+    assert query_form("INSERT DATA { <a> <b> <c> }") is None
+    graph = KGGraph(writable_embedded())
+    with pytest.raises(QueryRefused, match="SERVICE"):
+        run_agent_query(graph, "SELECT * WHERE { SERVICE <http://127.0.0.1:9/> { ?s ?p ?o } }")
+
+
+def test_refusals_per_backend() -> None:
+    """Reports how many refusals each backend gave, by kind (shown with -rP / -s)."""
+    for key in sorted(REFUSALS):
+        print(f"{key}: {REFUSALS[key]}")
