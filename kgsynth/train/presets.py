@@ -87,7 +87,9 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
         ),
         "scale_rewards": Setting(True, KGSYNTH),
         "turn_advantage": Setting(False, "KnowCoder-A1: outcome-only supervision"),
-        "toolset": Setting("graphwalker", "kgsynth", f"KnowCoder-A1's {STAND_IN}"),
+        "toolset": Setting(
+            "knowcoder", "KnowCoder-A1's tools: SearchTypes, SearchGraphPatterns, ExecuteSPARQL"
+        ),
         "group_size": Setting(
             8, "third-party reading of the KnowCoder-A1 code (rollout repeat 8)", "not verified"
         ),
@@ -152,7 +154,12 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
         ),
         "turn_lambda": Setting(1.0, KGSYNTH),
         "scale_rewards": Setting(True, f"{ISP}: group z-score"),
-        "toolset": Setting("graphwalker", "kgsynth", f"ISP's {STAND_IN}"),
+        "toolset": Setting(
+            "isp",
+            "ISP: node exploration (1- and 2-hop templates, top 10) and SPARQL execution",
+            "kgsynth calls both as tools inside <kg-query>, one per turn; the paper's <node> and "
+            "<SPARQL> tags and several operations per step are not built yet",
+        ),
         "kl_coef": Setting(0.0, f"{ISP}: kl-coef 0"),
         "clip_low": Setting(0.2, f"{ISP}: clip 0.2"),
         "clip_high": Setting(0.24, f"{ISP}: clip-higher 0.24"),
