@@ -51,10 +51,17 @@ def rule_relation_order(question: str, relations: Sequence[str]) -> list[int]:
 
 
 def template_thought(
-    kind: str, entity: str, hop: dict[str, Any] | None, answers: Sequence[str]
+    kind: str,
+    entity: str,
+    hop: dict[str, Any] | None,
+    answers: Sequence[str],
+    relations: Sequence[str] = (),
 ) -> str:
-    """The template backend's thought before an oracle action (``kind``: relations, triples
-    or answer), for the trajectory synthesis of :mod:`kgsynth.synthesize.trajectories`."""
+    """The template backend's thought before an oracle action, for the trajectory synthesis of
+    :mod:`kgsynth.synthesize.trajectories`. ``kind``: relations or triples (graphwalker,
+    kgr1); types, patterns or execute (knowcoder); node or sparql (isp); answer.
+    ``relations``: the walk's relations, for a step that covers them all (a query, a pattern
+    search); ``entity`` is the type name for ``types``."""
     # Short on purpose: every token of a thought is trained on, and a thought names only what
     # the next action uses (the entity it starts from, the relation it follows).
     if kind == "relations":
@@ -62,6 +69,15 @@ def template_thought(
     if kind == "triples" and hop is not None:
         words = relation_words(hop["relation"])
         return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
+    words = " and ".join(dict.fromkeys(relation_words(r) for r in relations)) or "the question"
+    if kind == "types":
+        return f"The answers are of type {entity}: I look it up among the KG's types."
+    if kind == "patterns":
+        return f"I look for graph patterns around {entity} that match {words}."
+    if kind == "node":
+        return f"I explore the relations around {entity}."
+    if kind in ("execute", "sparql"):
+        return f"I query the KG from {entity}, following {', '.join(relations)}."
     return "The facts I found answer the question."
 
 
@@ -83,7 +99,14 @@ class TemplateLLM(LLM):
             rng = walk_rng(request.params.seed, str(ctx["walk_id"]))
             return f"<question>{question_from_walk(ctx, rng)}</question>"
         if request.task == "thought":
-            return f"<think>{template_thought(ctx['kind'], ctx['entity'], ctx.get('hop'), ctx.get('answers', []))}</think>"
+            thought = template_thought(
+                ctx["kind"],
+                ctx["entity"],
+                ctx.get("hop"),
+                ctx.get("answers", []),
+                ctx.get("relations", ()),
+            )
+            return f"<think>{thought}</think>"
         if request.task == "rerank_relations":
             return f"<order>{json.dumps(rule_relation_order(ctx['question'], ctx['relations']))}</order>"
         raise ValueError(f"the template backend has no rule for task {request.task!r}")

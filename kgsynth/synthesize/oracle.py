@@ -38,10 +38,13 @@ def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 @dataclass(frozen=True)
 class OracleCall:
-    kind: str  # relations | triples
+    # relations | triples (graphwalker, kgr1); types | patterns | execute (knowcoder);
+    # node | sparql (isp: kgsynth.synthesize.oracle_sparql)
+    kind: str
     call: str
-    entity: str  # the entity the call is about
-    hop: dict[str, Any]
+    entity: str  # the entity the call is about (the type name for types)
+    hop: dict[str, Any] | None
+    relations: tuple[str, ...] = ()  # the walk's relations, for a call that covers them all
 
 
 def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCall, OracleCall]:
@@ -60,7 +63,13 @@ def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCa
 
 
 def oracle_calls(row: dict[str, Any], toolset: str) -> list[OracleCall]:
-    """The gold action sequence of a question's walk."""
+    """The gold action sequence of a question's walk (for ``knowcoder`` without the
+    ``SearchTypes`` step, which needs the KG: :func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`
+    adds it)."""
+    if toolset in ("knowcoder", "isp"):
+        from kgsynth.synthesize.oracle_sparql import sparql_oracle_calls
+
+        return sparql_oracle_calls(row, toolset)
     calls = []
     for entity, hop in _ordered_hops(row):
         calls.extend(_calls_for(entity, hop, toolset))

@@ -1,5 +1,6 @@
 """Oracle trajectories: each question's walk replayed through the tools
-(:func:`~kgsynth.synthesize.oracle.replay`), then a thought written for every step from the
+(:func:`~kgsynth.synthesize.oracle.replay`; for the ``knowcoder`` and ``isp`` tool sets
+:func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`), then a thought written for every step from the
 question, the history so far and the next gold action only (no future leakage; the template
 backend writes templated thoughts). With ``workers`` > 1 (template backend) the questions are
 replayed in spawned processes over contiguous shards, with the same rows as one process."""
@@ -28,6 +29,12 @@ from kgsynth.llm.base import LLM, GenerationParams, Request
 from kgsynth.prompts import render
 from kgsynth.stage import Progress, Reject, Rejected
 from kgsynth.synthesize.oracle import oracle_answers, replay
+from kgsynth.synthesize.oracle_sparql import (
+    QUERY_KINDS,
+    SPARQL_TOOLSETS,
+    query_answers,
+    replay_sparql,
+)
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_row
 
@@ -71,20 +78,16 @@ def _thought_requests(
             kind = steps[s][0].kind if s < len(steps) else "answer"
             hop = steps[s][0].hop if s < len(steps) else None
             entity = steps[s][0].entity if s < len(steps) else ""
+            relations = steps[s][0].relations if s < len(steps) else ()
             content = render(
                 "thought", question=row["question"], history=_history_text(history), action=action
             )
+            context = {"kind": kind, "entity": entity, "hop": hop, "answers": row["answer_names"]}
+            if relations:  # only the SPARQL tool sets' calls; other contexts stay as they were
+                context["relations"] = list(relations)
             requests.append(
                 Request.make(
-                    [{"role": "user", "content": content}],
-                    tparams,
-                    task="thought",
-                    context={
-                        "kind": kind,
-                        "entity": entity,
-                        "hop": hop,
-                        "answers": row["answer_names"],
-                    },
+                    [{"role": "user", "content": content}], tparams, task="thought", context=context
                 )
             )
             owner.append(p)
@@ -113,7 +116,10 @@ def _episode(
         )
         messages.append({"role": "tool", "content": render_observation(result.text)})
         observed.extend(result.entities)
-    answers = oracle_answers(row, observed)
+    # the SPARQL tool sets answer from their query's rows, in the order the rows show them
+    last = steps[-1] if steps else None
+    shown = query_answers(last[1]) if last and last[0].kind in QUERY_KINDS else observed
+    answers = oracle_answers(row, shown)
     messages.append(
         {
             "role": "assistant",
@@ -164,7 +170,10 @@ def oracle_trajectories(
     for i, row in enumerate(rows):
         env = ToolEnvironment(graph, row["question"], cfg.tool_config(), reranker)
         try:
-            steps = replay(row, env, fan_out=cfg.fan_out)
+            if cfg.toolset in SPARQL_TOOLSETS:
+                steps = replay_sparql(row, env)
+            else:
+                steps = replay(row, env, fan_out=cfg.fan_out)
         except Reject as rej:
             results.append(Rejected(trajectory_row(row, 0, None, cfg, generator), rej.reason))
             continue

@@ -1,0 +1,192 @@
+"""Oracle trajectories for the tool sets whose agents write SPARQL (issue 17): a question's
+walk, with its stored logical form (the ``sparql`` column of the walk and question rows),
+becomes the action sequence each paper's agent would take, replayed through the real
+:class:`~kgsynth.agent.tools.ToolEnvironment`:
+
+- ``knowcoder`` (KnowCoder-A1: types, then patterns, then execute):
+  ``SearchTypes("<the answers' type>")`` when the KG has types (skipped on a KG without them,
+  such as the MetaQA KB, rather than showing an error), then
+  ``SearchGraphPatterns('SELECT ?x WHERE { "Kismet" ?r ?x }', "<the walk's relation words>")``
+  (a sketch naming each topic entity by name in double quotes), then
+  ``ExecuteSPARQL("<the stored SPARQL>")``;
+- ``isp`` (ISP-KGR: node explorations, then the SPARQL): ``node("<topic>")`` for each topic
+  entity (2I, IP and PI have two), then ``sparql("<the stored SPARQL>")``.
+
+Every call is written in the tool-call syntax :func:`~kgsynth.agent.toolcall.parse_tool_call`
+reads (Python string literals) and checked to read back to the intended arguments. A call that
+fails rejects the question (``oracle_<error type>``, as the graphwalker oracle does); so does a
+query that fails (``oracle_query_failed``) or whose observation does not show every gold answer
+(``answers_not_observed``: the row cap, a truncated observation). The answer then lists the gold
+answers in the order the query's observation shows them (:func:`query_answers`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kgsynth.agent.toolcall import ToolCallSyntaxError, parse_tool_call
+from kgsynth.agent.tools import ToolEnvironment, ToolResult
+from kgsynth.agent.toolsets.knowcoder import type_catalogue
+from kgsynth.kg import sparql
+from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.relation_forms import relation_words
+from kgsynth.metrics import normalize_answer
+from kgsynth.stage import Reject
+from kgsynth.synthesize.oracle import OracleCall
+
+SPARQL_TOOLSETS = ("knowcoder", "isp")
+"""The tool sets whose oracle is built here."""
+QUERY_KINDS = ("execute", "sparql")
+"""Kinds of the oracle step that runs the walk's query (its observation gives the answer)."""
+MAX_TYPED_ANSWERS = 20
+"""Gold answers whose types are read to choose the SearchTypes text."""
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _distinct(items: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def walk_relations(row: dict[str, Any]) -> tuple[str, ...]:
+    """The walk's relation names, in replay order (each once)."""
+    return _distinct(h["relation"] for hops in row["branches"] for h in hops)
+
+
+def _sketch_node(name: str, iri: str | None) -> str:
+    """A topic entity in the sketch: its name in double quotes, or its IRI when the name
+    holds a character the sketch's quoted-name syntax cannot carry."""
+    if not any(ch in name for ch in '"\\\n\r') or iri is None:
+        return f'"{name}"'
+    try:
+        return sparql.iri(iri)
+    except ValueError:
+        return f'"{name}"'
+
+
+def graph_sketch(row: dict[str, Any]) -> str:
+    """The walk's shape as a SPARQL sketch: topics named, relations and other nodes as
+    variables (``?x`` the answer, ``?m`` where IP's branches meet, ``?y1``… in between), e.g.
+    ``SELECT ?x WHERE { "Kismet" ?r1 ?y1 . ?y1 ?r2 ?x }``."""
+    branches, merges = row["branches"], row["merge_at"]
+    ids = list(row.get("topic_ids") or [None] * len(branches))
+    meet = "?m" if any(len(h) > m for h, m in zip(branches, merges, strict=True)) else "?x"
+    n_rel = sum(len(h) for h in branches)
+    rel_no, mid_no = iter(range(1, 100)), iter(range(1, 100))
+    triples: list[str] = []
+    for name, iri, hops, merge in zip(row["topic_names"], ids, branches, merges, strict=True):
+        prev = _sketch_node(name, iri)
+        for i, hop in enumerate(hops):
+            var = meet if i + 1 == merge else "?x" if i + 1 > merge else f"?y{next(mid_no)}"
+            rel = "?r" if n_rel == 1 else f"?r{next(rel_no)}"
+            head, tail = (var, prev) if hop["inverse"] else (prev, var)
+            triples.append(f"{head} {rel} {tail}")
+            prev = var
+    return f"SELECT ?x WHERE {{ {' . '.join(_distinct(triples))} }}"
+
+
+def answer_type(graph: KGGraph, row: dict[str, Any]) -> str | None:
+    """The name of the type most of the gold answers have (the text of ``SearchTypes``), or
+    None when the KG has no types (its type catalogue is empty) or no answer has one."""
+    types, _ = type_catalogue(graph)
+    if not types:
+        return None
+    values = []
+    for a in (row.get("answer_ids") or [])[:MAX_TYPED_ANSWERS]:
+        try:
+            values.append(sparql.iri(a))
+        except ValueError:
+            continue  # a literal answer has no type
+    if not values:
+        return None
+    prof = graph.profile
+    has = " UNION ".join(f"{{ ?a {sparql.iri(p)} ?t }}" for p in prof.type_predicates)
+    query = (
+        f"SELECT ?t (COUNT(DISTINCT ?a) AS ?n) WHERE {{ VALUES ?a {{ {' '.join(values)} }} "
+        f"{has} FILTER(isIRI(?t)) }} GROUP BY ?t ORDER BY DESC(?n) ?t LIMIT 1"
+    )
+    rows = graph.kg.select(query)
+    if not rows or "t" not in rows[0]:
+        return None
+    iri = rows[0]["t"].value
+    named = next((t.name for t in types if t.iri == iri), None)
+    return " ".join((named or prof.relation_name(iri)).split()) or None
+
+
+def sparql_oracle_calls(
+    row: dict[str, Any], toolset: str, type_name: str | None = None
+) -> list[OracleCall]:
+    """The gold action sequence of a question's walk for ``knowcoder`` or ``isp``;
+    ``type_name``: the ``SearchTypes`` text (None leaves that step out). Raises
+    :class:`~kgsynth.stage.Reject` (``no_sparql``) for a row without its logical form."""
+    query = row.get("sparql")
+    if not query:
+        raise Reject("no_sparql")
+    topics = list(row["topic_names"])
+    rels = walk_relations(row)
+    about = " and ".join(topics)
+    if toolset == "isp":
+        calls = [
+            OracleCall("node", f"node({_q(t)})", t, hops[0], rels)
+            for t, hops in zip(topics, row["branches"], strict=True)
+        ]
+        return [*calls, OracleCall("sparql", f"sparql({_q(query)})", about, None, rels)]
+    if toolset != "knowcoder":
+        raise ValueError(f"no SPARQL oracle for tool set {toolset!r}")
+    hint = " ".join(_distinct(relation_words(r) for r in rels))
+    calls = []
+    if type_name:
+        calls.append(OracleCall("types", f"SearchTypes({_q(type_name)})", type_name, None, rels))
+    sketch = f"SearchGraphPatterns({graph_sketch(row)!r}, {_q(hint)})"
+    calls.append(OracleCall("patterns", sketch, about, None, rels))
+    calls.append(OracleCall("execute", f"ExecuteSPARQL({_q(query)})", about, None, rels))
+    return calls
+
+
+def _check_syntax(call: OracleCall) -> None:
+    """The call must read back (as the agent's parser reads it) to a call of one tool with
+    string arguments: the stored SPARQL's escaping survives the tool-call syntax."""
+    try:
+        parsed = parse_tool_call(call.call)
+    except ToolCallSyntaxError:
+        raise Reject("oracle_call_unparsable") from None
+    if not all(isinstance(a, str) for a in parsed.args):
+        raise Reject("oracle_call_unparsable")
+
+
+def query_answers(result: ToolResult) -> list[str]:
+    """The entity names the query observation's rows show, in row order (only the rows the
+    text still holds: a truncated observation hides the rest)."""
+    names = set(result.entities)
+    shown: dict[str, None] = {}
+    for line in result.text.splitlines()[1:]:
+        for cell in line.split("\t"):
+            if cell in names:
+                shown.setdefault(cell, None)
+    return list(shown)
+
+
+def replay_sparql(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, Any]]:
+    """Run the oracle calls of ``env``'s tool set; ``(call, ToolResult)`` per step. Raises
+    :class:`~kgsynth.stage.Reject` for a call that fails (``oracle_<error>``), a query that
+    fails (``oracle_query_failed``) or one whose observation misses a gold answer
+    (``answers_not_observed``)."""
+    toolset = env.config.toolset
+    type_name = answer_type(env.graph, row) if toolset == "knowcoder" else None
+    gold = {normalize_answer(a) for a in row["answer_names"]}
+    steps = []
+    for c in sparql_oracle_calls(row, toolset, type_name):
+        _check_syntax(c)
+        result = env.execute(c.call)
+        if c.kind in QUERY_KINDS:
+            if result.error is not None:
+                raise Reject("oracle_query_failed")
+            if not gold <= {normalize_answer(n) for n in query_answers(result)}:
+                raise Reject("answers_not_observed")
+        elif result.error is not None:
+            raise Reject(f"oracle_{result.error.value}")
+        steps.append((c, result))
+    return steps
