@@ -11,7 +11,6 @@ SERVICE hears nothing.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -20,15 +19,13 @@ from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, QueryRefused, query_form, 
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
 from kgsynth.agent.toolsets import sparql_result
 from kgsynth.kg.base import KG
-from kgsynth.kg.endpoint import SparqlEndpointKG
 from kgsynth.kg.graph import KGGraph
-from kgsynth.kg.profiles import get_profile
-from tests.test_guard import (
-    SETTINGS as GUARD_SETTINGS,
-)
-from tests.test_guard import (
+from tests.test_guard import SETTINGS as GUARD_SETTINGS
+from tests.test_guard import (  # noqa: F401  (backend and recorder: the guard tests' fixtures)
     Recorder,
+    backend,
     count,
+    recorder,
     service_calls,
     smuggled_updates,
     writable_embedded,
@@ -46,23 +43,17 @@ RUNAWAY = (
 )
 
 
-@pytest.fixture(scope="module")
-def recorder() -> Iterator[Recorder]:
-    rec = Recorder()
-    yield rec
-    rec.close()
+@pytest.fixture
+def store(backend: KG) -> KG:  # noqa: F811  (the imported fixture, by name)
+    """Each of the guard tests' backends (embedded, oxigraph serve, Virtuoso), writable, so a
+    query that changed it would show."""
+    return backend
 
 
-@pytest.fixture(params=["embedded", "oxigraph", "virtuoso"])
-def backend(request: pytest.FixtureRequest) -> Iterator[KG]:
-    if request.param == "embedded":
-        kg: KG = writable_embedded()
-    else:
-        url = request.getfixturevalue(f"{request.param}_endpoint")
-        kg = SparqlEndpointKG(url, get_profile("generic"), timeout=10, retries=0)
-    kg.backend_name = request.param  # type: ignore[attr-defined]
-    yield kg
-    kg.close()
+@pytest.fixture
+def listener(recorder: Recorder) -> Recorder:  # noqa: F811  (the imported fixture)
+    """The guard tests' recording server, named in every SERVICE."""
+    return recorder
 
 
 def agent_env(kg: KG, timeout: float = 10.0) -> ToolEnvironment:
@@ -76,8 +67,8 @@ def call(env: ToolEnvironment, query: str):
     return env.call(type("Call", (), {"name": "sparql", "args": (query,)})())
 
 
-def test_answers_are_shown_by_name_and_capped(backend: KG):
-    graph = KGGraph(backend)
+def test_answers_are_shown_by_name_and_capped(store: KG):
+    graph = KGGraph(store)
     ans = run_agent_query(graph, f"SELECT ?d WHERE {{ <{E}Amelie> <{R}directed_by> ?d }}")
     assert ans.text == "?d\nJean-Pierre Jeunet" and ans.names == ("Jean-Pierre Jeunet",)
     assert run_agent_query(graph, f"ASK {{ <{E}Amelie> ?p ?o }}").text == "true"
@@ -88,35 +79,35 @@ def test_answers_are_shown_by_name_and_capped(backend: KG):
     assert AGENT_MAX_ROWS == 50
 
 
-def test_smuggled_updates_are_refused_as_typed_errors(backend: KG, recorder: Recorder):
-    env, before = agent_env(backend), count(backend)
-    name = backend.backend_name  # type: ignore[attr-defined]
+def test_smuggled_updates_are_refused_as_typed_errors(store: KG, listener: Recorder):
+    env, before = agent_env(store), count(store)
+    name = store.backend_name  # type: ignore[attr-defined]
 
     @SETTINGS
-    @given(query=smuggled_updates(recorder.url))
+    @given(query=smuggled_updates(listener.url))
     def check(query: str) -> None:
         result = call(env, query)
         if result.error is not None:
             assert result.error == ErrorType.QUERY_REFUSED, (result, query)
             assert result.text.startswith("Error (query refused): the query was refused")
             REFUSALS[f"{name}: update"] += 1
-        assert count(backend) == before
-        assert recorder.hits == []
+        assert count(store) == before
+        assert listener.hits == []
 
     check()
 
 
-def test_service_anywhere_is_refused_and_calls_nothing(backend: KG, recorder: Recorder):
-    env, before = agent_env(backend), count(backend)
-    name = backend.backend_name  # type: ignore[attr-defined]
+def test_service_anywhere_is_refused_and_calls_nothing(store: KG, listener: Recorder):
+    env, before = agent_env(store), count(store)
+    name = store.backend_name  # type: ignore[attr-defined]
 
     @SETTINGS
-    @given(query=service_calls(recorder.url))
+    @given(query=service_calls(listener.url))
     def check(query: str) -> None:
         result = call(env, query)
         assert result.error == ErrorType.QUERY_REFUSED, query
         REFUSALS[f"{name}: service"] += 1
-        assert recorder.hits == [] and count(backend) == before
+        assert listener.hits == [] and count(store) == before
 
     check()
 
@@ -129,21 +120,21 @@ def test_service_anywhere_is_refused_and_calls_nothing(backend: KG, recorder: Re
         "PREFIX e: <http://kgsynth.org/entity/> construct { ?s ?p ?o } WHERE { ?s ?p ?o }",
     ],
 )
-def test_only_select_and_ask_are_run(backend: KG, query: str):
-    result = call(agent_env(backend), query)
+def test_only_select_and_ask_are_run(store: KG, query: str):
+    result = call(agent_env(store), query)
     assert result.error == ErrorType.QUERY_REFUSED
     assert "write a SELECT or an ASK query" in result.text
-    REFUSALS[f"{backend.backend_name}: form"] += 1  # type: ignore[attr-defined]
+    REFUSALS[f"{store.backend_name}: form"] += 1  # type: ignore[attr-defined]
 
 
-def test_a_runaway_query_times_out_as_a_typed_error_and_the_store_answers_after(backend: KG):
-    env, before = agent_env(backend, timeout=0.5), count(backend)
+def test_a_runaway_query_times_out_as_a_typed_error_and_the_store_answers_after(store: KG):
+    env, before = agent_env(store, timeout=0.5), count(store)
     result = call(env, RUNAWAY)
     assert result.error == ErrorType.TIMEOUT, result
-    REFUSALS[f"{backend.backend_name}: timeout"] += 1  # type: ignore[attr-defined]
-    follow_up = call(agent_env(backend), f"ASK {{ <{E}Amelie> ?p ?o }}")
+    REFUSALS[f"{store.backend_name}: timeout"] += 1  # type: ignore[attr-defined]
+    follow_up = call(agent_env(store), f"ASK {{ <{E}Amelie> ?p ?o }}")
     assert follow_up.ok and follow_up.text == "true"
-    assert count(backend) == before
+    assert count(store) == before
 
 
 def test_query_form_and_refusal_text():
@@ -156,6 +147,6 @@ def test_query_form_and_refusal_text():
 
 
 def test_refusals_per_backend() -> None:
-    """Reports how many refusals each backend gave, by kind (shown with -rP / -s)."""
+    """Reports how many refusals each store gave, by kind (shown with -rP / -s)."""
     for key in sorted(REFUSALS):
         print(f"{key}: {REFUSALS[key]}")
