@@ -14,7 +14,7 @@ SMOKE ?=
 export OMP_NUM_THREADS ?= 1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install virtuoso test test-all lint format all bench clean
+.PHONY: install virtuoso test test-all lint format all bench clean sparql-agents
 
 install: $(STAMP)
 
@@ -94,6 +94,29 @@ all: install
 	$(K) report $(RUN) --overwrite
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
+
+# The SPARQL-writing agents (issue 17) end to end on the shipped KB, one run per tool set:
+# oracle trajectories in the tool set's action space -> filter -> stage1 -> rl (the paper's
+# preset) -> eval with the same tools. The recipe is pipelines/sparql_agents.yaml; SMOKE=1 runs
+# it at test size.
+SPARQL_RUN ?= runs/sparql-agents
+SCFG := --config pipelines/sparql_agents.yaml
+SMOKE_S := $(if $(SMOKE),1)
+sparql-agents: sparql-agent-knowcoder sparql-agent-isp
+
+sparql-agent-%: install
+	@mkdir -p $(SPARQL_RUN)/$*
+	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(SPARQL_RUN)/$*/kg --overwrite
+	$(K) walk $(SCFG) --kg $(SPARQL_RUN)/$*/kg --out $(SPARQL_RUN)/$*/walks.parquet --overwrite $(if $(SMOKE_S),--n 60)
+	$(K) synthesize questions $(SCFG) --walks $(SPARQL_RUN)/$*/walks.parquet --out $(SPARQL_RUN)/$*/questions.parquet --llm template --benchmark $(DEV) --overwrite
+	$(K) synthesize trajectories $(SCFG) --tools $* --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --llm template --out $(SPARQL_RUN)/$*/trajectories.parquet --overwrite
+	$(K) filter $(SCFG) --in $(SPARQL_RUN)/$*/trajectories.parquet --out $(SPARQL_RUN)/$*/corpus --overwrite
+	$(K) train stage1 $(SCFG) --corpus $(SPARQL_RUN)/$*/corpus/accepted.parquet --model tiny --out $(SPARQL_RUN)/$*/stage1 --overwrite $(if $(SMOKE_S),--max-steps 8 --copy-warmup-steps 4)
+	$(K) train rl $(SCFG) --preset $(if $(filter knowcoder,$*),knowcoder-a1,$*) --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --init $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/rl --overwrite $(if $(SMOKE_S),--max-steps 1 --questions-per-step 2 --group-size 2 --max-turn-tokens 48)
+	$(K) eval $(SCFG) --tools $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
+	$(K) eval $(SCFG) --tools $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/rl --out $(SPARQL_RUN)/$*/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
+	$(K) eval --compare $(SPARQL_RUN)/$*/eval/stage1 $(SPARQL_RUN)/$*/eval/rl --out $(SPARQL_RUN)/$*/summary --overwrite
+	@cat $(SPARQL_RUN)/$*/summary/compare.md
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py

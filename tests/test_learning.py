@@ -163,3 +163,21 @@ def _swap_action_names(conv: list[dict[str, str]], rng: random.Random) -> list[d
                 content = content.replace(f'"{old}"', f'"{new}"')
         out.append({**m, "content": content})
     return out
+
+
+def test_drills_copy_the_names_of_query_result_rows_and_skip_when_there_are_none():
+    from kgsynth.train.drills import copy_drills
+
+    def conv(observation: str) -> list[dict[str, str]]:
+        return [
+            {"role": "user", "content": "Question: who directed Kismet"},
+            {"role": "assistant", "content": '<kg-query>sparql("SELECT ?d WHERE {}")</kg-query>'},
+            {"role": "tool", "content": f"<information>{observation}</information>"},
+        ]
+
+    rows = "?film\t?director\nKismet\tWilliam Dieterle\nJuarez\tWilliam Dieterle\n[... more rows]"
+    drills = copy_drills([conv(rows)], 6, seed=0)
+    shown = {m["content"] for d in drills for m in d if m["role"] == "assistant"}
+    assert len(drills) == 6 and any("William Dieterle" in s for s in shown)
+    assert not any("?film" in s or "more rows" in s for s in shown)
+    assert copy_drills([conv("no rows")], 6, seed=0) == []

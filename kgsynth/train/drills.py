@@ -48,22 +48,33 @@ _TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
 def _observed_triples(
     conversations: Sequence[Sequence[dict[str, str]]],
 ) -> tuple[list[str], list[str]]:
-    """Entity names and relations of the triples shown in the corpus's observations, each in
-    first-seen order (``?`` placeholders and names a drill could not quote are left out)."""
+    """Entity names and relations of the triples shown in the corpus's observations, and the
+    names in the rows of the query results they show (``ExecuteSPARQL``, ``sparql``: a header
+    line of ``?variables``, then one tab-separated row a line), each in first-seen order (``?``
+    placeholders and names a drill could not quote are left out)."""
     names: dict[str, None] = {}
     relations: dict[str, None] = {}
+
+    def add(name: str) -> None:
+        if name and name != "?" and '"' not in name and name.strip() == name:
+            names.setdefault(name, None)
+
     for conv in conversations:
         for m in conv:
             if m["role"] != "tool":
                 continue
-            for line in m["content"].splitlines():
-                t = _TRIPLE.match(line.replace(INFO_OPEN, "").replace(INFO_CLOSE, "").strip())
+            lines = m["content"].replace(INFO_OPEN, "").replace(INFO_CLOSE, "").splitlines()
+            table = bool(lines) and lines[0].startswith("?")
+            for i, line in enumerate(lines):
+                if table and i and not line.startswith("[..."):
+                    for cell in line.split("\t"):
+                        add(cell)
+                t = _TRIPLE.match(line.strip())
                 if not t:
                     continue
                 relations.setdefault(t.group(2), None)
-                for name in (t.group(1), t.group(3)):
-                    if name != "?" and '"' not in name and name.strip() == name:
-                        names.setdefault(name, None)
+                add(t.group(1))
+                add(t.group(3))
     return list(names), list(relations)
 
 

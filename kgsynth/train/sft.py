@@ -185,10 +185,14 @@ def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConf
 
     assert cfg.copy_warmup_steps  # only called for a warm-up
     n = cfg.copy_warmup_steps * cfg.copy_warmup_batch_size
+    drills = copy_drills(data["train"], n, cfg.seed)
+    if not drills:  # the observations show fewer than two names a drill can copy
+        log.warning("copy warm-up skipped: the corpus's observations show no names to drill on")
+        return {"steps": 0, "skipped": "the corpus's observations show no names to drill on"}
     return warm_up(
         model,
         tokenizer,
-        copy_drills(data["train"], n, cfg.seed),
+        drills,
         steps=cfg.copy_warmup_steps,
         batch_size=cfg.copy_warmup_batch_size,
         lr=cfg.copy_warmup_lr,
