@@ -7,7 +7,7 @@ the help text from the field's metadata and the field's own default (the pattern
     @config_command(WalkConfig, section="walk")
     def walk_cmd(cfg: WalkConfig, out_path: OutOption, kg: KGOption = None,
                  config: ConfigOption = None, overwrite: OverwriteOption = False) -> None:
-        ...
+        result = run(None, cfg, graph=open_kg_option(kg, None))  # then write and print
 
 The command's own parameters (inputs, outputs, ``--config``, ``--overwrite``) come first in
 ``--help``, then one flag per config field, then ``--config`` and ``--overwrite``. ``cfg`` is built

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
+from kgsynth.synthesize.oracle_call import OracleCall
 
 
 def _q(text: str) -> str:
@@ -34,17 +34,6 @@ def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             (main if i < merge else tail).append((cur, hop))
             cur = hop["entity"]
     return main + tail
-
-
-@dataclass(frozen=True)
-class OracleCall:
-    # relations | triples (graphwalker, kgr1); types | patterns | execute (knowcoder);
-    # node | sparql (isp: kgsynth.synthesize.oracle_sparql)
-    kind: str
-    call: str
-    entity: str  # the entity the call is about (the type name for types)
-    hop: dict[str, Any] | None
-    relations: tuple[str, ...] = ()  # the walk's relations, for a call that covers them all
 
 
 def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCall, OracleCall]:

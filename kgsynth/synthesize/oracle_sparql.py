@@ -33,7 +33,7 @@ from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.relation_forms import relation_words
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
-from kgsynth.synthesize.oracle import OracleCall
+from kgsynth.synthesize.oracle_call import OracleCall
 
 SPARQL_TOOLSETS = ("knowcoder", "isp")
 """The tool sets whose oracle is built here."""

@@ -2,7 +2,7 @@
 ``SearchTypes``, ``SearchGraphPatterns``, ``ExecuteSPARQL``) and ``isp`` (ISP-KGR's node
 exploration and SPARQL execution). Each module's ``make_tools(env)`` returns the tool table of
 a :class:`~kgsynth.agent.tools.ToolEnvironment`: name -> (arity, function returning a
-``ToolResult``); a function raises :class:`~kgsynth.agent.tools.ToolFailure` to fail a call.
+``ToolResult``); a function raises :class:`~kgsynth.agent.toolkit.ToolFailure` to fail a call.
 Both run agent queries through :func:`sparql_result`, which adds the guard, the timeout and the
 row cap of :mod:`kgsynth.agent.sparql_exec`."""
 
@@ -12,12 +12,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kgsynth.agent.tools import ToolEnvironment, ToolResult
+    from kgsynth.agent.toolkit import ToolHost, ToolResult
 
 ToolTable = dict[str, tuple[int, Callable[..., "ToolResult"]]]
 
 
-def make_tools(env: ToolEnvironment) -> ToolTable:
+def make_tools(env: ToolHost) -> ToolTable:
     """The tool table of ``env.config.toolset``."""
     name = env.config.toolset
     if name == "knowcoder":
@@ -31,11 +31,11 @@ def make_tools(env: ToolEnvironment) -> ToolTable:
     raise ValueError(f"unknown tool set {name!r}")
 
 
-def sparql_result(env: ToolEnvironment, query: str, tool: str, **bounds: Any) -> ToolResult:
+def sparql_result(env: ToolHost, query: str, tool: str, **bounds: Any) -> ToolResult:
     """Run an agent's query (guarded, bounded: :func:`~kgsynth.agent.sparql_exec.run_agent_query`)
     as the result of tool ``tool``; a refused query fails the call as ``query_refused``."""
     from kgsynth.agent.sparql_exec import QueryRefused, run_agent_query
-    from kgsynth.agent.tools import ErrorType, ToolFailure, ToolResult
+    from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult
 
     try:
         answer = run_agent_query(env.graph, query, **bounds)

@@ -7,7 +7,7 @@ agent can complete: one hop ``(e, r, ?x)`` or ``(?x, r, e)``, two hops
 the question by the words of their relations (a template's text: ``directed by starred
 actors``): the cosine similarity under the bundled all-MiniLM-L6-v2 encoder
 (:func:`kgsynth.agent.relrank.shared_scorer`) plus BM25 scaled to [0, 1], the ``hybrid`` score
-of :func:`~kgsynth.agent.tools.rank_relations`. The cosine alone misleads on short relation
+of :func:`~kgsynth.agent.toolkit.rank_relations`. The cosine alone misleads on short relation
 names: for "who directed Kismet" it gives ``starred actors`` 0.37 and ``directed by`` 0.29;
 a shared word counts most with BM25 added. When the encoder cannot load, BM25 alone ranks them
 and the observation says so. The best :data:`MAX_TEMPLATES` are shown, one line each: the hops
@@ -21,7 +21,7 @@ the row cap (:func:`kgsynth.agent.toolsets.sparql_result`); rows are shown by na
 The work of one ``node`` call is bounded: only the :data:`MAX_FIRST_HOP` best-ranked first-hop
 relations are expanded to a second hop, each through at most :data:`MAX_MIDS` of its
 neighbours (chosen in the environment's seeded relevance order, see
-:func:`~kgsynth.agent.tools.order_neighbors`). Answer counts come from
+:func:`~kgsynth.agent.toolkit.order_neighbors`). Answer counts come from
 :class:`~kgsynth.kg.graph.KGGraph`'s cached look-ups: a one-hop count is the relation's
 fan-out; a two-hop count is the union over the neighbours looked at, shown as "at least" when
 the first hop has more neighbours than were looked at. The entity itself is not counted as an
@@ -30,7 +30,7 @@ template that reaches only the entity is not shown.
 
 Built by :class:`~kgsynth.agent.tools.ToolEnvironment` when ``toolset="isp"``::
 
-    ToolEnvironment(graph, "who directed Kismet", AgentConfig(toolset="isp")).execute('node("Kismet")')
+    ToolHost(graph, "who directed Kismet", AgentConfig(toolset="isp")).execute('node("Kismet")')
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
-from kgsynth.agent.tools import (
+from kgsynth.agent.toolkit import (
     DenseScorer,
     ErrorType,
-    ToolEnvironment,
     ToolFailure,
+    ToolHost,
     ToolResult,
     order_neighbors,
     rank_relations,
@@ -173,7 +173,7 @@ class Prefixes:
 
 class TemplateRanker:
     """Orders template texts by similarity to the question: BM25 scaled to [0, 1] plus the
-    sentence encoder's cosine (:func:`~kgsynth.agent.tools.rank_relations`' hybrid score), or
+    sentence encoder's cosine (:func:`~kgsynth.agent.toolkit.rank_relations`' hybrid score), or
     BM25 alone when the encoder cannot load (then :attr:`fell_back` is set and every later call
     uses BM25)."""
 
@@ -206,7 +206,7 @@ class TemplateRanker:
 
 
 def explore(
-    env: ToolEnvironment,
+    env: ToolHost,
     entity: Entity,
     ranker: TemplateRanker,
     *,
@@ -255,7 +255,7 @@ def count_answers(graph: KGGraph, entity: Entity, template: Template) -> None:
 
 
 def node(
-    env: ToolEnvironment,
+    env: ToolHost,
     name: str,
     ranker: TemplateRanker,
     *,
@@ -301,7 +301,7 @@ def node(
 
 
 def make_tools(
-    env: ToolEnvironment,
+    env: ToolHost,
     *,
     timeout: float = AGENT_QUERY_TIMEOUT_S,
     max_rows: int = AGENT_MAX_ROWS,

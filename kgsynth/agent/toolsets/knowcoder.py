@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from rank_bm25 import BM25Okapi
 
-from kgsynth.agent.tools import ErrorType, ToolFailure, ToolResult, relation_words, tokenize
+from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, relation_words, tokenize
 from kgsynth.agent.toolsets import ToolTable, sparql_result
 from kgsynth.errors import RowLimitError
 from kgsynth.kg import sparql
@@ -47,7 +47,7 @@ from kgsynth.kg.graph import Entity, KGGraph, Relation
 from kgsynth.kg.terms import Term
 
 if TYPE_CHECKING:
-    from kgsynth.agent.tools import DenseScorer, ToolEnvironment
+    from kgsynth.agent.toolkit import DenseScorer, ToolHost
 
 MAX_SHOWN = 10  # types or patterns one call shows
 TYPE_CATALOGUE = 50_000
@@ -76,7 +76,7 @@ USAGE = {name: usage for name, (usage, _) in _HELP.items()}
 TOOL_HELP = [{"usage": usage, "description": text} for usage, text in _HELP.values()]
 
 
-def make_tools(env: ToolEnvironment) -> ToolTable:
+def make_tools(env: ToolHost) -> ToolTable:
     """KnowCoder-A1's tool table over ``env``."""
     return {
         "SearchTypes": (1, lambda text: search_types(env, text)),
@@ -89,7 +89,7 @@ def _wrong(tool: str) -> ToolFailure:
     return ToolFailure(ErrorType.WRONG_ARGUMENTS, f"wrong arguments; use {USAGE[tool]}.")
 
 
-def _dense(env: ToolEnvironment) -> DenseScorer | None:
+def _dense(env: ToolHost) -> DenseScorer | None:
     """The sentence encoder's scorer with ``hybrid`` ranking (the environment's, else shared)."""
     if env.config.relation_ranking == "hybrid" and env.dense is None:
         from kgsynth.agent.relrank import shared_scorer
@@ -177,7 +177,7 @@ def _read_catalogue(graph: KGGraph) -> _Catalogue:
     return types, _bm25([t.words for t in types])
 
 
-def search_types(env: ToolEnvironment, text: object) -> ToolResult:
+def search_types(env: ToolHost, text: object) -> ToolResult:
     """``SearchTypes``: the types best matching ``text`` (see the module doc)."""
     if not isinstance(text, str) or not text.strip():
         raise _wrong("SearchTypes")
@@ -343,7 +343,7 @@ def _render(graph: KGGraph, p: GraphPattern) -> tuple[str, list[str]]:
     return f"{text}  # {by_name.replace(node, name)}{example}", seen
 
 
-def search_graph_patterns(env: ToolEnvironment, sketch: object, hint: object) -> ToolResult:
+def search_graph_patterns(env: ToolHost, sketch: object, hint: object) -> ToolResult:
     """``SearchGraphPatterns``: patterns around the sketch's entities (see the module doc)."""
     if not isinstance(sketch, str) or not isinstance(hint, str) or not sketch.strip():
         raise _wrong("SearchGraphPatterns")
@@ -392,7 +392,7 @@ def search_graph_patterns(env: ToolEnvironment, sketch: object, hint: object) ->
 # --- ExecuteSPARQL -------------------------------------------------------------------------
 
 
-def execute_sparql(env: ToolEnvironment, query: object) -> ToolResult:
+def execute_sparql(env: ToolHost, query: object) -> ToolResult:
     """``ExecuteSPARQL``: the query, guarded and bounded."""
     if not isinstance(query, str) or not query.strip():
         raise _wrong("ExecuteSPARQL")

@@ -1,0 +1,151 @@
+"""What every tool set is made of: the typed result a tool call returns (:class:`ToolResult`,
+:class:`ErrorType`, :class:`ToolFailure`), and the relation and neighbour ranking the tools share
+(BM25 over relation words, optionally with a dense scorer; the seeded neighbour order; the
+observation cap). A leaf of the agent layer: the tool environment
+(:mod:`kgsynth.agent.tools`) and the SPARQL-writing tool sets (:mod:`kgsynth.agent.toolsets`)
+both build on it."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from rank_bm25 import BM25Okapi
+
+from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
+
+
+class DenseScorer(Protocol):
+    def scores(self, question: str, relation_texts: Sequence[str]) -> Any: ...
+
+
+class ErrorType(StrEnum):
+    """Why a tool call produced no usable result."""
+
+    BAD_SYNTAX = "bad_syntax"
+    UNKNOWN_TOOL = "unknown_tool"
+    WRONG_ARGUMENTS = "wrong_arguments"
+    ENTITY_NOT_FOUND = "entity_not_found"
+    RELATION_NOT_FOUND = "relation_not_found"
+    NO_RESULTS = "no_results"
+    TIMEOUT = "timeout"
+    KG_UNAVAILABLE = "kg_unavailable"
+    QUERY_REFUSED = "query_refused"  # agent-written SPARQL the guard (or the form check) refused
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool call's outcome: the observation text, a typed error (None on success), the
+    names of entities that appear in the result, and notes (e.g. ambiguous names)."""
+
+    text: str
+    error: ErrorType | None = None
+    tool: str | None = None
+    args: tuple = ()
+    entities: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+_TOKEN_RE = re.compile(r"[A-Za-z][a-z]*|[0-9]+|[^\W\d_]+", re.UNICODE)
+
+
+def tokenize(text: str) -> list[str]:
+    """Words of a relation name or question: split on punctuation, ``_``, ``.`` and camelCase."""
+    return [t.lower() for t in _TOKEN_RE.findall(text)]
+
+
+def relation_words(rel: Relation) -> str:
+    """A relation's name as words (``film.film.directed_by`` -> ``film film directed by``)."""
+    return " ".join(tokenize(rel.name)) or rel.name
+
+
+def rank_relations(
+    question: str, relations: Sequence[Relation], dense: DenseScorer | None = None
+) -> list[Relation]:
+    """Relations sorted by BM25 score of their name against the question (stable on ties).
+    With ``dense`` (``hybrid`` ranking), each score is BM25 scaled to [0, 1] by the best one
+    plus the cosine of the question and the relation's words (see ``kgsynth.agent.relrank``)."""
+    query = tokenize(question)
+    if not query or len(relations) < 2:
+        return list(relations)
+    bm25 = BM25Okapi([tokenize(r.name) or ["_"] for r in relations])
+    scores = [float(s) for s in bm25.get_scores(query)]
+    if dense is not None:
+        top = max(scores)
+        cos = dense.scores(question, [relation_words(r) for r in relations])
+        scores = [
+            (s / top if top > 0 else 0.0) + float(c) for s, c in zip(scores, cos, strict=True)
+        ]
+    order = sorted(range(len(relations)), key=lambda i: -scores[i])
+    return [relations[i] for i in order]
+
+
+def relation_pattern(entity: str, rel: Relation) -> str:
+    """How a relation of ``entity`` is shown: ``(entity, rel, ?)`` or ``(?, rel, entity)``."""
+    return f"({entity}, {rel.name}, ?)" if rel.direction == "out" else f"(?, {rel.name}, {entity})"
+
+
+def _seeded_key(*parts: str) -> bytes:
+    return hashlib.blake2b("\x00".join(parts).encode("utf-8"), digest_size=8).digest()
+
+
+def order_neighbors(
+    question: str,
+    entity_iri: str,
+    relation: Relation,
+    neighbors: Sequence[Neighbor],
+    limit: int | None = None,
+) -> list[Neighbor]:
+    """Neighbours whose names share more words with the question first, ties in a seeded
+    order: a hash of (question, entity, relation, neighbour), the same on every call and in
+    every process. With ``limit``, only the first ``limit`` of that order (a partial sort:
+    an entity with thousands of films shows five)."""
+    words = set(tokenize(question))
+
+    def key(n: Neighbor) -> tuple[int, bytes]:
+        overlap = len(words & set(tokenize(n.name))) if words else 0
+        seeded = _seeded_key(question, entity_iri, relation.name, relation.direction, n.term.value)
+        return (-overlap, seeded)
+
+    if limit is not None and limit < len(neighbors):
+        return heapq.nsmallest(limit, neighbors, key=key)
+    return sorted(neighbors, key=key)
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut ``text`` at a line boundary under ``limit`` characters, with a visible marker."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > 0 else limit
+    rest = text[cut:].count("\n") + (0 if text[cut:].startswith("\n") else 1)
+    return f"{text[:cut]}\n[... truncated: {rest} more lines]"
+
+
+class ToolFailure(Exception):
+    """Raised inside a tool: the call fails with ``error`` and the agent reads ``text``."""
+
+    def __init__(self, error: ErrorType, text: str) -> None:
+        super().__init__(text)
+        self.error = error
+        self.text = text
+
+
+class ToolHost(Protocol):
+    """What a tool set reads from the :class:`~kgsynth.agent.tools.ToolEnvironment` that runs it."""
+
+    graph: KGGraph
+    question: str
+    config: Any  # the agent's AgentConfig
+    dense: DenseScorer | None
+
+    def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]: ...
