@@ -16,10 +16,14 @@ import pytest
 from hypothesis import given, settings
 
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, QueryRefused, query_form, run_agent_query
-from kgsynth.agent.tools import ErrorType, ToolEnvironment
+from kgsynth.agent.toolcall import ToolCall
+from kgsynth.agent.tools import ErrorType, ToolEnvironment, ToolResult
 from kgsynth.agent.toolsets import sparql_result
 from kgsynth.kg.base import KG
+from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
+from kgsynth.kg.importer import import_kg
+from tests.servers import FIXTURE_NT
 from tests.test_guard import SETTINGS as GUARD_SETTINGS
 from tests.test_guard import (  # noqa: F401  (backend and recorder: the guard tests' fixtures)
     Recorder,
@@ -63,8 +67,8 @@ def agent_env(kg: KG, timeout: float = 10.0) -> ToolEnvironment:
     return env
 
 
-def call(env: ToolEnvironment, query: str):
-    return env.call(type("Call", (), {"name": "sparql", "args": (query,)})())
+def call(env: ToolEnvironment, query: str) -> ToolResult:
+    return env.call(ToolCall("sparql", (query,)))
 
 
 def test_answers_are_shown_by_name_and_capped(store: KG):
@@ -127,7 +131,17 @@ def test_only_select_and_ask_are_run(store: KG, query: str):
     REFUSALS[f"{store.backend_name}: form"] += 1  # type: ignore[attr-defined]
 
 
-def test_a_runaway_query_times_out_as_a_typed_error_and_the_store_answers_after(store: KG):
+def test_a_runaway_query_times_out_as_a_typed_error_and_the_store_answers_after(
+    store: KG, tmp_path
+):
+    if store.backend_name == "embedded":  # type: ignore[attr-defined]
+        # an embedded store stops a query at its deadline only when its queries run in a child
+        # process (isolate=True, a store directory); in process the timeout waits for the end
+        src = tmp_path / "fixture.nt"
+        src.write_text(FIXTURE_NT)
+        import_kg(src, tmp_path / "kg", profile="generic", force=True)
+        store = EmbeddedKG.open(tmp_path / "kg", isolate=True)
+        store.backend_name = "embedded"  # type: ignore[attr-defined]
     env, before = agent_env(store, timeout=0.5), count(store)
     result = call(env, RUNAWAY)
     assert result.error == ErrorType.TIMEOUT, result
