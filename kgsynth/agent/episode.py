@@ -3,7 +3,8 @@
 An :class:`Episode` holds its task, the conversation (OpenAI-style messages: ``system``,
 ``user``, ``assistant``, and ``tool`` for the environment's observations) and one
 :class:`TurnRecord` per assistant turn. :func:`step` applies one generated turn: it parses it
-(:mod:`kgsynth.agent.protocol`), runs a query through the tool environment and appends the
+(:mod:`kgsynth.agent.protocol`, in the format of the environment's tool set), runs a query
+(an isp step: each of its operations) through the tool environment and appends the
 ``<information>`` observation, or ends the episode on an answer. Only the environment writes
 observations. :func:`episode_summary` gives the per-episode fields of a trajectory row.
 """
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.agent.protocol import NO_ACTION_HINT, close_action, parse_turn, render_observation
+from kgsynth.agent.protocol import close_action, no_action_hint, parse_turn, render_observation
 from kgsynth.agent.tools import ToolEnvironment
 
 
@@ -89,9 +90,10 @@ def step(
         ep.turns.append(TurnRecord("", None, None, None, llm_error=llm_error[:300]))
         ep.done = True
         return
-    text = close_action(text)
+    toolset = env.config.toolset
+    text = close_action(text, toolset)
     ep.messages.append({"role": "assistant", "content": text})
-    turn = parse_turn(text)
+    turn = parse_turn(text, toolset)
     record = TurnRecord(
         text,
         turn.think,
@@ -110,7 +112,12 @@ def step(
         ep.done = True
         return
     if turn.query is not None:
-        result = env.execute(turn.query)
+        if turn.ops:  # an isp step: its operations run in order, observed together
+            from kgsynth.agent.toolsets.isp import run_step
+
+            result = run_step(env, turn.ops)
+        else:
+            result = env.execute(turn.query)
         record.tool, record.args = result.tool, result.args
         if result.error is not None:
             record.tool_error = result.error.value
@@ -118,7 +125,7 @@ def step(
         record.entities = result.entities
         ep.messages.append({"role": "tool", "content": render_observation(result.text)})
         return
-    ep.messages.append({"role": "tool", "content": render_observation(NO_ACTION_HINT)})
+    ep.messages.append({"role": "tool", "content": render_observation(no_action_hint(toolset))})
 
 
 def episode_summary(ep: Episode) -> dict[str, Any]:

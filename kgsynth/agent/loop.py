@@ -1,6 +1,7 @@
 """The one agent turn loop, shared by trajectory synthesis, eval and RL rollouts.
 
-For each episode: the policy generates until ``</kg-query>`` or ``</answer>``; the turn is
+For each episode: the policy generates until ``</kg-query>`` or ``</answer>`` (an isp step:
+until its turn ends); the turn is
 applied (:func:`kgsynth.agent.episode.step`: parsed, a query run through the tool environment
 and its ``<information>`` observation appended); repeat. At the turn limit the policy is asked
 once for a final answer. Live episodes are stepped together, a batch per ``generate`` call, so
@@ -43,7 +44,12 @@ from kgsynth.agent.prompt import (
     system_prompt,
     user_prompt,
 )
-from kgsynth.agent.protocol import FINAL_ANSWER_PROMPT, STOP_SEQUENCES, close_action
+from kgsynth.agent.protocol import (
+    FINAL_ANSWER_PROMPT,
+    close_action,
+    final_answer_prompt,
+    stop_sequences,
+)
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.llm.base import LLM, GenerationParams, Request
 
@@ -119,7 +125,8 @@ def run_turns(
         final = turn == max_turns
         if final:  # the turn limit: ask once for the final answer
             for s in active:
-                s.episode.messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+                request = final_answer_prompt(s.env.config.toolset)
+                s.episode.messages.append({"role": "user", "content": request})
                 s.episode.forced_answer = True
         size = policy.batch_size or len(active)
         for start in range(0, len(active), size):
@@ -165,19 +172,22 @@ def _for_policy(
 
 class TextPolicy:
     """An LLM client as the turn policy: one ``generate_batch`` of chat requests per turn,
-    sampling until a closing action tag. A task's reference (referenced rejection sampling)
-    is shown in the user prompt the policy sees, never stored in the episode."""
+    sampling until a closing action tag (an isp step: until the turn ends, or the model starts
+    an observation). A task's reference (referenced rejection sampling) is shown in the user
+    prompt the policy sees, never stored in the episode."""
 
     batch_size = None
 
-    def __init__(self, llm: LLM, params: GenerationParams | None = None) -> None:
+    def __init__(
+        self, llm: LLM, params: GenerationParams | None = None, toolset: str | None = None
+    ) -> None:
         base = params or GenerationParams(max_tokens=512)
         self.llm = llm
         self.params = GenerationParams(
             temperature=base.temperature,
             top_p=base.top_p,
             max_tokens=base.max_tokens,
-            stop=tuple(dict.fromkeys((*base.stop, *STOP_SEQUENCES))),
+            stop=tuple(dict.fromkeys((*base.stop, *stop_sequences(toolset)))),
             seed=base.seed,
         )
 
@@ -223,7 +233,7 @@ def run_episodes(
     """:func:`run_turns` with an LLM client (:class:`TextPolicy`); ``system_text`` replaces
     the rendered system prompt (a checkpoint's stored one)."""
     live = run_turns(
-        TextPolicy(llm, params),
+        TextPolicy(llm, params, toolset),
         tasks,
         make_env,
         system_text=system_text or system_prompt(toolset, max_turns),

@@ -5,6 +5,14 @@ or ``<answer>["A", "B"]</answer>``. The environment replies ``<information>…</
 Anything a model writes inside ``<information>`` itself is never an observation: the parser
 removes it before looking for the action, and only :func:`render_observation` produces one.
 
+The ``isp`` tool set speaks ISP-KGR's format instead (:data:`ISP_FORMAT_HELP`): after the
+``<think>`` block a step is either one or more operations — ``<node>Entity Name</node>``
+(explore an entity) and ``<SPARQL>SELECT …</SPARQL>`` (run a query), at most
+:data:`MAX_OPERATIONS`, run in the order written, their observations returned together in one
+``<information>`` block — or the final answer, one ``\\boxed{…}`` per answer entity
+(``\\boxed{Juarez} \\boxed{Kismet}``; a box holding a JSON list, ``\\boxed{["A", "B"]}``, is
+read as that list). :func:`parse_turn` takes the tool set and reads the turn in its format.
+
 This module owns the protocol's spelling: the tag names, their opening and closing strings, the
 stop sequences, the environment's fixed messages (the hint after a turn without an action, the
 final-answer request at the turn limit) and the marker on a cut observation. Code that writes
@@ -26,8 +34,19 @@ THINK = "think"
 KG_QUERY = "kg-query"
 ANSWER = "answer"
 INFORMATION = "information"
-TAG_NAMES: tuple[str, ...] = (THINK, KG_QUERY, ANSWER, INFORMATION)
+# ISP-KGR's operations (the isp tool set): explore an entity, run a query
+NODE = "node"
+SPARQL = "SPARQL"
+ISP_OPERATION_TAGS: tuple[str, ...] = (NODE, SPARQL)
+TAG_NAMES: tuple[str, ...] = (THINK, KG_QUERY, ANSWER, INFORMATION, NODE, SPARQL)
 ACTION_TAGS: tuple[str, ...] = (KG_QUERY, ANSWER)  # a turn's one action, in parse priority
+ISP_TOOLSET = "isp"
+"""The tool set whose turns use ISP-KGR's format."""
+OPERATION_TOOLS = {NODE: "node", SPARQL: "sparql"}
+"""The tool an operation tag runs."""
+MAX_OPERATIONS = 5
+"""Operations one isp step may hold; those past it are not run (and the step is a format error)."""
+BOXED = "\\boxed{"
 
 
 def opening(tag: str) -> str:
@@ -65,8 +84,17 @@ INFO_RE = re.compile(f"{INFO_OPEN}.*?({INFO_CLOSE}|$)", re.DOTALL)
 # Any protocol tag, opening or closing (to strip tags out of free text).
 ANY_TAG_RE = re.compile(f"</?({'|'.join(TAG_NAMES)})>")
 
+NODE_OPEN, NODE_CLOSE = opening(NODE), closing(NODE)
+SPARQL_OPEN, SPARQL_CLOSE = opening(SPARQL), closing(SPARQL)
+# An isp operation: its tag, then its text up to the same tag's closing.
+OPERATION_RE = re.compile(f"<({NODE}|{SPARQL})>(.*?)</\\1>", re.DOTALL)
+_OPEN_OPERATION_RE = re.compile(f"<({NODE}|{SPARQL})>")
+
 # Generation stops after either closing tag (what a policy is sampled until).
 STOP_SEQUENCES = (QUERY_CLOSE, ANSWER_CLOSE)
+# An isp step may hold several operations, so it ends at the end of the turn; it is cut where
+# a model starts writing an observation itself.
+ISP_STOP_SEQUENCES = (INFO_OPEN,)
 
 # The environment's reply to a turn with no action (wrapped as an observation).
 NO_ACTION_HINT = (
@@ -78,19 +106,53 @@ FINAL_ANSWER_PROMPT = (
     "You have used all your turns. Give your final answer now: <think>…</think> then "
     '<answer>["…"]</answer> with every entity you found.'
 )
+ISP_NO_ACTION_HINT = (
+    "Your reply had no action. Reason inside <think></think>, then explore entities with "
+    "<node>Entity Name</node> or run queries with <SPARQL>…</SPARQL> (several in one step if "
+    "you like), or give the answer as \\boxed{Name}, one box per answer."
+)
+ISP_FINAL_ANSWER_PROMPT = (
+    "You have used all your turns. Give your final answer now: <think>…</think> then "
+    "\\boxed{…} for every entity you found, one box per answer."
+)
+ISP_FORMAT_HELP = (
+    "Each step: reason inside <think></think>, then either explore entities with "
+    "<node>Entity Name</node> and run queries with <SPARQL>SELECT ...</SPARQL> (up to "
+    f"{MAX_OPERATIONS} operations in one step, results come back together, in order), or "
+    "give the final answer with one \\boxed{Name} per answer entity."
+)
 # Appended to an observation cut to the rollout's token cap (tools.truncate marks a
 # character cut with its own "[... truncated: N more lines]").
 TRUNCATION_MARK = " [... observation truncated]"
 
 
 @dataclass(frozen=True)
+class Operation:
+    """One operation of an isp step: ``<node>text</node>`` or ``<SPARQL>text</SPARQL>``."""
+
+    tag: str
+    text: str
+
+    @property
+    def tool(self) -> str:
+        """The tool that runs it (``node`` or ``sparql``)."""
+        return OPERATION_TOOLS[self.tag]
+
+    def render(self) -> str:
+        return tagged(self.tag, self.text)
+
+
+@dataclass(frozen=True)
 class Turn:
-    """A parsed assistant turn. ``format_error`` is None for a well-formed turn."""
+    """A parsed assistant turn. ``format_error`` is None for a well-formed turn. An isp step
+    that runs operations has them in ``ops`` (run in order) and their text, one per line, as
+    its ``query``."""
 
     think: str | None
     query: str | None
     answer: list[str] | None
     format_error: str | None
+    ops: tuple[Operation, ...] = ()
 
     @property
     def action(self) -> str | None:
@@ -130,8 +192,12 @@ def _parse_answer(text: str) -> list[str] | None:
     return [text]
 
 
-def parse_turn(text: str) -> Turn:
-    """Parse one assistant message; the reason for any format problem is kept."""
+def parse_turn(text: str, toolset: str | None = None) -> Turn:
+    """Parse one assistant message in the format of ``toolset`` (ISP-KGR's for ``isp``, the
+    ``<kg-query>``/``<answer>`` one for every other set); the reason for any format problem
+    is kept."""
+    if toolset == ISP_TOOLSET:
+        return parse_isp_turn(text)
     visible = INFO_RE.sub("", text)
     thinks = THINK_RE.findall(visible)
     queries = QUERY_RE.findall(visible)
@@ -152,14 +218,135 @@ def parse_turn(text: str) -> Turn:
     return Turn(think, None, answer, error)
 
 
+def operations_text(ops: tuple[Operation, ...] | list[Operation]) -> str:
+    """An isp step's operations as written, one per line (its ``query``, its tool call)."""
+    return "\n".join(op.render() for op in ops)
+
+
+def boxed_answers(answers: list[str] | tuple[str, ...]) -> str:
+    """The isp answer: one ``\\boxed{…}`` per answer, space-separated."""
+    return " ".join(f"{BOXED}{a}}}" for a in answers)
+
+
+def _boxes(text: str) -> tuple[list[str], str | None]:
+    """The contents of every ``\\boxed{…}`` in ``text`` (braces inside balanced), and an error
+    when a box is never closed."""
+    found: list[str] = []
+    start = text.find(BOXED)
+    while start >= 0:
+        i = start + len(BOXED)
+        depth = 1
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            return found, f"unclosed {BOXED}"
+        found.append(text[start + len(BOXED) : i - 1])
+        start = text.find(BOXED, i)
+    return found, None
+
+
+def _box_answers(contents: list[str]) -> list[str]:
+    answers: list[str] = []
+    for body in contents:
+        body = body.strip()
+        if body.startswith("["):
+            listed = parse_answer(body)
+            if listed is not None:
+                answers.extend(listed)
+                continue
+        if body:
+            answers.append(clean_text(body))
+    return answers
+
+
+def parse_isp_turn(text: str) -> Turn:
+    """Parse one isp step (ISP-KGR's format, see the module doc). Operations and boxes are
+    looked for outside ``<think>`` and ``<information>`` blocks. A step with both is read as
+    the one written first and is a format error, as are a step past :data:`MAX_OPERATIONS`
+    (the first ones run), an empty or unclosed operation, and an unclosed or empty box."""
+    visible = INFO_RE.sub("", text)
+    thinks = THINK_RE.findall(visible)
+    think = thinks[0].strip() if thinks else None
+    outside = THINK_RE.sub(" ", visible)
+    errors: list[str] = [] if thinks else [f"missing {THINK_OPEN} block"]
+    ops: list[Operation] = []
+    for m in OPERATION_RE.finditer(outside):
+        body = m.group(2).strip()
+        if body:
+            ops.append(Operation(m.group(1), clean_text(body)))
+        else:
+            errors.append(f"empty {opening(m.group(1))} operation")
+    rest = OPERATION_RE.sub(" ", outside)
+    unclosed = _OPEN_OPERATION_RE.search(rest)
+    if unclosed:
+        errors.append(f"unclosed {unclosed.group(0)} operation")
+    contents, box_error = _boxes(rest)
+    has_box = BOXED in rest
+    if ops and has_box:
+        errors.append(f"a step either runs operations or answers in {BOXED}}}, not both")
+    # with both, the one written first is read (as with <kg-query> and <answer>)
+    first_op = OPERATION_RE.search(outside)
+    ops_first = first_op is not None and first_op.start() < outside.find(BOXED)
+    if ops and (not has_box or ops_first):
+        if len(ops) > MAX_OPERATIONS:
+            errors.append(f"more than {MAX_OPERATIONS} operations in a step")
+            ops = ops[:MAX_OPERATIONS]
+        return Turn(think, operations_text(ops), None, errors[0] if errors else None, tuple(ops))
+    if not has_box:
+        none = f"no {NODE_OPEN}, {SPARQL_OPEN} or {BOXED}}} action"
+        return Turn(think, None, None, errors[0] if errors else none)
+    if box_error:
+        errors.append(box_error)
+    answers = _box_answers(contents)
+    if not answers:
+        errors.append(f"empty {BOXED}}} answer")
+        return Turn(think, None, None, errors[0])
+    return Turn(think, None, answers, errors[0] if errors else None)
+
+
+def stop_sequences(toolset: str | None = None) -> tuple[str, ...]:
+    """What a policy of ``toolset`` is sampled until."""
+    return ISP_STOP_SEQUENCES if toolset == ISP_TOOLSET else STOP_SEQUENCES
+
+
+def no_action_hint(toolset: str | None = None) -> str:
+    """The environment's reply to a turn of ``toolset`` with no action."""
+    return ISP_NO_ACTION_HINT if toolset == ISP_TOOLSET else NO_ACTION_HINT
+
+
+def final_answer_prompt(toolset: str | None = None) -> str:
+    """The request for the final answer at the turn limit, in ``toolset``'s format."""
+    return ISP_FINAL_ANSWER_PROMPT if toolset == ISP_TOOLSET else FINAL_ANSWER_PROMPT
+
+
+def query_turn(thought: str, call: str, toolset: str | None = None) -> str:
+    """An assistant turn that runs ``call``: ``<kg-query>`` around it, or for isp the step's
+    operations as written (``call`` is their text)."""
+    action = call if toolset == ISP_TOOLSET else tagged(KG_QUERY, call)
+    return f"{tagged(THINK, thought)}\n{action}"
+
+
+def answer_turn(thought: str, answers: list[str], toolset: str | None = None) -> str:
+    """An assistant turn that answers: ``<answer>`` with a JSON list, or isp's boxes."""
+    if toolset == ISP_TOOLSET:
+        action = boxed_answers(answers)
+    else:
+        action = tagged(ANSWER, json.dumps(list(answers), ensure_ascii=False))
+    return f"{tagged(THINK, thought)}\n{action}"
+
+
 def render_observation(text: str) -> str:
     """The environment's reply as the agent sees it."""
     return tagged(INFORMATION, text)
 
 
-def close_action(text: str) -> str:
+def close_action(text: str, toolset: str | None = None) -> str:
     """Cut a generation after its first action and restore a closing tag that an API's stop
-    sequence removed."""
+    sequence removed. An isp step is cut where the model starts an observation itself."""
+    if toolset == ISP_TOOLSET:
+        cut = text.find(INFO_OPEN)
+        return text if cut < 0 else text[:cut].rstrip()
     for tag in ACTION_TAGS:
         start = text.find(opening(tag))
         if start < 0:

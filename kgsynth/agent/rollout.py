@@ -30,11 +30,11 @@ from kgsynth.agent.episode import Episode, EpisodeTask
 from kgsynth.agent.loop import Generated, LiveEpisode, run_turns
 from kgsynth.agent.prompt import agent_system_prompt
 from kgsynth.agent.protocol import (
-    FINAL_ANSWER_PROMPT,
     INFO_CLOSE,
     INFO_OPEN,
     STOP_SEQUENCES,
     TRUNCATION_MARK,
+    final_answer_prompt,
 )
 from kgsynth.agent.render import chat_text
 from kgsynth.agent.tools import ToolEnvironment
@@ -280,7 +280,7 @@ class TokenTurns:
             reply["content"] = content + (INFO_CLOSE if content.startswith(INFO_OPEN) else "")
         # before the forced final answer, the environment also asks for it
         last = turn + 1 == self.cfg.max_turns
-        users = [reply["content"]] + ([FINAL_ANSWER_PROMPT] if last else [])
+        users = [reply["content"]] + ([final_answer_prompt(self.cfg.toolset)] if last else [])
         suffix = self.policy.turn_suffix(users, ended_with_eos=generated.sampled)
         r.append(self.policy.encode(suffix), None, turn)
 

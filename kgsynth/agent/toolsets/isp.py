@@ -28,9 +28,16 @@ the first hop has more neighbours than were looked at. The entity itself is not 
 answer of a two-hop template (its patterns then carry ``FILTER(?x != e)``), and a two-hop
 template that reaches only the entity is not shown.
 
+An agent step writes these as ISP-KGR's operations, ``<node>Kismet</node>`` and
+``<SPARQL>SELECT …</SPARQL>``, several in one step (:mod:`kgsynth.agent.protocol`);
+:func:`run_step` runs each through the environment (the same guard, timeout, row cap and
+per-call bound as a single call, a typed error per operation) and returns their observations
+together, in order, the whole cut at :data:`STEP_OBSERVATION_CALLS` calls' worth of text with
+the visible truncation marker.
+
 Built by :class:`~kgsynth.agent.tools.ToolEnvironment` when ``toolset="isp"``::
 
-    ToolHost(graph, "who directed Kismet", AgentConfig(toolset="isp")).execute('node("Kismet")')
+    ToolEnvironment(graph, "who directed Kismet", AgentConfig(toolset="isp")).execute('node("Kismet")')
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
+from kgsynth.agent.toolcall import ToolCall
 from kgsynth.agent.toolkit import (
     DenseScorer,
     ErrorType,
@@ -50,11 +59,16 @@ from kgsynth.agent.toolkit import (
     order_neighbors,
     rank_relations,
     relation_words,
+    truncate,
 )
 from kgsynth.agent.toolsets import ToolTable, sparql_result
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import Entity, KGGraph, Relation
 from kgsynth.kg.terms import Term
+
+if TYPE_CHECKING:
+    from kgsynth.agent.protocol import Operation
+    from kgsynth.agent.tools import ToolEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +78,23 @@ MAX_FIRST_HOP = 20
 """First-hop relations (the best-ranked) expanded to a second hop."""
 MAX_MIDS = 5
 """Neighbours per expanded first-hop relation whose relations give the second hops."""
+STEP_OBSERVATION_CALLS = 2
+"""A step's combined observation is cut at this many calls' worth of characters (each call's
+own bound is ``max_observation_chars``), so two explorations fit whole."""
 
 TOOL_HELP = [
     {
-        "usage": 'node("Entity Name")',
+        "usage": "<node>Entity Name</node>",
         "description": "the entity's one- and two-hop query templates, most relevant first, "
         "each with its answer count and SPARQL triple patterns (?x is the answer)",
     },
     {
-        "usage": 'sparql("SELECT ... WHERE { ... }")',
+        "usage": "<SPARQL>SELECT ... WHERE { ... }</SPARQL>",
         "description": "run a SELECT or ASK query over the KG; rows are shown by name",
     },
 ]
+"""The operations as the system prompt shows them (the tools behind them are ``node`` and
+``sparql``, which ``kg tool`` calls as ``node("Entity Name")``)."""
 
 ENCODER_FALLBACK_NOTE = (
     "note: the sentence encoder could not be loaded; templates are ranked by BM25 instead."
@@ -324,6 +343,35 @@ def make_tools(
     return tools
 
 
+def _header(i: int, op: Operation) -> str:
+    what = f'node "{op.text}"' if op.tool == "node" else "SPARQL"
+    return f"Operation {i} ({what}):"
+
+
+def run_step(env: ToolEnvironment, ops: Sequence[Operation]) -> ToolResult:
+    """Run an isp step's operations in order, each as one call of ``env`` (guarded, bounded,
+    its own typed error), and return them as one result: the observations in order (one alone
+    as it is; several each under an ``Operation i (…):`` line), cut with the truncation marker
+    at :data:`STEP_OBSERVATION_CALLS` calls' worth of characters; the first operation's error
+    (None when every one ran); the tools joined with ``+``; every argument; every entity."""
+    results = [env.call(ToolCall(op.tool, (op.text,))) for op in ops]
+    if len(results) == 1:
+        return results[0]
+    parts = [
+        f"{_header(i, op)}\n{r.text}" for i, (op, r) in enumerate(zip(ops, results, strict=True), 1)
+    ]
+    limit = env.config.max_observation_chars * STEP_OBSERVATION_CALLS
+    error = next((r.error for r in results if r.error is not None), None)
+    return ToolResult(
+        truncate("\n\n".join(parts), limit),
+        error,
+        "+".join(op.tool for op in ops),
+        tuple(a for r in results for a in r.args),
+        tuple(dict.fromkeys(e for r in results for e in r.entities)),
+        tuple(n for r in results for n in r.notes),
+    )
+
+
 __all__ = [
     "MAX_FIRST_HOP",
     "MAX_MIDS",
@@ -335,4 +383,5 @@ __all__ = [
     "explore",
     "make_tools",
     "node",
+    "run_step",
 ]
