@@ -13,7 +13,9 @@ project's own text protocol and tool environment, kept token-in/token-out
 advantage) and a reward registry with state (KnowCoder-A1's F-beta curriculum); a plain loop
 of about the size of those adapters keeps the core readable. Each step:
 
-1. ``questions_per_step`` questions, ``group_size`` rollouts each, sampled together.
+1. ``questions_per_step`` questions, ``group_size`` rollouts each, sampled together. With
+   ``rollout = tree`` (ISP-KGR) each question grows a rollout tree instead and steps 2-3 are
+   step-level: :mod:`kgsynth.train.grpo_tree`.
 2. Rewards (:mod:`kgsynth.agent.rewards`): the configured weighted sum, every component logged.
 3. Advantages: ``A_i = R_i - mean(R)`` of the group, divided by the group's std when
    ``scale_rewards`` (GRPO; Dr. GRPO and KBQA-R1 turn it off); groups whose rewards are all
@@ -274,7 +276,12 @@ def _train(
             metrics_path.write_text("".join(json.dumps(r) + "\n" for r in st.history))
     for step_i in range(st.first_step, cfg.max_steps + 1):
         batch = draw_questions(run, st, phase2)
-        share, upd = rollout_and_update(run, st, step_i, batch)
+        if cfg.rollout == "tree":
+            from kgsynth.train.grpo_tree import tree_rollout_and_update
+
+            share, upd = tree_rollout_and_update(run, st, step_i, batch)
+        else:
+            share, upd = rollout_and_update(run, st, step_i, batch)
         row = step_row(run, st, step_i, len(batch), share, upd)
         if rank == 0 and (step_i % cfg.logging_steps == 0 or step_i == cfg.max_steps):
             with metrics_path.open("a") as f:

@@ -45,6 +45,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "tiny": dict(lr=2e-4, group_size=4, questions_per_step=4, max_turn_tokens=64),
 }
 _RECIPES = "\\[default: recipe's]"
+ROLLOUTS = ("flat", "tree")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,23 @@ class GRPOConfig:
         "on in --preset kg-r1 and isp.",
     )
     turn_lambda: float = option(1.0, "KG-R1's lambda: the trajectory reward's weight in G_t.")
+    rollout: str = option(
+        "flat",
+        "Rollouts: flat (--group-size independent rollouts per question, one advantage per "
+        "rollout or per turn) or tree (ISP-KGR: --branches continuations of every live step, "
+        "equivalent sibling branches pruned, each step's advantage normalised among its "
+        "siblings; --turn-advantage and --group-size do not apply).",
+    )
+    branches: int = option(3, "Tree rollouts: branches sampled from each live node per step (K).")
+    max_tree_nodes: int = option(
+        8,
+        "Tree rollouts: live nodes per question at most; past it a node gets fewer than "
+        "--branches branches (at least one).",
+    )
+    tree_value: str = option(
+        "max",
+        "Tree rollouts: a node's outcome over the leaves of its subtree: max (ISP-KGR) or mean.",
+    )
     updates_per_step: int = option(
         1, "Updates on each step's rollouts; 1 = on-policy single update (KnowCoder-A1)."
     )
@@ -158,6 +176,16 @@ class GRPOConfig:
         )
         need(0 <= c.clip_low < 1, f"clip_low must be in [0, 1) (got {c.clip_low})")
         need(c.clip_high >= 0, f"clip_high must be >= 0 (got {c.clip_high})")
+        need(c.rollout in ROLLOUTS, f"rollout must be flat or tree (got {c.rollout!r})")
+        need(c.branches >= 2, f"branches must be >= 2 (got {c.branches})")
+        need(
+            c.max_tree_nodes >= c.branches,
+            f"max_tree_nodes must be >= branches ({c.branches}) (got {c.max_tree_nodes})",
+        )
+        need(
+            c.tree_value in ("max", "mean"),
+            f"tree_value must be max or mean (got {c.tree_value!r})",
+        )
         need(c.updates_per_step >= 1, f"updates_per_step must be >= 1 (got {c.updates_per_step})")
         need(c.micro_batch_size >= 1, f"micro_batch_size must be >= 1 (got {c.micro_batch_size})")
         need(c.max_grad_norm > 0, f"max_grad_norm must be > 0 (got {c.max_grad_norm})")

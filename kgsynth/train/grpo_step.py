@@ -201,6 +201,7 @@ def step_row(
         "groups": n_groups,
         "rollout_s": t_roll,
         "step_s": t_step,
+        **tree_row(shares),
         **({"world_size": run.world} if run.world > 1 else {}),
         **sync,
         "time": time.time(),
@@ -209,3 +210,35 @@ def step_row(
     if sync and not sync["weights_in_sync"]:
         raise RuntimeError(f"step {step_i}: the ranks' weights differ ({shares})")
     return row
+
+
+def tree_row(shares: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The ``tree/...`` fields of a step's metrics row from every rank's ``tree`` share."""
+    parts = [s["tree"] for s in shares if "tree" in s]
+    if not parts:
+        return {}
+
+    def total(key: str) -> int | float:
+        return sum(p[key] for p in parts)
+
+    def by_turn(key: str) -> list[int]:
+        depth = max(len(p[key]) for p in parts)
+        return [sum(p[key][d] for p in parts if d < len(p[key])) for d in range(depth)]
+
+    sampled, nodes = total("branches_sampled"), total("nodes")
+    return {
+        "tree/branches_sampled": sampled,
+        "tree/branches_pruned": total("branches_pruned"),
+        "tree/prune_rate": total("branches_pruned") / sampled if sampled else 0.0,
+        "tree/live_nodes": total("live_nodes"),
+        "tree/max_live_nodes": max(p["max_live_nodes"] for p in parts),
+        "tree/nodes": nodes,
+        "tree/leaves": total("leaves"),
+        "tree/timed_out_trees": total("timed_out_trees"),
+        "tree/sibling_groups": total("sibling_groups"),
+        "tree/skipped_sibling_groups": total("skipped_sibling_groups"),
+        "tree/node_value": total("node_value_sum") / nodes if nodes else 0.0,
+        "tree/sampled_by_turn": by_turn("sampled_by_turn"),
+        "tree/pruned_by_turn": by_turn("pruned_by_turn"),
+        "tree/live_by_turn": by_turn("live_by_turn"),
+    }

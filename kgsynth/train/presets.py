@@ -36,6 +36,7 @@ KGR1 = "KG-R1 v2 App. D"
 KGR1_SH = "KG-R1 code, train_grpo_kg_qwen_3b_cwq_f1_turn7.sh"
 ISP = "ISP-KGR code, run_kg_grpo.sh"
 ISP_REWARD = "ISP-KGR code, reward_fn.py"
+ISP_ROLLOUT = "ISP-KGR code, rollout_fn.py"
 STAND_IN = "its own action space is not built yet; the GraphWalker tools stand in"
 
 RL_PRESETS: dict[str, dict[str, Setting]] = {
@@ -142,15 +143,33 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
     "isp": {
         "reward": Setting(
             "isp",
-            f"{ISP_REWARD}: 0.1 format + 0.3 progress + 0.6 outcome F1",
-            "issue 15 quoted 0.6 progress + 0.3 F1; the authors' code gives outcome the 0.6. "
-            "ISP's format score is +1/-1 per step, kgsynth's format is 0/1 per episode",
+            f"{ISP_REWARD}: 0.1 format + 0.3 progress + 0.6 outcome F1; on a tree, per node: "
+            "the step's format (+1/-1) and progress plus the best F1 among its subtree's leaves",
+            "issues 15 and 17 quote 0.6 progress + 0.3 F1; the authors' code gives outcome the "
+            "0.6. With --rollout flat, format is kgsynth's 0/1 per episode",
+        ),
+        "rollout": Setting(
+            "tree",
+            f"{ISP_ROLLOUT}: a k-beam tree per question; every parent's kept children are one "
+            "GRPO group (step-level GRPO)",
+            "a child's group is its kept siblings as they are; the code pads or thins each "
+            "group to exactly 6 (n-samples-per-prompt)",
+        ),
+        "branches": Setting(16, f"{ISP_ROLLOUT}: 16 candidates per live node (KG_BEAM_CANDIDATES)"),
+        "max_tree_nodes": Setting(
+            16,
+            KGSYNTH,
+            "the code bounds a tree only by its 6 interactions and the pruning of equivalent "
+            "branches; kgsynth caps the live nodes per question so a run's cost is bounded",
+        ),
+        "tree_value": Setting(
+            "max", f"{ISP_REWARD}: a node's reward is the max over the trajectories through it"
         ),
         "turn_advantage": Setting(
             True,
-            "ISP: per-step rewards (tree rollouts, one group per node)",
-            "kgsynth has no tree rollouts: each step's progress reaches its own tokens through "
-            "the pooled turn advantage instead",
+            "ISP: per-step rewards",
+            "applies to --rollout flat only (tree rollouts are step-level by construction): "
+            "there each step's progress reaches its own tokens through the pooled turn advantage",
         ),
         "turn_lambda": Setting(1.0, KGSYNTH),
         "scale_rewards": Setting(True, f"{ISP}: group z-score"),
