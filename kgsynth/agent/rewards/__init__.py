@@ -80,6 +80,13 @@ Presets (:data:`PRESETS`; the default is GraphWalker's, its EM being ``hit``)
 0.5 validity); ``isp`` = ``f1:0.6,distance:0.3,format:0.1`` (the authors' reward_fn.py). The
 whole RL recipe of each paper (advantage, KL, clip, group, turns, lr, warm-up) is
 :mod:`kgsynth.train.presets` (``kgsynth train rl --preset``).
+
+Tree rollouts (``--rollout tree``, ISP-KGR)
+-------------------------------------------
+The same spec scores every node (agent step) of a rollout tree: :func:`score_tree` in
+:mod:`kgsynth.agent.rewards.tree` gives a node its step's format (+1/-1) and turn-level
+components (``distance``: the per-step progress above) plus the best trajectory-level outcome
+(``f1``...) among the leaves of its subtree; ``isp`` there is ISP's composite.
 """
 
 from __future__ import annotations
@@ -116,6 +123,7 @@ from kgsynth.agent.rewards.spec import (
     pooled_turn_advantages,
     turn_returns,
 )
+from kgsynth.agent.rewards.tree import TREE_VALUES, TreeScores, score_tree
 
 __all__ = [
     "ANSWER_COMPONENTS",
@@ -125,6 +133,7 @@ __all__ = [
     "OUTCOME_MEAN_DECAY",
     "PRESETS",
     "REWARDS",
+    "TREE_VALUES",
     "TURN_ACTION_WEIGHT",
     "TURN_FORMAT_WEIGHT",
     "TURN_REWARDS",
@@ -133,6 +142,7 @@ __all__ = [
     "RewardResult",
     "RewardSpec",
     "RewardState",
+    "TreeScores",
     "assistant_turns",
     "distance_progress",
     "distance_reward",
@@ -143,6 +153,7 @@ __all__ = [
     "hit_reward",
     "pooled_turn_advantages",
     "retrieval_reward",
+    "score_tree",
     "turn_returns",
     "turn_reward",
     "turn_rewards_kgr1",
