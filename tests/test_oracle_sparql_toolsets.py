@@ -7,7 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kgsynth.agent.config import AgentConfig
+from kgsynth.agent.protocol import parse_turn
 from kgsynth.agent.toolcall import parse_tool_call
+from kgsynth.agent.toolsets.isp import run_step
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
@@ -79,8 +81,9 @@ def _hint(row):
 
 def _expected_calls(row, toolset):
     query = json.dumps(row["sparql"], ensure_ascii=False)
-    if toolset == "isp":
-        return [f"node({json.dumps(t)})" for t in row["topic_names"]] + [f"sparql({query})"]
+    if toolset == "isp":  # ISP-KGR's operations: every topic in one step, then the query
+        nodes = "\n".join(f"<node>{t}</node>" for t in row["topic_names"])
+        return [nodes, f"<SPARQL>{row['sparql']}</SPARQL>"]
     sketch = "SearchGraphPatterns('" + _sketch(row) + "', " + json.dumps(_hint(row)) + ")"
     return [sketch, f"ExecuteSPARQL({query})"]
 
@@ -93,19 +96,29 @@ def test_chain_and_2i_walks_give_accepted_trajectories_with_the_exact_calls(kg, 
     assert rejected == [] and stats["trajectories"] == 3
     for q, row in zip(rows_in, rows, strict=True):
         assert row["tool_calls"] == _expected_calls(q, toolset)
-        # the stored SPARQL survives the tool-call syntax: the parser reads it back exactly
-        assert parse_tool_call(row["tool_calls"][-1]).args == (q["sparql"],)
         env = ToolEnvironment(graph, q["question"], AgentConfig(toolset=toolset))
         tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
-        for call, obs in zip(row["tool_calls"], tool_msgs, strict=True):
-            assert obs == f"<information>{env.execute(call).text}</information>"
+        assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        if toolset == "knowcoder":
+            # the stored SPARQL survives the tool-call syntax: the parser reads it back exactly
+            assert parse_tool_call(row["tool_calls"][-1]).args == (q["sparql"],)
+            for call, obs in zip(row["tool_calls"], tool_msgs, strict=True):
+                assert obs == f"<information>{env.execute(call).text}</information>"
+            assert assistant[-1].endswith("</answer>")
+        else:  # each step parses back in ISP's format to the operations it ran
+            for text, call, obs in zip(assistant, row["tool_calls"], tool_msgs, strict=False):
+                turn = parse_turn(text, "isp")
+                assert turn.format_error is None and turn.query == call
+                assert obs == f"<information>{run_step(env, turn.ops).text}</information>"
+            final = parse_turn(assistant[-1], "isp")
+            assert final.format_error is None and final.answer == row["predicted_answers"]
+            assert "\\boxed{" in assistant[-1] and "<answer>" not in assistant[-1]
         # the answer is the whole gold set, in the order the query's rows show it
         rows_shown = tool_msgs[-1].removeprefix("<information>").split("\n")[1:]
         assert row["predicted_answers"] == [line.split("\t")[0] for line in rows_shown]
         assert sorted(map(normalize_answer, row["predicted_answers"])) == sorted(
             map(normalize_answer, q["answer_names"])
         )
-        assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
         assert len(assistant) == len(row["tool_calls"]) + 1 == row["num_turns"]
         assert all(a.startswith("<think>") and "</think>" in a for a in assistant)
         assert "I explore the relations around" in assistant[0] or toolset == "knowcoder"
@@ -125,7 +138,7 @@ def test_every_structure_replays_and_thoughts_name_only_what_was_seen(kg, questi
             for m in row["messages"][2:]:
                 text = m["content"].split("</think>")[0] if m["role"] == "assistant" else ""
                 found = {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text)}
-                assert found <= seen or "<answer>" in m["content"]
+                assert found <= seen or "<answer>" in m["content"] or "\\boxed{" in m["content"]
                 if m["role"] == "tool":
                     seen |= {n for n in names if n in m["content"]}
 

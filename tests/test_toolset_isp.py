@@ -240,10 +240,10 @@ def test_good_sparql_returns_rows_by_name(movies: EmbeddedKG):
     assert capped.text.count("\n") == 3 and "more rows" in capped.text
 
 
-def test_tool_help_names_both_tools():
+def test_tool_help_names_both_operations_in_isps_format():
     assert [h["usage"] for h in isp.TOOL_HELP] == [
-        'node("Entity Name")',
-        'sparql("SELECT ... WHERE { ... }")',
+        "<node>Entity Name</node>",
+        "<SPARQL>SELECT ... WHERE { ... }</SPARQL>",
     ]
     assert all(set(h) == {"usage", "description"} for h in isp.TOOL_HELP)
 
@@ -254,4 +254,4 @@ def test_a_wrong_number_of_arguments_is_wrong_arguments():
     env = ToolEnvironment(KGGraph(movie_kg()), "who directed Kismet", AgentConfig(toolset="isp"))
     result = env.execute('node("Kismet", "extra")')
     assert result.error == ErrorType.WRONG_ARGUMENTS
-    assert result.text == 'Error (wrong arguments): wrong arguments; use node("Entity Name").'
+    assert result.text == "Error (wrong arguments): wrong arguments; use node(...)."

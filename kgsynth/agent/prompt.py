@@ -1,5 +1,6 @@
 """The agent's prompts: the system prompt (rendered from ``prompts/agent_system*.j2`` for a tool
-set and turn limit, or the one a checkpoint stores) and the user prompt of a question.
+set and turn limit, ``prompts/agent_system_isp*.j2`` for the isp set's own turn format, or the
+one a checkpoint stores) and the user prompt of a question.
 
     system_prompt("graphwalker", max_turns=10, style="short")
     user_prompt("who directed Kismet?", ["Kismet"])
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kgsynth.agent.config import PROMPT_STYLES, AgentConfig
+from kgsynth.agent.protocol import ISP_TOOLSET, MAX_OPERATIONS
 from kgsynth.prompts import render
 
 TOOL_HELP = {
@@ -55,6 +57,11 @@ def system_prompt(toolset: str = "graphwalker", max_turns: int = 10, style: str 
     if style not in PROMPT_STYLES:
         raise ValueError(f"system prompt style must be one of {', '.join(PROMPT_STYLES)}")
     name = "agent_system" if style == "full" else "agent_system_short"
+    if toolset == ISP_TOOLSET:  # ISP-KGR's format: several operations a step, \boxed{} answers
+        name = name.replace("agent_system", "agent_system_isp")
+        return render(
+            name, tools=tool_help(toolset), max_turns=max_turns, max_operations=MAX_OPERATIONS
+        )
     return render(name, tools=tool_help(toolset), max_turns=max_turns)
 
 

@@ -14,8 +14,14 @@ import pyarrow.compute as pc
 from kgsynth.agent.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
+    ISP_TOOLSET,
+    MAX_OPERATIONS,
+    NODE_CLOSE,
+    NODE_OPEN,
     QUERY_CLOSE,
     QUERY_OPEN,
+    SPARQL_CLOSE,
+    SPARQL_OPEN,
     THINK_CLOSE,
     THINK_OPEN,
     parse_turn,
@@ -39,6 +45,18 @@ _ANSWER_BODY = (
 _THINK = rf"^[^<]*{THINK_OPEN}[^<]*{THINK_CLOSE}[^<]*"
 FAST_ANSWER_TURN = rf"{_THINK}{ANSWER_OPEN}{_ANSWER_BODY}{ANSWER_CLOSE}[^<]*$"
 FAST_QUERY_TURN = rf"{_THINK}{QUERY_OPEN}[^<]*{QUERY_CLOSE}[^<]*$"
+# The same for ISP-KGR's format (the isp tool set), which parse_turn(text, "isp") reads: one
+# <think> block, then 1 to MAX_OPERATIONS operations, or boxes only. A node holds a name with a
+# letter or digit and no '<'; a query may hold '<' (IRIs) but no '</'. Between the parts only
+# text without '<' or '\' (no other tag, no box beside operations); a box holds no brace, '<' or
+# '\' and at least one letter or digit, so it is never empty once stripped.
+_NAME_BODY = r"[^<]*[\p{L}\p{N}][^<]*"
+_QUERY_BODY = r"(?:[^<]|<[^/])*[\p{L}](?:[^<]|<[^/])*"
+_OPERATION = rf"(?:{NODE_OPEN}{_NAME_BODY}{NODE_CLOSE}|{SPARQL_OPEN}{_QUERY_BODY}{SPARQL_CLOSE})"
+_ISP_THINK = rf"^[^<\\]*{THINK_OPEN}[^<]*{THINK_CLOSE}[^<\\]*"
+_BOX = r"\\boxed\{[^{}<\\]*[\p{L}\p{N}][^{}<\\]*\}"
+FAST_ISP_STEP = rf"{_ISP_THINK}(?:{_OPERATION}[^<\\]*){{1,{MAX_OPERATIONS}}}$"
+FAST_ISP_ANSWER = rf"{_ISP_THINK}(?:{_BOX}[^<\\]*)+$"
 
 
 def normalized_ids(columns: Sequence[pa.ChunkedArray]) -> tuple[list[np.ndarray], int, int]:
@@ -131,11 +149,15 @@ def _message_parts(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray, np.nda
 
 
 def _slow_format_ok(texts: list[str]) -> bool:
-    """parse_turn on every assistant message of one trajectory (in order)."""
+    """parse_turn on every assistant message of one trajectory (in order), in the
+    ``<kg-query>`` format or, every turn alike, in the isp one."""
     if not texts:
         return False
-    turns = [parse_turn(t) for t in texts]
-    return all(t.format_error is None for t in turns) and turns[-1].answer is not None
+    for toolset in (None, ISP_TOOLSET):
+        turns = [parse_turn(t, toolset) for t in texts]
+        if all(t.format_error is None for t in turns) and turns[-1].answer is not None:
+            return True
+    return False
 
 
 def format_checks(
@@ -152,13 +174,18 @@ def format_checks(
     arow = rows[pick]
     texts = content.filter(pa.array(assistant & alive[rows]))
     is_last = np.append(arow[1:] != arow[:-1], True)
-    query_ok = _match(texts, FAST_QUERY_TURN)
-    answer_ok = _match(texts, FAST_ANSWER_TURN)
-    # a middle turn may be either action; the last one must be an answer
-    turn_ok = np.where(is_last, answer_ok, query_ok | answer_ok)
-    bad_turns = _counts(arow[~turn_ok], n)
     has_turn = _counts(arow, n) > 0
-    fast_ok = has_turn & (bad_turns == 0)
+    fast_ok = np.zeros(n, dtype=bool)
+    # a trajectory is in one format, every turn: the <kg-query> one, or the isp one
+    for query_re, answer_re in (
+        (FAST_QUERY_TURN, FAST_ANSWER_TURN),
+        (FAST_ISP_STEP, FAST_ISP_ANSWER),
+    ):
+        query_ok = _match(texts, query_re)
+        answer_ok = _match(texts, answer_re)
+        # a middle turn may be either action; the last one must be an answer
+        turn_ok = np.where(is_last, answer_ok, query_ok | answer_ok)
+        fast_ok |= has_turn & (_counts(arow[~turn_ok], n) == 0)
     ok[alive] = fast_ok[alive]
     slow_rows = np.flatnonzero(alive & has_turn & ~fast_ok)
     if len(slow_rows):

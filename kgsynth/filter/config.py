@@ -75,6 +75,13 @@ class FilterConfig:
         "none", "structure, hops or none: cap every group at --balance-factor x the smallest."
     )
     balance_factor: float = option(2.0, "Group cap = floor(factor x smallest group), factor >= 1.")
+    upsample_factor: float = option(
+        1.0,
+        "With --balance: after the caps, copy the accepted rows of every group smaller than the "
+        "largest until it has min(largest, floor(factor x its size)) rows (KnowCoder-A1's "
+        "upsampling of rare types); 1 copies nothing.",
+    )
+    seed: int = option(0, "Seed of the upsampling's draw of the rows it copies.")
 
     def __post_init__(self) -> None:
         if self.outcome == "em":
@@ -91,6 +98,13 @@ class FilterConfig:
             )
         if not (isinstance(self.balance_factor, int | float) and self.balance_factor >= 1.0):
             raise ConfigError(f"--balance-factor must be >= 1 (got {self.balance_factor!r})")
+        if not (isinstance(self.upsample_factor, int | float) and self.upsample_factor >= 1.0):
+            raise ConfigError(f"--upsample-factor must be >= 1 (got {self.upsample_factor!r})")
+        if self.upsample_factor > 1.0 and self.balance == "none":
+            raise ConfigError(
+                "--upsample-factor copies the rows of small --balance groups: give --balance "
+                "structure or hops"
+            )
         if not 0.0 < self.contamination_threshold <= 1.0:
             raise ConfigError(
                 f"--contamination-threshold must be within (0, 1] (got {self.contamination_threshold})"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -198,6 +200,11 @@ def run_filters(
             rejected = rejected.append_column(field_, values.filter(drop_arr))
         stats = _stats(table, run, enabled, answers)
     assert accepted.num_rows + rejected.num_rows == n, "every input row is accepted or rejected"
+    if cfg.upsample_factor > 1.0 and accepted.num_rows:
+        with run.step("upsample"):
+            accepted, upsampled = _upsample(accepted, cfg)
+        balance_info = {**(balance_info or {}), "upsample": upsampled}
+        stats["upsampled_rows"] = upsampled["rows"]
     stats.update(details)
     stats["contamination"] = contamination
     stats["balance"] = balance_info
@@ -245,6 +252,54 @@ def _balance(run: _Run, keys: pl.DataFrame, cfg: FilterConfig) -> dict[str, Any]
         over[kept["_row"].to_numpy()[rank >= cap]] = True
         run.reject("balance", over)
     return info
+
+
+def _upsample(accepted: pa.Table, cfg: FilterConfig) -> tuple[pa.Table, dict[str, Any]]:
+    """The accepted rows, then copies of the rows of every ``cfg.balance`` group smaller than
+    the largest: a group of ``k`` rows grows to ``min(largest, floor(upsample_factor * k))``
+    (whole copies of the group in input order, then a draw seeded by ``cfg.seed`` and the
+    group). A copy's ``trajectory_id`` is the original's with ``~copyN``."""
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(accepted.column(cfg.balance).to_pylist()):
+        groups.setdefault(key, []).append(i)
+    largest = max(len(rows) for rows in groups.values())
+    take: list[int] = []
+    copies: dict[str, int] = {}
+    for key in sorted(groups, key=lambda k: (k is None, str(k))):
+        rows = groups[key]
+        need = min(largest, math.floor(cfg.upsample_factor * len(rows))) - len(rows)
+        if need <= 0:
+            continue
+        picked: list[int] = []
+        while need >= len(rows):
+            picked.extend(rows)
+            need -= len(rows)
+        rng = random.Random(f"upsample|{cfg.seed}|{_key(key)}")
+        picked.extend(sorted(rng.sample(rows, need)))
+        take.extend(picked)
+        copies[_key(key)] = len(picked)
+    info = {
+        "by": cfg.balance,
+        "factor": cfg.upsample_factor,
+        "seed": cfg.seed,
+        "copies": copies,
+        "rows": len(take),
+        "groups_after": {
+            _key(k): len(v) + copies.get(_key(k), 0)
+            for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0])))
+        },
+    }
+    if not take:
+        return accepted, info
+    extra = accepted.take(pa.array(take, type=pa.int64()))
+    seen: Counter[str] = Counter()
+    ids = []
+    for tid in extra.column("trajectory_id").to_pylist():
+        seen[tid] += 1
+        ids.append(f"{tid}~copy{seen[tid]}")
+    col = accepted.schema.get_field_index("trajectory_id")
+    extra = extra.set_column(col, accepted.schema.field(col), pa.array(ids, pa.string()))
+    return pa.concat_tables([accepted, extra]), info
 
 
 def _key(value: Any) -> str:

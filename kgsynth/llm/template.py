@@ -56,12 +56,14 @@ def template_thought(
     hop: dict[str, Any] | None,
     answers: Sequence[str],
     relations: Sequence[str] = (),
+    mistake: dict[str, str] | None = None,
 ) -> str:
     """The template backend's thought before an oracle action, for the trajectory synthesis of
     :mod:`kgsynth.synthesize.trajectories`. ``kind``: relations or triples (graphwalker,
-    kgr1); types, patterns or execute (knowcoder); node or sparql (isp); answer.
+    kgr1); types, patterns, execute or retry (knowcoder); node or sparql (isp); answer.
     ``relations``: the walk's relations, for a step that covers them all (a query, a pattern
-    search); ``entity`` is the type name for ``types``."""
+    search); ``entity`` is the type name for ``types``; ``mistake`` (kind ``retry``, knowcoder
+    trial and error): what the query before got wrong (kind, wrong and right relation, rows)."""
     # Short on purpose: every token of a thought is trained on, and a thought names only what
     # the next action uses (the entity it starts from, the relation it follows).
     if kind == "relations":
@@ -78,6 +80,13 @@ def template_thought(
         return f"I explore the relations around {entity}."
     if kind in ("execute", "sparql"):
         return f"I query the KG from {entity}, following {', '.join(relations)}."
+    if kind == "retry" and mistake:
+        seen = "The query returned no rows" if mistake["rows"] == "0" else "Those rows do not fit"
+        if mistake["kind"] == "direction":
+            return f"{seen}: {mistake['right']} runs the other way. I reverse it and query again."
+        return (
+            f"{seen}: {mistake['wrong']} is the wrong relation. I query {mistake['right']} instead."
+        )
     return "The facts I found answer the question."
 
 
@@ -105,6 +114,7 @@ class TemplateLLM(LLM):
                 ctx.get("hop"),
                 ctx.get("answers", []),
                 ctx.get("relations", ()),
+                ctx.get("mistake"),
             )
             return f"<think>{thought}</think>"
         if request.task == "rerank_relations":

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.kg.graph import KGGraph
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
 from kgsynth.synthesize.oracle_call import OracleCall
@@ -51,22 +52,29 @@ def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCa
     )
 
 
-def oracle_calls(row: dict[str, Any], toolset: str) -> list[OracleCall]:
-    """The gold action sequence of a question's walk (for ``knowcoder`` without the
-    ``SearchTypes`` step, which needs the KG: :func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`
-    adds it)."""
+def oracle_calls(
+    row: dict[str, Any], toolset: str, graph: KGGraph | None = None
+) -> list[OracleCall]:
+    """The gold action sequence of a question's walk. ``knowcoder``'s ``SearchTypes`` step
+    needs the KG (the answers' type): without ``graph`` it is left out."""
     if toolset in ("knowcoder", "isp"):
-        from kgsynth.synthesize.oracle_sparql import sparql_oracle_calls
+        from kgsynth.synthesize.oracle_sparql import answer_type, sparql_oracle_calls
 
-        return sparql_oracle_calls(row, toolset)
+        type_name = (
+            answer_type(graph, row) if graph is not None and toolset == "knowcoder" else None
+        )
+        return sparql_oracle_calls(row, toolset, type_name)
     calls = []
     for entity, hop in _ordered_hops(row):
         calls.extend(_calls_for(entity, hop, toolset))
     return calls
 
 
-def reference_text(row: dict[str, Any], toolset: str) -> str:
-    return "\n".join(f"{i}. {c.call}" for i, c in enumerate(oracle_calls(row, toolset), 1))
+def reference_text(row: dict[str, Any], toolset: str, graph: KGGraph | None = None) -> str:
+    """The numbered gold actions a referenced rollout is shown, one per line (an isp step's
+    operations on one line); with ``graph``, knowcoder's starts with its ``SearchTypes``."""
+    calls = oracle_calls(row, toolset, graph)
+    return "\n".join(f"{i}. {' '.join(c.call.splitlines())}" for i, c in enumerate(calls, 1))
 
 
 _LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)

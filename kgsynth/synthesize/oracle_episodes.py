@@ -15,9 +15,11 @@ from kgsynth.agent.loop import system_prompt, user_prompt
 from kgsynth.agent.protocol import (
     ANSWER,
     ANY_TAG_RE,
-    KG_QUERY,
-    THINK,
+    ISP_TOOLSET,
     THINK_RE,
+    answer_turn,
+    boxed_answers,
+    query_turn,
     render_observation,
     tagged,
 )
@@ -35,8 +37,9 @@ from kgsynth.synthesize.oracle_sparql import (
     query_answers,
     replay_sparql,
 )
+from kgsynth.synthesize.oracle_trial import TRIAL_MODE, trial_rng, trial_steps
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
-from kgsynth.synthesize.trajectory_rows import trajectory_row
+from kgsynth.synthesize.trajectory_rows import trajectory_id, trajectory_row
 
 Outcomes = tuple[list[dict[str, Any]], list[Rejected]]
 """Trajectory rows accepted, and the questions turned down; both in question order."""
@@ -63,6 +66,12 @@ def _parse_thought(text: str) -> str | None:
     return " ".join(thought.split()) or None
 
 
+def _answer_action(answers: Sequence[str], toolset: str) -> str:
+    if toolset == ISP_TOOLSET:
+        return boxed_answers(list(answers))
+    return tagged(ANSWER, _q_list(answers))
+
+
 def _thought_requests(
     plans: list[tuple[int, dict[str, Any], list[tuple[Any, Any]]]], cfg: TrajectoryConfig
 ) -> tuple[list[Request], list[int]]:
@@ -73,7 +82,7 @@ def _thought_requests(
     tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
     for p, (_, row, steps) in enumerate(plans):
         history: list[dict[str, str]] = [{}, {}]
-        actions = [c.call for c, _ in steps] + [tagged(ANSWER, _q_list(row["answer_names"]))]
+        actions = [c.call for c, _ in steps] + [_answer_action(row["answer_names"], cfg.toolset)]
         for s, action in enumerate(actions):
             kind = steps[s][0].kind if s < len(steps) else "answer"
             hop = steps[s][0].hop if s < len(steps) else None
@@ -85,6 +94,8 @@ def _thought_requests(
             context = {"kind": kind, "entity": entity, "hop": hop, "answers": row["answer_names"]}
             if relations:  # only the SPARQL tool sets' calls; other contexts stay as they were
                 context["relations"] = list(relations)
+            if s < len(steps) and steps[s][0].mistake:  # a trial-and-error correction
+                context["mistake"] = dict(steps[s][0].mistake)
             requests.append(
                 Request.make(
                     [{"role": "user", "content": content}], tparams, task="thought", context=context
@@ -98,34 +109,28 @@ def _thought_requests(
 
 
 def _episode(
-    row: dict[str, Any], steps: list[tuple[Any, Any]], texts: list[str], sys_text: str
+    row: dict[str, Any],
+    steps: list[tuple[Any, Any]],
+    texts: list[str],
+    sys_text: str,
+    toolset: str = "graphwalker",
 ) -> dict[str, Any]:
     """The episode summary of a replay with its thoughts (``texts``: one per step, then the
-    answer's)."""
+    answer's), its turns written in ``toolset``'s format."""
     messages = [
         {"role": "system", "content": sys_text},
         {"role": "user", "content": user_prompt(row["question"], row["topic_names"])},
     ]
     observed: list[str] = []
     for (c, result), thought in zip(steps, texts, strict=False):
-        messages.append(
-            {
-                "role": "assistant",
-                "content": f"{tagged(THINK, thought)}\n{tagged(KG_QUERY, c.call)}",
-            }
-        )
+        messages.append({"role": "assistant", "content": query_turn(thought, c.call, toolset)})
         messages.append({"role": "tool", "content": render_observation(result.text)})
         observed.extend(result.entities)
     # the SPARQL tool sets answer from their query's rows, in the order the rows show them
     last = steps[-1] if steps else None
     shown = query_answers(last[1]) if last and last[0].kind in QUERY_KINDS else observed
     answers = oracle_answers(row, shown)
-    messages.append(
-        {
-            "role": "assistant",
-            "content": f"{tagged(THINK, texts[-1])}\n{tagged(ANSWER, _q_list(answers))}",
-        }
-    )
+    messages.append({"role": "assistant", "content": answer_turn(texts[-1], answers, toolset)})
     no_action = {"tool": None, "args": None, "tool_error": None, "format_error": None}
     return {
         "messages": messages,
@@ -161,13 +166,16 @@ def oracle_trajectories(
 ) -> Outcomes:
     """Oracle trajectories of ``rows``: replayed, then given thoughts. (Its keyword signature
     is :func:`~kgsynth.synthesize.rollouts.rollout_trajectories`' on purpose: the stage's
-    ``run`` calls one or the other by mode.)"""
+    ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder), a seeded
+    share of the questions also gets a trial-and-error trajectory
+    (:mod:`~kgsynth.synthesize.oracle_trial`), right after the question's plain one."""
     sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
     results: list[dict[str, Any] | Rejected] = []
     plans = []
-    for i, row in enumerate(rows):
+    trials: set[int] = set()  # the plans that are trial-and-error demonstrations
+    for row in rows:
         env = ToolEnvironment(graph, row["question"], cfg.tool_config(), reranker)
         try:
             if cfg.toolset in SPARQL_TOOLSETS:
@@ -178,7 +186,15 @@ def oracle_trajectories(
             results.append(Rejected(trajectory_row(row, 0, None, cfg, generator), rej.reason))
             continue
         results.append({})  # filled in once its thoughts are written
-        plans.append((i, row, steps))
+        plans.append((len(results) - 1, row, steps))
+        if cfg.trial_and_error > 0:
+            rng = trial_rng(cfg.seed, row["question_id"])
+            if rng.random() < cfg.trial_and_error:
+                tried = trial_steps(row, env, steps, rng)
+                if tried is not None:
+                    results.append({})
+                    trials.add(len(plans))
+                    plans.append((len(results) - 1, row, tried))
     requests, owner = _thought_requests(plans, cfg)
     report = (lambda i, c: progress(i + 1, len(requests), "thoughts")) if progress else None
     thoughts = llm.generate_batch(requests, report)
@@ -188,10 +204,18 @@ def oracle_trajectories(
     for p, (i, row, steps) in enumerate(plans):
         texts = by_plan[p]
         if any(t is None for t in texts):
-            results[i] = Rejected(trajectory_row(row, 0, None, cfg, generator), "thought_unusable")
+            bad = trajectory_row(row, int(p in trials), None, cfg, generator)
+            results[i] = Rejected(bad, "thought_unusable")
             continue
-        episode = _episode(row, steps, texts, sys_text)  # type: ignore[arg-type]
-        results[i] = trajectory_row(row, 0, episode, cfg, generator)
+        episode = _episode(row, steps, texts, sys_text, cfg.toolset)  # type: ignore[arg-type]
+        if p in trials:
+            out = trajectory_row(row, 1, episode, cfg, generator)
+            out.update(
+                mode=TRIAL_MODE, trajectory_id=trajectory_id(row["question_id"], TRIAL_MODE, 1)
+            )
+            results[i] = out
+        else:
+            results[i] = trajectory_row(row, 0, episode, cfg, generator)
     accepted = [r for r in results if not isinstance(r, Rejected)]
     return accepted, [r for r in results if isinstance(r, Rejected)]
 

@@ -9,11 +9,15 @@ becomes the action sequence each paper's agent would take, replayed through the 
   ``SearchGraphPatterns('SELECT ?x WHERE { "Kismet" ?r ?x }', "<the walk's relation words>")``
   (a sketch naming each topic entity by name in double quotes), then
   ``ExecuteSPARQL("<the stored SPARQL>")``;
-- ``isp`` (ISP-KGR: node explorations, then the SPARQL): ``node("<topic>")`` for each topic
-  entity (2I, IP and PI have two), then ``sparql("<the stored SPARQL>")``.
+- ``isp`` (ISP-KGR: node explorations, then the SPARQL), in ISP-KGR's action format
+  (:mod:`kgsynth.agent.protocol`): one step exploring every topic entity at once,
+  ``<node>Kismet</node>`` (2I, IP and PI have two topics: two ``<node>`` operations in that
+  step), then a step ``<SPARQL><the stored SPARQL></SPARQL>``.
 
-Every call is written in the tool-call syntax :func:`~kgsynth.agent.toolcall.parse_tool_call`
-reads (Python string literals) and checked to read back to the intended arguments. A call that
+Every knowcoder call is written in the tool-call syntax
+:func:`~kgsynth.agent.toolcall.parse_tool_call` reads (Python string literals), every isp step
+in the operation tags :func:`~kgsynth.agent.protocol.parse_isp_turn` reads, and each is checked
+to read back to the intended arguments. A call that
 fails rejects the question (``oracle_<error type>``, as the graphwalker oracle does); so does a
 query that fails (``oracle_query_failed``) or whose observation does not show every gold answer
 (``answers_not_observed``: the row cap, a truncated observation). The answer then lists the gold
@@ -25,6 +29,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kgsynth.agent.protocol import (
+    NODE,
+    SPARQL,
+    THINK,
+    Operation,
+    operations_text,
+    parse_isp_turn,
+    tagged,
+)
 from kgsynth.agent.toolcall import ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
 from kgsynth.agent.toolsets.knowcoder import type_catalogue
@@ -37,8 +50,9 @@ from kgsynth.synthesize.oracle_call import OracleCall
 
 SPARQL_TOOLSETS = ("knowcoder", "isp")
 """The tool sets whose oracle is built here."""
-QUERY_KINDS = ("execute", "sparql")
-"""Kinds of the oracle step that runs the walk's query (its observation gives the answer)."""
+QUERY_KINDS = ("execute", "sparql", "retry")
+"""Kinds of the oracle step that runs the walk's query (its observation gives the answer;
+``retry``: the gold query after a trial-and-error attempt, :mod:`~kgsynth.synthesize.oracle_trial`)."""
 MAX_TYPED_ANSWERS = 20
 """Gold answers whose types are read to choose the SearchTypes text."""
 
@@ -128,12 +142,13 @@ def sparql_oracle_calls(
     topics = list(row["topic_names"])
     rels = walk_relations(row)
     about = " and ".join(topics)
-    if toolset == "isp":
-        calls = [
-            OracleCall("node", f"node({_q(t)})", t, hops[0], rels)
-            for t, hops in zip(topics, row["branches"], strict=True)
+    if toolset == "isp":  # every topic explored in one step, then the query
+        nodes = operations_text([Operation(NODE, t) for t in topics])
+        first = row["branches"][0][0] if len(topics) == 1 else None
+        return [
+            OracleCall("node", nodes, about, first, rels),
+            OracleCall("sparql", Operation(SPARQL, query).render(), about, None, rels),
         ]
-        return [*calls, OracleCall("sparql", f"sparql({_q(query)})", about, None, rels)]
     if toolset != "knowcoder":
         raise ValueError(f"no SPARQL oracle for tool set {toolset!r}")
     hint = " ".join(_distinct(relation_words(r) for r in rels))
@@ -144,6 +159,15 @@ def sparql_oracle_calls(
     calls.append(OracleCall("patterns", sketch, about, None, rels))
     calls.append(OracleCall("execute", f"ExecuteSPARQL({_q(query)})", about, None, rels))
     return calls
+
+
+def isp_operations(call: OracleCall) -> tuple[Operation, ...]:
+    """An isp step's operations as the agent's parser reads them back; they must be the ones
+    written (a name or query holding an operation's closing tag would not survive)."""
+    turn = parse_isp_turn(f"{tagged(THINK, '.')}{call.call}")
+    if turn.format_error is not None or operations_text(turn.ops) != call.call:
+        raise Reject("oracle_call_unparsable")
+    return turn.ops
 
 
 def _check_syntax(call: OracleCall) -> None:
@@ -179,8 +203,13 @@ def replay_sparql(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[Oracl
     gold = {normalize_answer(a) for a in row["answer_names"]}
     steps = []
     for c in sparql_oracle_calls(row, toolset, type_name):
-        _check_syntax(c)
-        result = env.execute(c.call)
+        if toolset == "isp":
+            from kgsynth.agent.toolsets.isp import run_step
+
+            result = run_step(env, isp_operations(c))
+        else:
+            _check_syntax(c)
+            result = env.execute(c.call)
         if c.kind in QUERY_KINDS:
             if result.error is not None:
                 raise Reject("oracle_query_failed")

@@ -41,7 +41,7 @@ def rollout_trajectories(
     tasks: list[EpisodeTask] = []
     meta: list[tuple[dict[str, Any], int, str]] = []
     for row in rows:
-        ref = reference_text(row, cfg.toolset) if cfg.mode == "referenced" else ""
+        ref = reference_text(row, cfg.toolset, graph) if cfg.mode == "referenced" else ""
         for sample in range(cfg.samples):
             tasks.append(EpisodeTask(row["question"], list(row["topic_names"]), ref or None))
             meta.append((row, sample, ref))

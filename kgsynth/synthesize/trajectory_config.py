@@ -47,6 +47,13 @@ class TrajectoryConfig:
         "oracle: follow a chain's next hop from up to this many of the entities the hop before "
         "reached, so the replay observes the whole answer set.",
     )
+    trial_and_error: float = option(
+        0.0,
+        "oracle with --tools knowcoder: the share of questions (drawn per question with --seed) "
+        "that also get a trial-and-error trajectory (mode oracle_trial): a first ExecuteSPARQL "
+        "with a relation the wrong way round or a wrong relation the SearchGraphPatterns "
+        "observation showed, its empty or wrong rows, then the gold query; 0 writes none.",
+    )
     stratify: str = option(
         "none",
         "With --limit: draw the K questions stratified by structure or hops (equal shares, "
@@ -76,6 +83,15 @@ class TrajectoryConfig:
             raise ConfigError(
                 "--reflection applies to sampled trajectories (--mode free or referenced); "
                 "the oracle replays a walk and samples nothing"
+            )
+        if not 0.0 <= self.trial_and_error <= 1.0:
+            raise ConfigError(
+                f"--trial-and-error must be within [0, 1] (got {self.trial_and_error})"
+            )
+        if self.trial_and_error > 0 and (self.mode != "oracle" or self.toolset != "knowcoder"):
+            raise ConfigError(
+                "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
+                f"--mode oracle and --tools knowcoder (got --mode {self.mode}, --tools {self.toolset})"
             )
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
