@@ -56,6 +56,11 @@ class DelimitedResult:
     entities: int = 0
     relation_iris: set[str] = field(default_factory=set)
     source_sha256: str = ""
+    # the facts as ids (columns s, p, o) into ``entity_iris`` and ``predicate_iris``, for the
+    # fan-out table (:mod:`kgsynth.kg.fanouts`)
+    fact_ids: pl.DataFrame | None = None
+    entity_iris: list[str] = field(default_factory=list)
+    predicate_iris: list[str] = field(default_factory=list)
 
 
 def percent_encode(values: pl.Series) -> pl.Series:
@@ -199,8 +204,12 @@ def _convert(
         if names is not None
         else None
     )
-    seen: set[str] = set()  # entity IRIs written so far (exact: a name is never dropped)
+    # entity IRIs written so far (exact: a name is never dropped), each with its id
+    seen: dict[str, int] = {}
     relation_nt: dict[str, str] = {}
+    relation_id: dict[str, int] = {}  # relation key -> its IRI's id
+    predicate_ids: dict[str, int] = {}
+    fact_parts: list[pl.DataFrame] = []
     first = True
     with open(dest, "wb") as out:
         for batch in reader:
@@ -220,6 +229,7 @@ def _convert(
                     except ValueError as exc:
                         raise NeedsLineReader(str(exc)) from None
                     result.relation_iris.add(iri)
+                    relation_id[rel] = predicate_ids.setdefault(iri, len(predicate_ids))
             s_iri = entity_iris(df["s"], profile)
             o_iri = entity_iris(df["o"], profile)
             facts = pl.select(
@@ -237,9 +247,10 @@ def _convert(
             )
             entities = _first_keys(s_iri, df["s"], o_iri, df["o"], exact=profile.name == "freebase")
             iris = entities["iri"].to_list()
-            new = [iri not in seen for iri in iris]
-            seen.update(iris)
-            entities = entities.filter(pl.Series(new, dtype=pl.Boolean))
+            before = len(seen)
+            ids = [seen.setdefault(iri, len(seen)) for iri in iris]
+            fact_parts.append(_fact_ids(s_iri, df["r"], o_iri, iris, ids, relation_id))
+            entities = entities.filter(pl.Series([i >= before for i in ids], dtype=pl.Boolean))
             if names_df is None:
                 named = entities.with_columns(pl.col("key").alias("name"))
             else:
@@ -271,4 +282,26 @@ def _convert(
                 result.names_written += named.height
             pl.concat(lines).write_csv(out, include_header=False, quote_style="never")
     result.entities = len(seen)
+    result.entity_iris = list(seen)
+    result.predicate_iris = list(predicate_ids)
+    result.fact_ids = pl.concat(fact_parts) if fact_parts else pl.DataFrame(schema=_FACT_SCHEMA)
     return result
+
+
+_FACT_SCHEMA = {"s": pl.UInt32, "p": pl.UInt16, "o": pl.UInt32}
+
+
+def _fact_ids(
+    s_iri: pl.Series,
+    rel: pl.Series,
+    o_iri: pl.Series,
+    iris: list[str],
+    ids: list[int],
+    relation_id: dict[str, int],
+) -> pl.DataFrame:
+    """A batch's facts as ids: ``iris`` (every IRI of the batch) have ``ids``."""
+    block = pl.DataFrame({"iri": iris, "id": ids}, schema={"iri": pl.String, "id": pl.UInt32})
+    s = s_iri.to_frame("iri").join(block, on="iri", how="left", maintain_order="left")["id"]
+    o = o_iri.to_frame("iri").join(block, on="iri", how="left", maintain_order="left")["id"]
+    p = rel.replace_strict(relation_id, return_dtype=pl.UInt16)
+    return pl.DataFrame({"s": s, "p": p, "o": o}, schema=_FACT_SCHEMA)

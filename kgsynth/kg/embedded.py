@@ -1,7 +1,9 @@
 """Embedded backend: a pyoxigraph store on disk (the default) or in memory.
 
 A store directory made by ``kgsynth kg import`` holds ``oxigraph/`` (the store),
-``names.sqlite`` (the case-insensitive name index) and ``kg.json`` (profile, counts, source).
+``names.sqlite`` (the case-insensitive name index), ``kg.json`` (profile, counts, source) and
+``fanouts/`` (per-entity relation counts for the walker, :mod:`kgsynth.kg.fanouts`; stores
+imported before it existed lack it and are queried instead).
 
 Queries are bounded two ways. In-process (the default: kgsynth's own look-ups, thousands a
 second) rows are read lazily with the deadline checked between rows and the row cap applied
@@ -24,6 +26,7 @@ import pyoxigraph as ox
 
 from kgsynth.errors import ConfigError, KGError, KGTimeoutError, QueryRejectedError
 from kgsynth.kg.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, KG
+from kgsynth.kg.fanouts import FanoutTable
 from kgsynth.kg.names import NameIndex
 from kgsynth.kg.profiles import KGProfile, get_profile
 from kgsynth.kg.query_process import QueryProcess, QueryProcessError
@@ -62,6 +65,7 @@ class EmbeddedKG(KG):
         location: str = ":memory:",
         meta: dict[str, Any] | None = None,
         name_index: NameIndex | None = None,
+        fanout_table: FanoutTable | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         max_rows: int = DEFAULT_MAX_ROWS,
         isolate: bool = False,
@@ -71,6 +75,7 @@ class EmbeddedKG(KG):
         self.location = location
         self.meta = meta or {}
         self.name_index = name_index
+        self.fanout_table = fanout_table
         self.timeout = timeout
         self.max_rows = max_rows
         self._process: QueryProcess | None = None
@@ -116,6 +121,7 @@ class EmbeddedKG(KG):
             location=str(path),
             meta=meta,
             name_index=NameIndex(names) if names.is_file() else None,
+            fanout_table=FanoutTable.open(path),
             timeout=timeout,
             max_rows=max_rows,
             isolate=isolate,
@@ -262,5 +268,7 @@ class EmbeddedKG(KG):
     def close(self) -> None:
         if self.name_index is not None:
             self.name_index.close()
+        if self.fanout_table is not None:
+            self.fanout_table.close()
         if self._process is not None:
             self._process.kill()

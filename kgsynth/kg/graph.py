@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from kgsynth.kg import sparql
 from kgsynth.kg.base import KG
+from kgsynth.kg.fanouts import FanoutTable
 from kgsynth.kg.names import NameIndex, build_name_index
 from kgsynth.kg.prefetch import BatchPrefetch
 from kgsynth.kg.records import (  # noqa: F401  (re-exported: callers import them from here)
@@ -50,6 +51,19 @@ class KGGraph(BatchPrefetch):
         self._label_cache = LRU(cache_size)
         self._targets_cache = LRU(cache_size)
         self._name_index: NameIndex | None = getattr(kg, "name_index", None)
+        # per-entity relation counts stored at import (kgsynth.kg.fanouts): fan-outs without a
+        # query; a table made under another profile, or one that flattens unnamed nodes
+        # (whose relations are paths the table does not count), is not used
+        table: FanoutTable | None = getattr(kg, "fanout_table", None)
+        self._table = (
+            table
+            if table is not None
+            and table.profile == self.profile.name
+            and not self.profile.flatten_unnamed
+            else None
+        )
+        # entity -> its relations whose targets the table holds, with their rows
+        self._hub_rows = LRU(cache_size)
         # (predicate IRI, direction) -> its Relation, or None for a hidden one
         self._relation_of: dict[tuple[str, str], Relation | None] = {}
         labels = " ".join(sparql.iri(p) for p in self.profile.label_predicates)
@@ -238,6 +252,8 @@ class KGGraph(BatchPrefetch):
         )
 
     def _fetch_fanouts(self, iri: str) -> dict[Relation, int]:
+        if self._table is not None:
+            return self._table_fanouts([iri])[iri]
         node = sparql.iri(iri)
         prof = self.profile
         counts: dict[tuple[str, tuple[str, ...]], int] = {}

@@ -32,6 +32,7 @@ from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg import sparql
 from kgsynth.kg.arrow_import import DelimitedResult, NeedsLineReader, delimited_to_ntriples
 from kgsynth.kg.embedded import META_FILE, NAMES_FILE, STORE_SUBDIR, is_store_dir
+from kgsynth.kg.fanouts import FANOUTS_DIR, table_from_store, write_fanout_table
 from kgsynth.kg.names import NameIndexWriter, build_name_index
 from kgsynth.kg.profiles import KGProfile, get_profile, guess_profile_from_relations
 
@@ -294,6 +295,18 @@ def import_kg(
         if fmt == "tsv":
             nt = tmp / "import.nt"
             fast = _convert_delimited(src, nt, delimiter or "\t", prof, names, tmp / NAMES_FILE)
+            if fast is not None and fast.fact_ids is not None and not prof.flatten_unnamed:
+                # before bulk_load: the ids are freed before the engine's own peak
+                write_fanout_table(
+                    tmp / FANOUTS_DIR,
+                    fast.fact_ids,
+                    fast.entity_iris,
+                    fast.predicate_iris,
+                    profile=prof.name,
+                )
+            if fast is not None:
+                fast.fact_ids, fast.entity_iris = None, []
+                gc.collect()
             store.bulk_load(path=str(nt), format=ox.RdfFormat.N_TRIPLES)
             nt.unlink()
         else:
@@ -304,6 +317,9 @@ def import_kg(
             except SyntaxError as exc:
                 raise InputFileError(src, f"{fmt} syntax error: {exc.msg}", exc.lineno) from None
         store.flush()
+        if not prof.flatten_unnamed and not (tmp / FANOUTS_DIR).is_dir():
+            # not converted in batches: the fan-out table from the store's triples
+            table_from_store(store, tmp / FANOUTS_DIR, profile=prof.name)
 
         label_values = " ".join(sparql.iri(p) for p in prof.label_predicates)
         label_filter = (

@@ -3,6 +3,7 @@ at once: ``VALUES`` queries that return no more rows than the single look-ups wo
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 
 from kgsynth.kg import sparql
@@ -37,9 +38,17 @@ class BatchPrefetch:
         are left to run one by one when asked."""
         if not self.profile.flatten_unnamed:
             todo = [i for i in dict.fromkeys(fanouts) if i not in self._relations_cache]
-            for start in range(0, len(todo), self.BATCH):
-                self._prefetch_batch(todo[start : start + self.BATCH], 0)
-            pairs = [p for p in dict.fromkeys(targets) if p not in self._targets_cache]
+            if self._table is not None:
+                self._table_fanouts(todo)
+            else:
+                for start in range(0, len(todo), self.BATCH):
+                    self._prefetch_batch(todo[start : start + self.BATCH], 0)
+            # the targets of a hub relation are not listed: choose_target reads them
+            pairs = [
+                p
+                for p in dict.fromkeys(targets)
+                if p not in self._targets_cache and self._hub_row(*p) is None
+            ]
             for start in range(0, len(pairs), self.PAIR_BATCH):
                 self._prefetch_targets(pairs[start : start + self.PAIR_BATCH])
         self.prefetch_labels(labels)
@@ -65,7 +74,66 @@ class BatchPrefetch:
         for pair, terms in zip(pairs, found, strict=True):
             self._targets_cache.put(pair, tuple(sorted(terms, key=term_value)))
 
+    def _table_fanouts(self, iris: list[str]) -> dict[str, dict[Relation, int]]:
+        """Fan-outs of ``iris`` from the fan-out table, into the relations cache (and their
+        hub rows into ``_hub_rows``)."""
+        out: dict[str, dict[Relation, int]] = {}
+        for iri, rows in self._table.rows(iris).items():
+            fanouts: dict[Relation, int] = {}
+            hubs: dict[Relation, int] = {}
+            for predicate, direction, n, row in rows:
+                rel = self._relation(predicate, direction)
+                if rel is None:
+                    continue
+                fanouts[rel] = n
+                if self._table.has_targets(row):
+                    hubs[rel] = row
+            out[iri] = self._relation_order(fanouts)
+            self._relations_cache.put(iri, out[iri])
+            self._hub_rows.put(iri, hubs)
+        return out
+
+    def _hub_row(self, iri: str, relation: Relation) -> int | None:
+        """The table row holding the targets of ``(iri, relation)``, or None (no table, or a
+        relation whose targets a query lists)."""
+        if self._table is None or len(relation.path) != 1:
+            return None
+        if iri not in self._hub_rows:
+            self._table_fanouts([iri])
+        return self._hub_rows.get_or_compute(iri, dict).get(relation)
+
+    def choose_target(
+        self,
+        iri: str,
+        relation: Relation,
+        rng: random.Random,
+        exclude: set[str],
+        *,
+        iris_only: bool = False,
+    ) -> Term | None:
+        """What ``rng.choice`` picks from :meth:`targets` of ``(iri, relation)`` less those
+        in ``exclude`` (and less literals when ``iris_only``); None, with ``rng`` untouched,
+        when none is left. A hub relation's targets are read from the fan-out table (the same
+        list, in the same order) instead of being listed."""
+        row = self._hub_row(iri, relation)
+        if row is not None:  # the table holds only rows whose targets are all IRIs
+            picked = self._table.pick_target(row, exclude, rng.choice)
+            return None if picked is None else Term("iri", picked)
+        cands = [
+            t
+            for t in self.targets(iri, relation)
+            if t.value not in exclude and (t.kind == "iri" or not iris_only)
+        ]
+        return rng.choice(cands) if cands else None
+
     def _prefetch_batch(self, iris: list[str], max_targets: int) -> None:
+        table = self._table is not None
+        counts = self._table_fanouts(iris) if table else self._query_fanouts(iris)
+        if max_targets <= 0:
+            return
+        self._prefetch_listed_targets(counts, max_targets)
+
+    def _query_fanouts(self, iris: list[str]) -> dict[str, dict[Relation, int]]:
         values = " ".join(f"({sparql.iri(i)} {k})" for k, i in enumerate(iris))
         fanouts_of: list[dict[Relation, int]] = [{} for _ in iris]
         # both directions in one query (~30% less than one query each); rows name their
@@ -81,9 +149,15 @@ class BatchPrefetch:
                 fanouts_of[int(row["k"].value)][rel] = int(row["n"].value)
         counts = dict(zip(iris, fanouts_of, strict=True))
         for iri, fanouts in counts.items():
-            self._relations_cache.put(iri, self._relation_order(fanouts))
-        if max_targets <= 0:
-            return
+            counts[iri] = self._relation_order(fanouts)
+            self._relations_cache.put(iri, counts[iri])
+        return counts
+
+    def _prefetch_listed_targets(
+        self, counts: dict[str, dict[Relation, int]], max_targets: int
+    ) -> None:
+        """The targets (with names) of the relations of ``counts`` with at most
+        ``max_targets`` neighbours."""
         for direction, triple in (("out", "?e ?r ?x"), ("in", "?x ?r ?e")):
             pairs = [
                 (iri, rel)

@@ -145,10 +145,9 @@ class WalkSampler(AnswerQueries):
         yield ((FANOUTS, iri),)
         rel = self._pick_relation(rng, self._candidates(iri))
         yield ((TARGETS, (iri, rel)),)
-        targets = [t for t in self.graph.targets(iri, rel) if t.value not in visited]
-        if not targets:
+        target = self.graph.choose_target(iri, rel, rng, visited)
+        if target is None:
             raise Reject("cycle")
-        target = rng.choice(targets)
         if target.kind != "iri":
             if not final:
                 raise Reject("dead_end")
@@ -207,14 +206,10 @@ class WalkSampler(AnswerQueries):
             raise Reject("no_second_branch")
         back = self._pick_relation(rng, rels)
         yield ((TARGETS, (answer, back)),)
-        topics = [
-            t
-            for t in self.graph.targets(answer, back)
-            if t.kind == "iri" and t.value not in exclude
-        ]
-        if not topics:
+        # a hub's targets are read from the fan-out table, not listed (same pick)
+        topic = self.graph.choose_target(answer, back, rng, exclude, iris_only=True)
+        if topic is None:
             raise Reject("cycle")
-        topic = rng.choice(topics)
         forward = Relation(back.name, "in" if back.direction == "out" else "out", back.path)
         yield ((FANOUTS, topic.value), (LABEL, topic.value), (LABEL, answer))
         fan = self.graph.fanouts(topic.value).get(forward, 0)
