@@ -109,8 +109,8 @@ sparql-agent-%: install
 	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(SPARQL_RUN)/$*/kg --overwrite
 	$(K) walk $(SCFG) --kg $(SPARQL_RUN)/$*/kg --out $(SPARQL_RUN)/$*/walks.parquet --overwrite $(if $(SMOKE_S),--n 60)
 	$(K) synthesize questions $(SCFG) --walks $(SPARQL_RUN)/$*/walks.parquet --out $(SPARQL_RUN)/$*/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) synthesize trajectories $(SCFG) --tools $* --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --llm template --out $(SPARQL_RUN)/$*/trajectories.parquet --overwrite
-	$(K) filter $(SCFG) --in $(SPARQL_RUN)/$*/trajectories.parquet --out $(SPARQL_RUN)/$*/corpus --overwrite
+	$(K) synthesize trajectories $(SCFG) --section trajectories_$* --tools $* --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --llm template --out $(SPARQL_RUN)/$*/trajectories.parquet --overwrite
+	$(K) filter $(SCFG) --section filter_$* --in $(SPARQL_RUN)/$*/trajectories.parquet --out $(SPARQL_RUN)/$*/corpus --overwrite
 	$(K) train stage1 $(SCFG) --corpus $(SPARQL_RUN)/$*/corpus/accepted.parquet --model tiny --out $(SPARQL_RUN)/$*/stage1 --overwrite $(if $(SMOKE_S),--max-steps 8 --copy-warmup-steps 4)
 	$(K) train rl $(SCFG) --preset $(if $(filter knowcoder,$*),knowcoder-a1,$*) --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --init $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/rl --overwrite $(if $(SMOKE_S),--max-steps 1 --questions-per-step 2 --group-size 2 --max-turn-tokens 48)
 	$(K) eval $(SCFG) --tools $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)

@@ -4,7 +4,8 @@ Three modes, one agent loop and one tool environment (the same ranking and limit
 eval):
 
 - ``oracle`` (GraphWalker's GraphSynth; :mod:`kgsynth.synthesize.oracle`,
-  :mod:`kgsynth.synthesize.oracle_episodes`): each question's walk is replayed as tool calls
+  :mod:`kgsynth.synthesize.oracle_episodes`; for knowcoder, ``trial_and_error`` adds
+  :mod:`kgsynth.synthesize.oracle_trial`'s demonstrations): each question's walk is replayed as tool calls
   through the real environment; a step whose gold relation or next entity the tools do not
   show rejects the question with that reason. Then a thought is written for every step from
   the question, the history so far and the next gold action only (no future leakage).
@@ -38,6 +39,7 @@ from kgsynth.synthesize.oracle import (
     replay,
 )
 from kgsynth.synthesize.oracle_episodes import oracle_in_workers, oracle_trajectories
+from kgsynth.synthesize.oracle_trial import TRIAL_MODE
 from kgsynth.synthesize.rollouts import rollout_trajectories
 from kgsynth.synthesize.trajectory_config import MODES, SPLITS, STRATA, TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import EMPTY_EPISODE, trajectory_id, trajectory_row
@@ -159,6 +161,8 @@ def run(
         "format_errors": sum(r["format_errors"] for r in accepted),
         "generator": generator,
     }
+    if cfg.trial_and_error > 0:  # KnowCoder-A1's trial-and-error demonstrations written
+        stats["trial_and_error"] = sum(r["mode"] == TRIAL_MODE for r in accepted)
     return StageResult(accepted, rejected, stats)
 
 
