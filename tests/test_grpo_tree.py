@@ -254,6 +254,7 @@ def test_rl_tree_step_on_cpu_updates_weights_and_logs_branches(tiny, tmp_path, m
     assert row["tree/sampled_by_turn"] == [3, 4] and row["tree/live_by_turn"] == [1, 2]
     assert row["tree/leaves"] == 3 and row["tree/nodes"] == 5
     assert (row["tree/sibling_groups"], row["tree/skipped_sibling_groups"]) == (3, 1)
+    assert (row["groups"], row["skipped_groups"]) == (3, 1)
     assert row["trained_tokens"] > 0 and row["grad_norm"] > 0
     assert row["rollout_tokens_per_s"] > 0 and "reward/distance" in row
     before = load_file(str(Path(path) / "model.safetensors"))

@@ -153,6 +153,9 @@ def step_row(
 
     t_step = upd.pop("step_s")
     shares = all_gather(share)
+    tree = tree_row(shares)
+    if tree:  # tree rollouts: a group is a parent's children
+        n_groups = tree["tree/sibling_groups"]
     every = {k: [v for s in shares for v in s[k]] for k in
              ("rewards", "outcomes", "components", "turns", "tool_errors", "format_errors",
               "answered")}  # fmt: skip
@@ -201,7 +204,7 @@ def step_row(
         "groups": n_groups,
         "rollout_s": t_roll,
         "step_s": t_step,
-        **tree_row(shares),
+        **tree,
         **({"world_size": run.world} if run.world > 1 else {}),
         **sync,
         "time": time.time(),

@@ -16,7 +16,8 @@ leaf becomes one training sequence, its path's ids up to its last owned step, wi
 mask on its owned steps only (:func:`tree_sequences`). The step's tokens see the same context in
 any path through the node, so the log-probabilities equal those the step was sampled with.
 
-The metrics row gets, beside the usual ones (reward: the mean flat reward of the leaves' episodes),
+The metrics row gets, beside the usual ones (``reward``: the mean flat reward of the leaves'
+episodes; ``groups`` and ``skipped_groups``: sibling groups),
 ``tree/branches_sampled``, ``tree/branches_pruned``, ``tree/prune_rate``, ``tree/live_nodes``
 (summed over agent steps and questions), ``tree/max_live_nodes``, ``tree/nodes``,
 ``tree/leaves``, ``tree/sibling_groups``, ``tree/skipped_sibling_groups``, ``tree/node_value``
