@@ -31,7 +31,9 @@ cap filters:
    wrote itself cannot ground an answer.
 4. ``bad_format`` (``check_format``) — every assistant message parses with
    :func:`~kgsynth.agent.protocol.parse_turn` without a ``format_error`` (a ``<think>`` block
-   and exactly one action), and the last assistant message is an ``<answer>`` that parses.
+   and exactly one action), and the last assistant message is an ``<answer>`` that parses;
+   or, every turn alike, in the isp tool set's format (``<node>``/``<SPARQL>`` operations, the
+   last turn ``\\boxed{}`` answers).
    A trajectory without assistant messages fails.
 5. ``reference_leak`` (``reference_leak``; rows with ``mode == "referenced"`` and a non-blank
    ``reference`` only) — the stripped reference, or any of its lines that is at least
@@ -55,7 +57,12 @@ cap filters:
     2; 1 makes all groups as small as the smallest). A null structure/hops is a group of its
     own. Within a group the rows kept are those of questions with the fewest rows kept before
     them (each question's 1st row, then 2nd rows, ...), ties in input order, so a capped group
-    keeps as many different questions as it can.
+    keeps as many different questions as it can. Then, with ``upsample_factor`` > 1
+    (KnowCoder-A1's upsampling of rare types), every ``balance`` group smaller than the largest
+    grows to ``min(largest, floor(upsample_factor * its size))`` rows with copies of its
+    accepted rows (whole copies in input order, then a draw seeded by ``seed``), appended after
+    the accepted rows with ``~copyN`` ids; the manifest's ``balance.upsample`` and
+    ``upsampled_rows`` record them.
 
 Both outputs carry the input columns (:data:`~kgsynth.schema.TRAJECTORY_SCHEMA`, extra input
 columns dropped) then ``em`` and ``f1`` (float64, computed for every row); in the rejected

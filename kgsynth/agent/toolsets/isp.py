@@ -46,7 +46,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
 from kgsynth.agent.toolcall import ToolCall
@@ -68,7 +68,6 @@ from kgsynth.kg.terms import Term
 
 if TYPE_CHECKING:
     from kgsynth.agent.protocol import Operation
-    from kgsynth.agent.tools import ToolEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +347,13 @@ def _header(i: int, op: Operation) -> str:
     return f"Operation {i} ({what}):"
 
 
-def run_step(env: ToolEnvironment, ops: Sequence[Operation]) -> ToolResult:
+class StepHost(ToolHost, Protocol):
+    """What :func:`run_step` needs of the environment: one guarded, bounded call at a time."""
+
+    def call(self, call: ToolCall) -> ToolResult: ...
+
+
+def run_step(env: StepHost, ops: Sequence[Operation]) -> ToolResult:
     """Run an isp step's operations in order, each as one call of ``env`` (guarded, bounded,
     its own typed error), and return them as one result: the observations in order (one alone
     as it is; several each under an ``Operation i (…):`` line), cut with the truncation marker
