@@ -138,6 +138,40 @@ def test_equivalent_branches_are_pruned_and_failed_ones_kept(built):
         assert set(node.rollout.turn_of[s:e]) == {node.depth - 1}
 
 
+KISMET_DIRECTOR = (
+    "SELECT ?x WHERE { <http://kgsynth.org/entity/Kismet> "
+    "<http://kgsynth.org/relation/directed_by> ?x }"
+)
+KISMET_YEAR = KISMET_DIRECTOR.replace("directed_by", "release_year")
+
+
+def test_tree_speaks_the_isp_action_format(tiny, graph):
+    """The same tree on the isp tool set (<SPARQL> steps, \\boxed{} answers): the turn code is
+    the tool set's, the branching and pruning the tree's."""
+    _, model, tok = tiny
+    policy = TokenPolicy(model, tok)
+    policy.sample = scripted_sample(model, policy.encode, [
+        [f"<think>a</think><SPARQL>{KISMET_DIRECTOR}</SPARQL>",
+         f"<think>b</think><SPARQL>{KISMET_DIRECTOR}</SPARQL>",
+         f"<think>c</think><SPARQL>{KISMET_YEAR}</SPARQL>"],
+        ["<think>x</think>\\boxed{William Dieterle}", "<think>y</think>\\boxed{William Dieterle}",
+         "<think>z</think>\\boxed{Bette Davis}", "no action at all"],
+    ])  # fmt: skip
+    (tree,) = run_tree_rollouts(
+        policy,
+        [EpisodeTask(QUESTION, ["Kismet"])],
+        lambda t: ToolEnvironment(graph, t.question, ToolConfig(toolset="isp")),
+        RolloutConfig(toolset="isp", max_turns=2, max_turn_tokens=64, max_obs_tokens=64),
+        branches=3,
+        max_live=4,
+    )
+    assert [(s.live, s.sampled, s.pruned) for s in tree.steps] == [(1, 3, 1), (2, 4, 1)]
+    assert tree.parents == [-1, 0, 0, 1, 2, 2]
+    assert [tree.nodes[i].end for i in tree.leaves] == [ANSWERED, ANSWERED, FAILED]
+    assert tree.nodes[1].episode.turns[-1].tool == "sparql"
+    assert tree.nodes[3].episode.predicted_answers == ["William Dieterle"]
+
+
 def test_composite_reward_per_node(built, graph):
     _, tree = built
     leaves = {i: tree.nodes[i].episode for i in tree.leaves}
