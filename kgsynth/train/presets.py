@@ -175,9 +175,8 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
         "scale_rewards": Setting(True, f"{ISP}: group z-score"),
         "toolset": Setting(
             "isp",
-            "ISP: node exploration (1- and 2-hop templates, top 10) and SPARQL execution",
-            "kgsynth calls both as tools inside <kg-query>, one per turn; the paper's <node> and "
-            "<SPARQL> tags and several operations per step are not built yet",
+            "ISP: node exploration (1- and 2-hop templates, top 10) and SPARQL execution, "
+            "written as <node> and <SPARQL> operations, several per step, answers in \\boxed{}",
         ),
         "kl_coef": Setting(0.0, f"{ISP}: kl-coef 0"),
         "clip_low": Setting(0.2, f"{ISP}: clip 0.2"),
