@@ -19,6 +19,7 @@ from kgsynth.agent.tools import ToolConfig, ToolEnvironment  # noqa: E402
 from kgsynth.agent.tree import (  # noqa: E402
     ANSWERED,
     FAILED,
+    TIMEOUT,
     branch_counts,
     run_tree_rollouts,
 )
@@ -136,6 +137,22 @@ def test_equivalent_branches_are_pruned_and_failed_ones_kept(built):
         s, e = node.span
         assert node.rollout.ids[:s] == parent.ids[:s]
         assert set(node.rollout.turn_of[s:e]) == {node.depth - 1}
+
+
+def test_tree_past_its_wall_time_ends_its_live_branches_as_leaves(tiny, graph):
+    _, model, tok = tiny
+    policy = TokenPolicy(model, tok)
+    policy.sample = scripted_sample(model, policy.encode, SCRIPT)
+    (tree,) = run_tree_rollouts(
+        policy,
+        [EpisodeTask(QUESTION, ["Kismet"])],
+        lambda t: ToolEnvironment(graph, t.question, ToolConfig()),
+        RolloutConfig(max_turns=2, max_turn_tokens=64, timeout_s=1e-9),
+        branches=3,
+        max_live=4,
+    )
+    assert tree.timed_out and len(tree.steps) == 1 and tree.leaves == [1, 2]
+    assert all(tree.nodes[i].end == TIMEOUT and tree.nodes[i].rollout.timed_out for i in (1, 2))
 
 
 KISMET_DIRECTOR = (

@@ -219,7 +219,9 @@ def run_tree_rollouts(
         for tree in trees:
             if not tree.live:
                 continue
-            if time.monotonic() - tree.started > cfg.timeout_s:
+            # as in the flat loop, the wall-time limit ends a branch after a step, never before
+            # the first one: every tree has leaves
+            if turn > 0 and time.monotonic() - tree.started > cfg.timeout_s:
                 for i in tree.live:
                     tree.nodes[i].end = TIMEOUT
                     tree.nodes[i].episode.timed_out = True
