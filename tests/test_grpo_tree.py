@@ -311,3 +311,16 @@ def test_rl_tree_step_on_cpu_updates_weights_and_logs_branches(tiny, tmp_path, m
     before = load_file(str(Path(path) / "model.safetensors"))
     after = load_file(str(out / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_tree_options_are_checked():
+    from kgsynth.errors import ConfigError
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    for bad, field in (({"rollout": "beam"}, "rollout"), ({"branches": 1}, "branches"),
+                       ({"max_tree_nodes": 1}, "max_tree_nodes"),
+                       ({"tree_value": "min"}, "tree_value")):  # fmt: skip
+        with pytest.raises(ConfigError, match=field):
+            GRPOConfig(**bad)
+    # fewer live nodes than branches caps the root's branches too
+    assert GRPOConfig(rollout="tree", branches=16, max_tree_nodes=8).max_tree_nodes == 8
