@@ -9,6 +9,7 @@
   :mod:`~kgsynth.train.probe` (name copying);
 - GRPO: :mod:`~kgsynth.train.grpo_config`, :mod:`~kgsynth.train.grpo_loss` (advantages, loss),
   :mod:`~kgsynth.train.grpo_update`, :mod:`~kgsynth.train.grpo_step` (one step),
+  :mod:`~kgsynth.train.grpo_tree` (one step on tree rollouts: step-level GRPO),
   :mod:`~kgsynth.train.grpo_dist` (policy and collectives), :mod:`~kgsynth.train.grpo_run`
   (spec, questions, files), :mod:`~kgsynth.train.grpo` (the loop), with
   :mod:`~kgsynth.train.presets`;
