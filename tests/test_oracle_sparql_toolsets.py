@@ -9,8 +9,8 @@ import pytest
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.protocol import parse_turn
 from kgsynth.agent.toolcall import parse_tool_call
-from kgsynth.agent.toolsets.isp import run_step
 from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.agent.toolsets.isp import run_step
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
