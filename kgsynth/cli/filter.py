@@ -65,8 +65,10 @@ def filter_cmd(
     except KGSynthError as exc:
         fail(exc)
     rejects = {k: v for k, v in manifest["rejects"].items() if v}
+    copies = manifest.get("upsampled_rows") or 0
+    extra = f" + {copies:,} upsampled copies" if copies else ""
     stdout.print(
-        f"{manifest['accepted']:,} of {manifest['rows_in']:,} trajectories accepted "
+        f"{manifest['accepted']:,} of {manifest['rows_in']:,} trajectories accepted{extra} "
         f"→ {out_dir / 'accepted.parquet'} ({manifest['rejected']:,} rejected: {rejects}); "
         f"{manifest['elapsed_s']:.1f}s",
         highlight=False,
