@@ -5,19 +5,22 @@ imported without it still walks, to the same file."""
 import hashlib
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgsynth.kg import fanouts
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.profiles import get_profile
+from kgsynth.stage import Reject
 from kgsynth.walk import WalkConfig, run_walks
+from kgsynth.walk.records import Walk
+from kgsynth.walk.sampler import WalkSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 METAQA = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
@@ -29,6 +32,13 @@ SELECT ?e ?r ?d (COUNT(DISTINCT ?x) AS ?n) WHERE {
   { ?e ?r ?x BIND("out" AS ?d) } UNION { ?x ?r ?e BIND("in" AS ?d) }
   FILTER(?x != ?e) FILTER(isIRI(?e))
 } GROUP BY ?e ?r ?d
+"""
+
+NON_IRI_ROWS = """
+SELECT DISTINCT ?e ?r ?d WHERE {
+  { ?e ?r ?x BIND("out" AS ?d) } UNION { ?x ?r ?e BIND("in" AS ?d) }
+  FILTER(!isIRI(?x)) FILTER(isIRI(?e))
+}
 """
 
 
@@ -47,8 +57,8 @@ def table_counts(kg: EmbeddedKG, iris: list[str]) -> dict[tuple[str, str, str], 
     assert table is not None
     return {
         (iri, p, d): n
-        for iri, rows in table.rows(iris).items()
-        for p, d, n, _ in rows
+        for iri, found in table.rows(iris).items()
+        for p, d, n, _ in (found[0] if found else [])
         if not kg.profile.is_hidden(p)
     }
 
@@ -61,18 +71,19 @@ def all_iris(kg: EmbeddedKG) -> list[str]:
     return sorted(r["e"].value for r in rows)
 
 
-def hub_rows_agree(kg: EmbeddedKG) -> int:
-    """Every row whose targets the table holds lists, in order, what the targets query
-    returns (no table); returns how many rows were checked."""
+def targets_and_names_agree(kg: EmbeddedKG, iris: list[str]) -> int:
+    """For each of ``iris``, every row whose targets the table holds lists, in order, what
+    the targets query returns, and names are the store's; returns how many rows were checked."""
     table = kg.fanout_table
     plain = KGGraph(EmbeddedKG(kg.store, kg.profile), cache_size=0)
     graph = KGGraph(kg)
-    checked = 0
-    iris = all_iris(kg)
     graph.prefetch_lookups(iris)
+    checked = 0
     for iri in iris:
+        if table.has_labels:
+            assert graph.label(iri) == plain.label(iri)
         for rel in graph.fanouts(iri):
-            row = graph._hub_row(iri, rel)
+            row = graph._table_row(iri, rel)
             if row is None:
                 continue
             start = int(table._target_start[row])
@@ -91,12 +102,21 @@ def metaqa(tmp_path_factory) -> EmbeddedKG:
 
 def test_metaqa_table_counts_are_the_sparql_counts(metaqa):
     want = sparql_counts(metaqa)
-    got = table_counts(metaqa, all_iris(metaqa))
+    iris = all_iris(metaqa)
     assert len(want) > 100_000
-    assert got == want
-    # hubs: relations with thousands of targets (a genre's films), read without listing them
-    assert metaqa.fanout_table.meta["hub_rows"] > 10
-    assert hub_rows_agree(metaqa) == metaqa.fanout_table.meta["hub_rows"]
+    assert table_counts(metaqa, iris) == want
+    # targets and names of a sample, and of the hubs: relations with thousands of targets
+    # (a genre's films), read without listing them
+    count = metaqa.fanout_table._count
+    hubs = {e for (e, _, _), n in want.items() if n > 300}
+    assert len(hubs) > 5 and int(count.max()) > 4000
+    assert targets_and_names_agree(metaqa, sorted(hubs) + random.Random(0).sample(iris, 300)) > 300
+    graph = KGGraph(metaqa)
+    assert list(graph.named_iris()) == graph.name_index().all_iris()
+    named = graph.named_iris()
+    assert [named[k] for k in (0, 7, len(named) - 1)] == [
+        graph.name_index().all_iris()[k] for k in (0, 7, len(named) - 1)
+    ]
 
 
 def test_choose_target_picks_what_a_listed_choice_picks(metaqa):
@@ -107,7 +127,7 @@ def test_choose_target_picks_what_a_listed_choice_picks(metaqa):
     rng = random.Random(5)
     hubs = []
     for iri in random.Random(1).sample(all_iris(metaqa), 4000):
-        hubs += [(iri, rel) for rel in graph.fanouts(iri) if graph._hub_row(iri, rel) is not None]
+        hubs += [(iri, rel) for rel, n in graph.fanouts(iri).items() if n > 300]
     assert len(hubs) >= 3
     for trial in range(200):
         iri, rel = hubs[trial % len(hubs)]
@@ -163,17 +183,16 @@ FACTS = st.lists(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(facts=FACTS)
-def test_generated_tables_match_sparql(tmp_path_factory, monkeypatch, facts):
+def test_generated_tables_match_sparql(tmp_path_factory, facts):
     """Batched import (s|r|o) and the store-read build (the same facts as N-Triples, with
-    literals and blank nodes) both count what SPARQL counts; with a small listing limit
-    every hub row's targets are the listed ones."""
-    monkeypatch.setattr(fanouts, "LISTED_TARGETS", 2)
+    literals and blank nodes) both count what SPARQL counts, and every row's targets are the
+    listed ones."""
     root = tmp_path_factory.mktemp("gen")
     src = generated_file(root / "kg.txt", facts)
     import_kg(src, root / "tsv")
     kg = EmbeddedKG.open(root / "tsv")
     assert table_counts(kg, all_iris(kg)) == sparql_counts(kg)
-    hub_rows_agree(kg)
+    assert targets_and_names_agree(kg, all_iris(kg)) == len(sparql_counts(kg))
     kg.close()
     x = "http://x/"
     lines = [f"<{x}e{s}> <{x}r{r}> <{x}e{o}> ." for s, r, o in facts]
@@ -183,22 +202,27 @@ def test_generated_tables_match_sparql(tmp_path_factory, monkeypatch, facts):
     nt.write_text("\n".join(lines) + "\n")
     import_kg(nt, root / "nt")
     kg = EmbeddedKG.open(root / "nt")
-    assert table_counts(kg, all_iris(kg)) == sparql_counts(kg)
-    hub_rows_agree(kg)
+    counts = sparql_counts(kg)
+    assert table_counts(kg, all_iris(kg)) == counts
+    # rows reaching a literal or a blank node are listed by the query, the others held
+    mixed = {
+        (r["e"].value, r["r"].value, r["d"].value)
+        for r in kg.select(NON_IRI_ROWS)
+        if not kg.profile.is_hidden(r["r"].value)
+    }
+    assert targets_and_names_agree(kg, all_iris(kg)) == len(counts) - len(mixed)
     kg.close()
 
 
-def test_walks_through_hub_rows_are_the_walks_of_queries(tmp_path, monkeypatch):
-    """With a listing limit of 2 most targets come from the table; the walk file is the
-    one a store without the table gives, and the table was used."""
-    monkeypatch.setattr(fanouts, "LISTED_TARGETS", 2)
+def test_walks_through_table_rows_are_the_walks_of_queries(tmp_path, monkeypatch):
+    """Targets picked from the table give the walk file a store without the table gives."""
     rng = random.Random(3)
     facts = [
         (rng.randrange(60), rng.randrange(5), int(rng.paretovariate(1.0)) % 60) for _ in range(900)
     ]
     import_kg(generated_file(tmp_path / "kg.txt", facts), tmp_path / "kg")
     table = FanoutTable.open(tmp_path / "kg")
-    assert table is not None and table.meta["hub_rows"] > 20
+    assert table is not None and table.meta["rows"] > 100
     old = tmp_path / "old"
     shutil.copytree(tmp_path / "kg", old)
     shutil.rmtree(old / FANOUTS_DIR)
@@ -226,3 +250,37 @@ def test_a_table_of_another_profile_or_a_damaged_one_is_not_used(metaqa, tmp_pat
     (broken / FANOUTS_DIR / "count.npy").write_bytes(b"not numpy")
     assert EmbeddedKG.open(broken).fanout_table is None
     assert "fan-out table not used" in caplog.text
+
+
+def answers_or_reason(sampler, walk):
+    try:
+        return sampler.answer_set(walk)
+    except Reject as rej:
+        return rej.reason
+
+
+def test_answer_sets_from_the_table_are_the_query_results(tmp_path):
+    """Every sampled walk's answer set (or reject: too many, unnamed, none) computed from the
+    table is what its SPARQL query gives, self loops and topics in the paths included."""
+    rng = random.Random(8)
+    facts = [(rng.randrange(40), rng.randrange(4), rng.randrange(40) // 3) for _ in range(500)]
+    facts += [(i, i % 4, i) for i in range(0, 40, 3)]  # self loops
+    import_kg(generated_file(tmp_path / "kg.txt", facts), tmp_path / "kg")
+    kg = EmbeddedKG.open(tmp_path / "kg")
+    plain = EmbeddedKG(kg.store, kg.profile)
+    mix = "chain-1:1,chain-2:1,chain-3:1,chain-4:1,2I:1,IP:1,PI:1"
+    cfg = WalkConfig(n=10, structures=mix, max_fanout=30, max_answers=8)
+    seeds = KGGraph(kg).named_iris()
+    with_table = WalkSampler(KGGraph(kg), cfg, seeds)
+    with_queries = WalkSampler(KGGraph(plain), cfg, seeds)
+    assert with_table.graph.fanout_table is not None and with_queries.graph.fanout_table is None
+    attempts = []
+    for j in range(600):
+        r = random.Random(j)
+        attempts.append((j, r.choice(mix.split(",")).split(":")[0], r, r.choice(seeds)))
+    walks = [w for w in with_table.sample_many(attempts).values() if isinstance(w, Walk)]
+    assert len(walks) > 200
+    results = [answers_or_reason(with_table, w) for w in walks]
+    assert results == [answers_or_reason(with_queries, w) for w in walks]
+    reasons = Counter(r if isinstance(r, str) else "answers" for r in results)
+    assert reasons["answers"] > 50 and reasons["too_many_answers"] > 10, reasons

@@ -5,7 +5,8 @@ block becomes N-Triples with vectorized string operations (polars): IRIs minted 
 :meth:`KGProfile.entity_iri` and :meth:`KGProfile.relation_iri` mint them, a name triple for
 each entity the first time it is seen, and the rows of the case-insensitive name index. No
 Python code runs per line; per entity, only names that are not printable ASCII are normalized
-in Python. Memory holds one block and the set of entity IRIs seen so far.
+in Python. Memory holds one block, the entity IRIs seen so far and the facts as ids (10 bytes
+a fact, for the fan-out table).
 
 A file this reader cannot take exactly as the line-by-line reader would (a malformed line, an
 empty field, a name no SPARQL literal can hold, an IRI that is not valid, text that is not
@@ -60,6 +61,7 @@ class DelimitedResult:
     # fan-out table (:mod:`kgsynth.kg.fanouts`)
     fact_ids: pl.DataFrame | None = None
     entity_iris: list[str] = field(default_factory=list)
+    entity_names: pl.Series | None = None  # by id; null: unnamed
     predicate_iris: list[str] = field(default_factory=list)
 
 
@@ -210,6 +212,7 @@ def _convert(
     relation_id: dict[str, int] = {}  # relation key -> its IRI's id
     predicate_ids: dict[str, int] = {}
     fact_parts: list[pl.DataFrame] = []
+    name_parts: list[pl.DataFrame] = []  # (id, name) of the named entities
     first = True
     with open(dest, "wb") as out:
         for batch in reader:
@@ -250,7 +253,9 @@ def _convert(
             before = len(seen)
             ids = [seen.setdefault(iri, len(seen)) for iri in iris]
             fact_parts.append(_fact_ids(s_iri, df["r"], o_iri, iris, ids, relation_id))
-            entities = entities.filter(pl.Series([i >= before for i in ids], dtype=pl.Boolean))
+            entities = entities.with_columns(pl.Series("id", ids, dtype=pl.UInt32)).filter(
+                pl.col("id") >= before
+            )
             if names_df is None:
                 named = entities.with_columns(pl.col("key").alias("name"))
             else:
@@ -280,12 +285,20 @@ def _convert(
                     ).rows()
                 )
                 result.names_written += named.height
+                name_parts.append(named.select("id", "name"))
             pl.concat(lines).write_csv(out, include_header=False, quote_style="never")
     result.entities = len(seen)
     result.entity_iris = list(seen)
     result.predicate_iris = list(predicate_ids)
     result.fact_ids = pl.concat(fact_parts) if fact_parts else pl.DataFrame(schema=_FACT_SCHEMA)
+    # each entity's name by id (null: unnamed)
+    ids = pl.DataFrame({"id": pl.int_range(0, len(seen), dtype=pl.UInt32, eager=True)})
+    names_by_id = pl.concat(name_parts) if name_parts else pl.DataFrame(schema=_NAME_SCHEMA)
+    result.entity_names = ids.join(names_by_id, on="id", how="left", maintain_order="left")["name"]
     return result
+
+
+_NAME_SCHEMA = {"id": pl.UInt32, "name": pl.String}
 
 
 _FACT_SCHEMA = {"s": pl.UInt32, "p": pl.UInt16, "o": pl.UInt32}

@@ -1,23 +1,29 @@
-"""The fan-out table: per-entity relation counts and the targets of hub relations, stored
-beside an embedded store at import time, so the walker's look-ups cost the same on any KG size.
+"""The fan-out table: per-entity relation counts, each relation's targets and the entities'
+names, stored beside an embedded store at import time, so that the walker's look-ups cost the
+same on a KG of any size.
 
 A store's facts (as term ids) -> ``STORE/fanouts/``::
 
-    entities.sqlite   entity(id, iri): every IRI subject or object; ids in sorted IRI order
+    entities.sqlite   entity(id, iri, label): every IRI subject or object, ids in sorted IRI
+                      order; its name when the import wrote the names (meta "labels")
     offsets.npy       the rows of entity id e are rows offsets[e] .. offsets[e + 1]
-    predicate.npy, direction.npy, count.npy
-                      one row per (entity, predicate, direction): |N(e, r)|, the distinct
-                      neighbours other than e (what the fan-out query counts)
-    target_start.npy  for a row with more than LISTED_TARGETS targets, all of them IRIs, where
-                      its targets start in targets.npy (-1 otherwise)
-    targets.npy       entity ids of those targets, sorted (= sorted by IRI)
+    row_key.npy, count.npy
+                      one row per (entity, predicate, direction), keyed (e << bits + 1) |
+                      (predicate << 1) | direction, sorted: |N(e, r)|, the distinct
+                      neighbours other than e (what the walker's fan-out query counts)
+    loops.npy         the keys (direction 0) of the self loops e -r-> e, which the counts and
+                      targets leave out and a walk's answer query follows
+    target_start.npy  where a row's targets start in targets.npy (-1: a row with a literal or
+                      blank-node target, whose targets a query lists)
+    targets.npy       entity ids of the targets, sorted within a row (= sorted by IRI, the
+                      order the targets query gives)
+    named.npy         ids of the named entities (when meta "labels")
     meta.json         format version, profile, predicate IRIs, counts
 
-:func:`write_fanout_table` builds it in bulk (polars and numpy, no Python loop per fact);
-:class:`FanoutTable` reads it memory-mapped. A row's count is the walker's fan-out of
-``(entity, predicate, direction)``; a hub row's targets let the walker pick its ``k``-th target
-(in the order the listing query sorts them) without listing tens of thousands. Stores imported
-before the table existed have none; the graph then sends today's queries.
+:func:`write_fanout_table` builds it in bulk (one sort of packed integers, no Python step per
+fact); :class:`FanoutTable` reads it memory-mapped. With it the walker reads a fan-out, picks
+the ``k``-th target of a hub's relation and names an entity without a query. Stores imported
+before the table existed have none; the graph then sends the queries as before.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ import logging
 import os
 import shutil
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import polars as pl
@@ -37,13 +43,22 @@ import polars as pl
 log = logging.getLogger(__name__)
 
 FANOUTS_DIR = "fanouts"
-FORMAT_VERSION = 1
-# rows with at most this many targets are listed by a query (cheap, bounded); larger ones are
-# read from targets.npy
-LISTED_TARGETS = 256
-_ARRAYS = ("offsets", "predicate", "direction", "count", "target_start", "targets")
+FORMAT_VERSION = 2
+_ARRAYS = ("offsets", "row_key", "loops", "count", "target_start", "targets", "named")
 _DIRECTIONS = ("out", "in")
 _SQL_BATCH = 500
+_ID_CACHE = 200_000  # entities whose id and name are kept (cleared when full)
+
+
+def _bits(n: int) -> int:
+    return max(1, (n - 1).bit_length())
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """True where a sorted array's value differs from the one before."""
+    first = np.ones(len(values), dtype=bool)
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    return first
 
 
 def write_fanout_table(
@@ -54,80 +69,85 @@ def write_fanout_table(
     *,
     profile: str,
     iri_terms: int | None = None,
-) -> dict[str, Any]:
+    labels: pl.Series | None = None,
+) -> dict[str, Any] | None:
     """Write the table for ``facts`` (columns ``s``, ``p``, ``o``: ids into ``terms`` and
     ``predicates``; repeats allowed) into the folder ``dest``. The first ``iri_terms`` terms
     are IRIs (default: all); the others (literals, blank nodes) are counted as neighbours but
-    get no row of their own. Returns the meta written."""
+    get no row of their own. ``labels``: each IRI term's name (null: unnamed), when the
+    import knows every name. Returns the meta written, or None (logged) for a KG whose ids do
+    not fit the table's 64-bit packing (the graph then uses queries)."""
     n_terms = len(terms)
     n_iri = n_terms if iri_terms is None else iri_terms
-    if n_terms >= 2**32 or len(predicates) >= 2**16:
-        raise ValueError("fan-out table: more than 2**32 terms or 2**16 predicates")
-    # ids in sorted IRI order: then a row's targets sorted by id are sorted by IRI, the order
+    b_x, b_p = _bits(n_terms), _bits(len(predicates))
+    if 2 * b_x + b_p + 1 > 64:
+        log.warning("fan-out table not built: %d terms, %d predicates", n_terms, len(predicates))
+        return None
+    # ids in sorted IRI order: a row's targets sorted by id are then sorted by IRI, the order
     # the targets query returns them in
     order = pl.Series(terms[:n_iri], dtype=pl.String).arg_sort().to_numpy()
-    rank = np.empty(n_terms, dtype=np.uint32)
-    rank[order] = np.arange(n_iri, dtype=np.uint32)
-    rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint32)
-    facts = facts.select(
-        pl.col("s").cast(pl.UInt32), pl.col("p").cast(pl.UInt16), pl.col("o").cast(pl.UInt32)
-    ).unique()
-    facts = facts.filter(pl.col("s") != pl.col("o"))  # the fan-out query leaves e itself out
+    rank = np.empty(n_terms, dtype=np.uint64)
+    rank[order] = np.arange(n_iri, dtype=np.uint64)
+    rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint64)
     s = rank[facts["s"].to_numpy()]
     o = rank[facts["o"].to_numpy()]
     p = facts["p"].to_numpy().astype(np.uint64)
-    del facts
-    # one edge per direction: (entity, predicate, direction) packed in a key, and the neighbour
-    key = np.concatenate(
+    del rank
+    # one edge per direction packed as entity | predicate | direction | neighbour: one sort
+    # groups the rows, orders their targets, and puts repeated facts side by side
+    sh_d, sh_p = b_x, b_x + 1
+    sh_e = sh_p + b_p
+    loop = s == o  # the fan-out query leaves e itself out
+    out = ~loop & (s < n_iri)  # blank-node subjects have no row
+    inn = ~loop & (o < n_iri)
+    packed = np.concatenate(
         [
-            (s.astype(np.uint64) << 17) | (p << 1),
-            (o.astype(np.uint64) << 17) | (p << 1) | 1,
+            (s[out] << sh_e) | (p[out] << sh_p) | o[out],
+            (o[inn] << sh_e) | (p[inn] << sh_p) | (1 << sh_d) | s[inn],
         ]
     )
-    other = np.concatenate([o, s])
-    del s, o, p
-    keep = (key >> 17) < n_iri  # blank-node subjects have no row
-    edges = pl.DataFrame({"key": key[keep], "x": other[keep]})
-    del key, other, keep
-    rows = edges.group_by("key").agg(
-        pl.len().alias("n"), (pl.col("x") >= n_iri).any().alias("non_iri")
-    )
-    rows = rows.sort("key")
-    keys = rows["key"].to_numpy()
-    count = rows["n"].to_numpy().astype(np.uint32)
-    entity = (keys >> 17).astype(np.int64)
-    offsets = np.searchsorted(entity, np.arange(n_iri + 1, dtype=np.int64)).astype(np.int64)
-    hub = (count > LISTED_TARGETS) & ~rows["non_iri"].to_numpy()
-    hub_keys = pl.Series("key", keys[hub])
-    hub_edges = edges.filter(pl.col("key").is_in(hub_keys.implode())).sort(["key", "x"])
-    del edges
-    target_start = np.full(len(keys), -1, dtype=np.int64)
-    # hub rows in key order; their targets are laid out one after another in that order
-    starts = np.concatenate([[0], np.cumsum(count[hub], dtype=np.int64)[:-1]])
-    target_start[hub] = starts
+    loops = np.unique((s[loop] << (sh_e - sh_d)) | (p[loop] << 1))
+    del s, o, p, loop, out, inn
+    packed.sort()
+    packed = packed[_run_starts(packed)]
+    row_key = packed >> sh_d
+    starts = np.flatnonzero(_run_starts(row_key))
+    keys = row_key[starts]
+    del row_key
+    count = np.diff(np.append(starts, len(packed))).astype(np.uint32)
+    targets = (packed & ((1 << b_x) - 1)).astype(np.uint32)
+    del packed
+    last = targets[starts + count.astype(np.int64) - 1] if len(starts) else targets[:0]
+    target_start = np.where(last < n_iri, starts, -1).astype(np.int64)
+    entity = (keys >> (sh_e - sh_d)).astype(np.int64)
+    arrays = {
+        "offsets": np.searchsorted(entity, np.arange(n_iri + 1, dtype=np.int64)),
+        "row_key": keys,
+        "loops": loops,
+        "count": count,
+        "target_start": target_start,
+        "targets": targets,
+        "named": np.zeros(0, dtype=np.uint32),
+    }
+    sorted_labels = None
+    if labels is not None:
+        sorted_labels = labels[:n_iri].gather(order)
+        arrays["named"] = np.flatnonzero(sorted_labels.is_not_null().to_numpy()).astype(np.uint32)
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    arrays = {
-        "offsets": offsets,
-        "predicate": ((keys >> 1) & 0xFFFF).astype(np.uint16),
-        "direction": (keys & 1).astype(np.uint8),
-        "count": count,
-        "target_start": target_start,
-        "targets": hub_edges["x"].to_numpy().astype(np.uint32),
-    }
     for name, arr in arrays.items():
         np.save(tmp / f"{name}.npy", arr)
-    _write_entities(tmp / "entities.sqlite", pl.Series(terms[:n_iri])[order])
+    _write_entities(tmp / "entities.sqlite", pl.Series(terms[:n_iri]).gather(order), sorted_labels)
     meta = {
         "format": FORMAT_VERSION,
         "profile": profile,
-        "listed_targets": LISTED_TARGETS,
+        "labels": labels is not None,
+        "predicate_bits": b_p,
         "predicates": predicates,
         "entities": n_iri,
         "rows": len(keys),
-        "hub_rows": int(hub.sum()),
-        "hub_targets": len(arrays["targets"]),
+        "edges": len(targets),
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     shutil.rmtree(dest, ignore_errors=True)
@@ -135,47 +155,56 @@ def write_fanout_table(
     return meta
 
 
-def _write_entities(path: Path, sorted_iris: pl.Series) -> None:
+def _write_entities(path: Path, sorted_iris: pl.Series, labels: pl.Series | None) -> None:
     con = sqlite3.connect(path)
     try:
+        # built once, then only read: no journal, no syncs while it is written
         con.execute("PRAGMA journal_mode=OFF")
         con.execute("PRAGMA synchronous=OFF")
-        con.execute("CREATE TABLE entity (id INTEGER PRIMARY KEY, iri TEXT NOT NULL)")
-        con.executemany("INSERT INTO entity VALUES (?, ?)", enumerate(sorted_iris.to_list()))
+        con.execute("CREATE TABLE entity (id INTEGER PRIMARY KEY, iri TEXT NOT NULL, label TEXT)")
+        names = labels.to_list() if labels is not None else [None] * len(sorted_iris)
+        con.executemany(
+            "INSERT INTO entity VALUES (?, ?, ?)",
+            zip(range(len(sorted_iris)), sorted_iris.to_list(), names, strict=True),
+        )
         con.execute("CREATE UNIQUE INDEX entity_iri ON entity(iri)")
         con.commit()
     finally:
         con.close()
 
 
-def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any]:
+def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any] | None:
     """Build the table by reading every triple of a pyoxigraph ``store`` (for imports that
     are not converted in Arrow batches: N-Triples, Turtle, files read line by line). One
-    Python step per triple: slower than the batched build, but the same table."""
+    Python step per triple: slower than the batched build, but the same counts and targets
+    (names are left to the store: ``labels`` false)."""
     import pyoxigraph as ox
 
     iri_ids: dict[str, int] = {}
     other_ids: dict[Any, int] = {}
     pred_ids: dict[str, int] = {}
-    cols: dict[str, list[int]] = {"s": [], "p": [], "o": []}
     parts: list[pl.DataFrame] = []
-    pending = 0
+    cols: tuple[list[int], list[int], list[int]] = ([], [], [])
 
     def term_id(node: Any) -> int:
         if type(node) is ox.NamedNode:
             return iri_ids.setdefault(node.value, len(iri_ids))
         return -1 - other_ids.setdefault(node, len(other_ids))
 
+    def flush() -> None:
+        parts.append(
+            pl.DataFrame(dict(zip("spo", cols, strict=True)), schema=dict.fromkeys("spo", pl.Int64))
+        )
+        for col in cols:
+            col.clear()
+
     for quad in store.quads_for_pattern(None, None, None, ox.DefaultGraph()):
-        cols["s"].append(term_id(quad.subject))
-        cols["p"].append(pred_ids.setdefault(quad.predicate.value, len(pred_ids)))
-        cols["o"].append(term_id(quad.object))
-        pending += 1
-        if pending >= 1_000_000:
-            parts.append(pl.DataFrame(cols, schema={c: pl.Int64 for c in "spo"}))
-            cols = {"s": [], "p": [], "o": []}
-            pending = 0
-    parts.append(pl.DataFrame(cols, schema={c: pl.Int64 for c in "spo"}))
+        cols[0].append(term_id(quad.subject))
+        cols[1].append(pred_ids.setdefault(quad.predicate.value, len(pred_ids)))
+        cols[2].append(term_id(quad.object))
+        if len(cols[0]) >= 1_000_000:
+            flush()
+    flush()
     n_iri = len(iri_ids)
     # literals and blank nodes after the IRIs
     facts = pl.concat(parts).with_columns(
@@ -186,8 +215,34 @@ def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any]:
     return write_fanout_table(dest, facts, terms, list(pred_ids), profile=profile, iri_terms=n_iri)
 
 
+class NamedIRIs(Sequence[str]):
+    """The named entities' IRIs, sorted, read from the table as they are asked for (a
+    million-entity KG's list is never built to draw seeds from it)."""
+
+    def __init__(self, table: FanoutTable) -> None:
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table._named)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self._table.iri(int(self._table._named[index]))
+
+    def __iter__(self) -> Iterator[str]:
+        rows = self._table._con.execute(
+            "SELECT iri FROM entity WHERE label IS NOT NULL ORDER BY id"
+        )
+        return (r[0] for r in rows)
+
+
 class FanoutTable:
-    """The read side: fan-outs of entities and the targets of hub rows, memory-mapped."""
+    """The read side: fan-outs, targets and names of entities, memory-mapped."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -196,17 +251,25 @@ class FanoutTable:
             raise ValueError(f"format {self.meta.get('format')!r}, expected {FORMAT_VERSION}")
         arrays = {name: np.load(path / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
         self._offsets = arrays["offsets"]
-        self._predicate = arrays["predicate"]
-        self._direction = arrays["direction"]
+        self._row_key = arrays["row_key"]
+        self._loops = arrays["loops"]
         self._count = arrays["count"]
         self._target_start = arrays["target_start"]
         self._targets = arrays["targets"]
+        self._named = arrays["named"]
         self.predicates: list[str] = list(self.meta["predicates"])
+        self._predicate_id = {p: i for i, p in enumerate(self.predicates)}
+        self._key_shift = int(self.meta["predicate_bits"]) + 1
+        self._predicate_mask = np.uint64((1 << self._key_shift) - 2)
         self.profile: str = self.meta["profile"]
+        self.has_labels: bool = bool(self.meta["labels"])
         self._con = sqlite3.connect(
             f"file:{path / 'entities.sqlite'}?mode=ro", uri=True, check_same_thread=False
         )
         self._con.execute("SELECT 1 FROM entity LIMIT 1")
+        # entities looked up so far: a walk asks for the same ones again and again
+        self._known: dict[str, tuple[int, str | None]] = {}
+        self._iri_of: dict[int, str] = {}
 
     @classmethod
     def open(cls, store_dir: Path) -> FanoutTable | None:
@@ -214,6 +277,7 @@ class FanoutTable:
         logged)."""
         path = store_dir / FANOUTS_DIR
         if not (path / "meta.json").is_file():
+            log.info("%s has no fan-out table (imported before it existed): walks query", store_dir)
             return None
         try:
             return cls(path)
@@ -221,58 +285,89 @@ class FanoutTable:
             log.warning("%s: fan-out table not used (%s); import the KG again", path, exc)
             return None
 
-    def ids(self, iris: Iterable[str]) -> dict[str, int]:
-        """Entity ids of those ``iris`` that have one."""
-        todo = list(dict.fromkeys(iris))
-        out: dict[str, int] = {}
+    def entities(self, iris: Iterable[str]) -> dict[str, tuple[int, str | None]]:
+        """``(id, name)`` of those ``iris`` the table holds."""
+        known = self._known
+        out: dict[str, tuple[int, str | None]] = {}
+        todo = []
+        for iri in dict.fromkeys(iris):
+            hit = known.get(iri)
+            if hit is None:
+                todo.append(iri)
+            else:
+                out[iri] = hit
+        if len(known) + len(todo) > _ID_CACHE:
+            known.clear()
+            self._iri_of.clear()
         for start in range(0, len(todo), _SQL_BATCH):
             chunk = todo[start : start + _SQL_BATCH]
             marks = ",".join("?" * len(chunk))
-            for iri, eid in self._con.execute(
-                f"SELECT iri, id FROM entity WHERE iri IN ({marks})", chunk
+            for iri, eid, label in self._con.execute(
+                f"SELECT iri, id, label FROM entity WHERE iri IN ({marks})", chunk
             ):
-                out[iri] = eid
+                out[iri] = known[iri] = (eid, label)
+                self._iri_of[eid] = iri
         return out
 
     def iri(self, eid: int) -> str:
-        row = self._con.execute("SELECT iri FROM entity WHERE id = ?", (eid,)).fetchone()
+        iri = self._iri_of.get(eid)
+        if iri is not None:
+            return iri
+        row = self._con.execute("SELECT iri, label FROM entity WHERE id = ?", (eid,)).fetchone()
         if row is None:
             raise KeyError(eid)
+        if len(self._known) >= _ID_CACHE:
+            self._known.clear()
+            self._iri_of.clear()
+        self._iri_of[eid] = row[0]
+        self._known[row[0]] = (eid, row[1])
         return str(row[0])
 
-    def rows(self, iris: Iterable[str]) -> dict[str, list[tuple[str, str, int, int]]]:
-        """For each of ``iris``: ``(predicate IRI, direction, count, row)`` of its rows, in
-        table order; an IRI the table does not hold has no fact (an empty list)."""
+    def named_iris(self) -> NamedIRIs:
+        """The named entities' IRIs in sorted order (only when ``has_labels``)."""
+        if not self.has_labels:
+            raise ValueError("this table does not hold the names")
+        return NamedIRIs(self)
+
+    def rows(
+        self, iris: Iterable[str]
+    ) -> dict[str, tuple[list[tuple[str, str, int, int]], str | None] | None]:
+        """For each of ``iris``: its rows ``(predicate IRI, direction, count, row)`` in table
+        order, and its name (None: unnamed, or names not held); None for an IRI the table does
+        not hold (one in no fact)."""
         iris = list(dict.fromkeys(iris))
-        ids = self.ids(iris)
+        found = self.entities(iris)
         preds, dirs = self.predicates, _DIRECTIONS
-        out: dict[str, list[tuple[str, str, int, int]]] = {}
+        out: dict[str, tuple[list[tuple[str, str, int, int]], str | None] | None] = {}
         for iri in iris:
-            eid = ids.get(iri)
-            if eid is None:
-                out[iri] = []
+            if iri not in found:
+                out[iri] = None
                 continue
+            eid, label = found[iri]
             lo, hi = int(self._offsets[eid]), int(self._offsets[eid + 1])
-            p = self._predicate[lo:hi].tolist()
-            d = self._direction[lo:hi].tolist()
+            keys = self._row_key[lo:hi]
+            p = ((keys & self._predicate_mask) >> 1).tolist()
+            d = (keys & 1).tolist()
             n = self._count[lo:hi].tolist()
-            out[iri] = [(preds[p[i]], dirs[d[i]], n[i], lo + i) for i in range(hi - lo)]
+            out[iri] = ([(preds[p[i]], dirs[d[i]], n[i], lo + i) for i in range(hi - lo)], label)
         return out
 
     def has_targets(self, row: int) -> bool:
-        """Whether ``row``'s targets are stored (a hub row whose targets are all IRIs)."""
+        """Whether ``row``'s targets are held (all of them IRIs)."""
         return int(self._target_start[row]) >= 0
 
-    def pick_target(self, row: int, exclude: Iterable[str], choose: Any) -> str | None:
+    def pick_target(
+        self, row: int, exclude: Iterable[str], choose: Callable[[range], int]
+    ) -> str | None:
         """The IRI ``choose(range(m))`` picks among ``row``'s targets sorted by IRI, those in
         ``exclude`` left out (m of them remain): what ``choose`` picks from the list of those
         targets (``random.Random.choice`` draws the same). None when none remain."""
         start = int(self._target_start[row])
         if start < 0:
-            raise ValueError(f"row {row} has no stored targets")
+            raise ValueError(f"row {row} holds no targets")
         targets = self._targets[start : start + int(self._count[row])]
         skipped = []
-        for eid in self.ids(exclude).values():
+        for eid, _ in self.entities(exclude).values():
             pos = int(np.searchsorted(targets, eid))
             if pos < len(targets) and int(targets[pos]) == eid:
                 skipped.append(pos)
@@ -284,6 +379,43 @@ class FanoutTable:
             if pos <= k:
                 k += 1
         return self.iri(int(targets[k]))
+
+    def follow(self, ids: np.ndarray, predicate: str, direction: str) -> np.ndarray | None:
+        """The entity ids reached from ``ids`` along ``predicate`` in ``direction``, self
+        loops included (what a SPARQL pattern ``?a <p> ?b`` binds), sorted and distinct; None
+        when a row reaches a literal or a blank node (the table does not hold those)."""
+        pid = self._predicate_id.get(predicate)
+        ids = np.asarray(ids, dtype=np.uint64)
+        if pid is None or not len(ids):
+            return np.zeros(0, dtype=np.uint32)
+        base = (ids << np.uint64(self._key_shift)) | np.uint64(pid << 1)
+        keys = base | np.uint64(direction == "in")
+        pos = np.searchsorted(self._row_key, keys)
+        inside = pos < len(self._row_key)
+        hit = np.zeros(len(keys), dtype=bool)
+        hit[inside] = self._row_key[pos[inside]] == keys[inside]
+        rows = pos[hit]
+        starts = np.asarray(self._target_start[rows])
+        if (starts < 0).any():
+            return None
+        counts = np.asarray(self._count[rows], dtype=np.int64)
+        before = np.cumsum(counts) - counts  # where each row's targets go in the result
+        index = np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        found = np.asarray(self._targets[index], dtype=np.uint32)
+        looped = ids[np.isin(base, self._loops)].astype(np.uint32) if len(self._loops) else ids[:0]
+        return np.unique(np.concatenate([found, looped]))
+
+    def iris(self, ids: np.ndarray) -> list[tuple[str, str | None]]:
+        """``(IRI, name)`` of entity ids, in their order."""
+        out = []
+        for eid in np.asarray(ids).tolist():
+            iri = self.iri(eid)
+            out.append((iri, self._known[iri][1] if iri in self._known else self._label(eid)))
+        return out
+
+    def _label(self, eid: int) -> str | None:
+        row = self._con.execute("SELECT label FROM entity WHERE id = ?", (eid,)).fetchone()
+        return None if row is None else row[0]
 
     def close(self) -> None:
         self._con.close()

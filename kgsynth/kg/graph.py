@@ -5,7 +5,8 @@ list an entity's relations in both directions, list the neighbours along one rel
 look-up is one SPARQL query built with :mod:`kgsynth.kg.sparql`; results are kept in bounded
 LRU caches. :meth:`KGGraph.prefetch_lookups` fills those caches for many look-ups at once
 with batched ``VALUES`` queries (the walker asks for the look-ups of hundreds of attempts per
-round). On profiles that flatten unnamed nodes (Freebase CVTs) a relation may be a two-edge
+round). A store imported with a fan-out table (:mod:`kgsynth.kg.fanouts`) answers fan-outs,
+names and the walker's target picks from it instead, without a query. On profiles that flatten unnamed nodes (Freebase CVTs) a relation may be a two-edge
 path ``r1.r2`` crossing an unnamed node; callers see it as one relation.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from kgsynth.kg import sparql
 from kgsynth.kg.base import KG
@@ -63,7 +64,7 @@ class KGGraph(BatchPrefetch):
             else None
         )
         # entity -> its relations whose targets the table holds, with their rows
-        self._hub_rows = LRU(cache_size)
+        self._table_rows = LRU(cache_size)
         # (predicate IRI, direction) -> its Relation, or None for a hidden one
         self._relation_of: dict[tuple[str, str], Relation | None] = {}
         labels = " ".join(sparql.iri(p) for p in self.profile.label_predicates)
@@ -80,6 +81,12 @@ class KGGraph(BatchPrefetch):
             if hidden
             else ""
         )
+
+    @property
+    def fanout_table(self) -> FanoutTable | None:
+        """The store's fan-out table when this graph reads it (same profile, no flattened
+        hops), else None."""
+        return self._table
 
     # --- names ---------------------------------------------------------------------------
 
@@ -102,6 +109,10 @@ class KGGraph(BatchPrefetch):
         """The entity's name, or None for an unnamed node."""
 
         def compute() -> str | None:
+            if self._table is not None and self._table.has_labels:
+                found = self._table.entities([iri])
+                if iri in found:
+                    return found[iri][1]
             rows = self.kg.select(
                 f"SELECT ?l WHERE {{ {self._label_values} {sparql.iri(iri)} ?lp ?l }}"
             )
@@ -172,6 +183,13 @@ class KGGraph(BatchPrefetch):
             )
 
         return self._resolve_cache.get_or_compute(name, compute)
+
+    def named_iris(self) -> Sequence[str]:
+        """Every named entity's IRI, sorted: read from the fan-out table as asked for when it
+        holds the names, else the name index's list."""
+        if self._table is not None and self._table.has_labels:
+            return self._table.named_iris()
+        return self.name_index().all_iris()
 
     def name_index(self) -> NameIndex:
         """The case-insensitive index; built once (cached on disk) when the backend has none."""

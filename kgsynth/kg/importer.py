@@ -296,16 +296,19 @@ def import_kg(
             nt = tmp / "import.nt"
             fast = _convert_delimited(src, nt, delimiter or "\t", prof, names, tmp / NAMES_FILE)
             if fast is not None and fast.fact_ids is not None and not prof.flatten_unnamed:
-                # before bulk_load: the ids are freed before the engine's own peak
+                # before bulk_load: the ids are freed before the engine's own peak. The names
+                # are every entity's only name unless a fact of the file is a name triple too
+                complete = not fast.relation_iris & set(prof.label_predicates)
                 write_fanout_table(
                     tmp / FANOUTS_DIR,
                     fast.fact_ids,
                     fast.entity_iris,
                     fast.predicate_iris,
                     profile=prof.name,
+                    labels=fast.entity_names if complete else None,
                 )
             if fast is not None:
-                fast.fact_ids, fast.entity_iris = None, []
+                fast.fact_ids, fast.entity_iris, fast.entity_names = None, [], None
                 gc.collect()
             store.bulk_load(path=str(nt), format=ox.RdfFormat.N_TRIPLES)
             nt.unlink()

@@ -43,11 +43,11 @@ class BatchPrefetch:
             else:
                 for start in range(0, len(todo), self.BATCH):
                     self._prefetch_batch(todo[start : start + self.BATCH], 0)
-            # the targets of a hub relation are not listed: choose_target reads them
+            # targets the table holds are not listed: choose_target reads them
             pairs = [
                 p
                 for p in dict.fromkeys(targets)
-                if p not in self._targets_cache and self._hub_row(*p) is None
+                if p not in self._targets_cache and self._table_row(*p) is None
             ]
             for start in range(0, len(pairs), self.PAIR_BATCH):
                 self._prefetch_targets(pairs[start : start + self.PAIR_BATCH])
@@ -75,32 +75,36 @@ class BatchPrefetch:
             self._targets_cache.put(pair, tuple(sorted(terms, key=term_value)))
 
     def _table_fanouts(self, iris: list[str]) -> dict[str, dict[Relation, int]]:
-        """Fan-outs of ``iris`` from the fan-out table, into the relations cache (and their
-        hub rows into ``_hub_rows``)."""
+        """Fan-outs of ``iris`` from the fan-out table into the relations cache, the rows
+        holding their relations' targets into ``_table_rows``, and their names (when the table
+        holds them) into the label cache. An IRI the table does not hold is in no fact."""
         out: dict[str, dict[Relation, int]] = {}
-        for iri, rows in self._table.rows(iris).items():
+        for iri, found in self._table.rows(iris).items():
             fanouts: dict[Relation, int] = {}
-            hubs: dict[Relation, int] = {}
+            held: dict[Relation, int] = {}
+            rows, label = found if found is not None else ([], None)
             for predicate, direction, n, row in rows:
                 rel = self._relation(predicate, direction)
                 if rel is None:
                     continue
                 fanouts[rel] = n
                 if self._table.has_targets(row):
-                    hubs[rel] = row
+                    held[rel] = row
             out[iri] = self._relation_order(fanouts)
             self._relations_cache.put(iri, out[iri])
-            self._hub_rows.put(iri, hubs)
+            self._table_rows.put(iri, held)
+            if found is not None and self._table.has_labels:
+                self._label_cache.put(iri, label)
         return out
 
-    def _hub_row(self, iri: str, relation: Relation) -> int | None:
+    def _table_row(self, iri: str, relation: Relation) -> int | None:
         """The table row holding the targets of ``(iri, relation)``, or None (no table, or a
         relation whose targets a query lists)."""
         if self._table is None or len(relation.path) != 1:
             return None
-        if iri not in self._hub_rows:
+        if iri not in self._table_rows:
             self._table_fanouts([iri])
-        return self._hub_rows.get_or_compute(iri, dict).get(relation)
+        return self._table_rows.get_or_compute(iri, dict).get(relation)
 
     def choose_target(
         self,
@@ -113,9 +117,9 @@ class BatchPrefetch:
     ) -> Term | None:
         """What ``rng.choice`` picks from :meth:`targets` of ``(iri, relation)`` less those
         in ``exclude`` (and less literals when ``iris_only``); None, with ``rng`` untouched,
-        when none is left. A hub relation's targets are read from the fan-out table (the same
-        list, in the same order) instead of being listed."""
-        row = self._hub_row(iri, relation)
+        when none is left. With a fan-out table the targets are read from it (the same list,
+        in the same order) instead of being listed: a hub's relation costs what a leaf's does."""
+        row = self._table_row(iri, relation)
         if row is not None:  # the table holds only rows whose targets are all IRIs
             picked = self._table.pick_target(row, exclude, rng.choice)
             return None if picked is None else Term("iri", picked)
@@ -185,6 +189,10 @@ class BatchPrefetch:
     def prefetch_labels(self, iris: Iterable[str]) -> None:
         """Names of many entities in batched queries (into the label cache)."""
         todo = [i for i in dict.fromkeys(iris) if i not in self._label_cache]
+        if todo and self._table is not None and self._table.has_labels:
+            for iri, (_, label) in self._table.entities(todo).items():
+                self._label_cache.put(iri, label)
+            todo = [i for i in todo if i not in self._label_cache]  # in no fact: the store
         # one bound pattern per label predicate: a second VALUES (over the predicates) made
         # Oxigraph scan every label
         pattern = " UNION ".join(

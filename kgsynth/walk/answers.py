@@ -6,12 +6,16 @@ KG through ``self.graph`` with the limits of ``self.cfg`` once a walk has been s
 
 from __future__ import annotations
 
+from functools import reduce
+
+import numpy as np
+
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.terms import Term
 from kgsynth.stage import Reject
 from kgsynth.walk.config import WalkConfig
-from kgsynth.walk.records import Walk
+from kgsynth.walk.records import Hop, Walk
 
 
 class AnswerQueries:
@@ -92,8 +96,12 @@ class AnswerQueries:
         )
 
     def answer_set(self, walk: Walk) -> list[tuple[str, str]]:
-        """Execute the walk's SPARQL; ``(value, name)`` per answer, sorted by (name, value)."""
+        """Execute the walk's SPARQL; ``(value, name)`` per answer, sorted by (name, value).
+        With a fan-out table the same set is computed from it (:meth:`_table_answers`)."""
         walk.sparql = self.to_sparql(walk)
+        answers = self._table_answers(walk)
+        if answers is not None:
+            return self._named_answers(answers)
         labels: dict[Term, list[Term]] = {}
         # rows are read as they come: an embedded store stops evaluating when one too many
         # answers has been seen (the outcome does not depend on the order they come in)
@@ -110,6 +118,65 @@ class AnswerQueries:
                 else:
                     raise Reject("unnamed_answer")
             out.append((term.value, name))
+        if not out:
+            raise Reject("no_answer")
+        return sorted(out, key=lambda a: (a[1], a[0]))
+
+    def _table_answers(self, walk: Walk) -> list[tuple[str, str | None]] | None:
+        """The result of :meth:`answer_query` read from the fan-out table: each branch
+        followed hop by hop from its topic as sets of entity ids (topics left out after every
+        hop, as the query's filters do), intersected where the branches meet, then the hops
+        after the meeting point. ``(IRI, name)`` per answer (name None: unnamed, or the table
+        holds no names); None when the table cannot answer (no table, a flattened hop, a hop
+        reaching literals), and the query is run instead.
+
+        Why: on a large KG the query joins through hubs (milliseconds to seconds per walk at
+        10 M facts); the table's sorted id arrays give the same set in a few array operations.
+        """
+        table = self.graph.fanout_table
+        if table is None or any(len(h.relation.path) != 1 for b in walk.branches for h in b):
+            return None
+        if any(b[m:] for b, m in zip(walk.branches[1:], walk.merge_at[1:], strict=True)):
+            return None  # only the first branch goes on after the meeting point
+        found = table.entities(t[0] for t in walk.topics)
+        if len(found) != len({t[0] for t in walk.topics}):
+            return None
+        topics = np.array(sorted(eid for eid, _ in found.values()), dtype=np.uint32)
+
+        def follow(ids: np.ndarray | None, hop: Hop) -> np.ndarray | None:
+            if ids is None:
+                return None
+            reached = table.follow(ids, hop.relation.path[0], hop.relation.direction)
+            return None if reached is None else np.setdiff1d(reached, topics)
+
+        meets = []
+        for (iri, _), branch, merge in zip(walk.topics, walk.branches, walk.merge_at, strict=True):
+            ids: np.ndarray | None = np.array([found[iri][0]], dtype=np.uint32)
+            for hop in branch[:merge]:
+                ids = follow(ids, hop)
+            if ids is None:
+                return None
+            meets.append(ids)
+        answers: np.ndarray | None = reduce(np.intersect1d, meets)
+        for hop in walk.branches[0][walk.merge_at[0] :]:
+            answers = follow(answers, hop)
+        if answers is None:
+            return None
+        if len(answers) > self.cfg.max_answers:
+            raise Reject("too_many_answers")
+        named = table.iris(answers)
+        if not table.has_labels:
+            named = [(iri, self.graph.label(iri)) for iri, _ in named]
+        return named
+
+    @staticmethod
+    def _named_answers(answers: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
+        """The rejects and the order :meth:`answer_set` gives the query's rows."""
+        out = []
+        for iri, name in answers:
+            if name is None:
+                raise Reject("unnamed_answer")
+            out.append((iri, name))
         if not out:
             raise Reject("no_answer")
         return sorted(out, key=lambda a: (a[1], a[0]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
@@ -46,7 +46,7 @@ def finish(steps: Steps[T]) -> T:
 class WalkSampler(AnswerQueries):
     """Samples walks of one structure at a time; all KG access goes through ``graph``."""
 
-    def __init__(self, graph: KGGraph, cfg: WalkConfig, seeds: list[str]) -> None:
+    def __init__(self, graph: KGGraph, cfg: WalkConfig, seeds: Sequence[str]) -> None:
         self.graph = graph
         self.cfg = cfg
         self.seeds = seeds

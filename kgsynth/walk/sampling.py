@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kgsynth.errors import InputFileError, KGSynthError
@@ -25,7 +25,7 @@ MAX_BLOCK = 256  # attempts sampled side by side, their look-ups batched
 MIN_BLOCK = 16
 
 
-def seed_entities(graph: KGGraph, cfg: WalkConfig) -> list[str]:
+def seed_entities(graph: KGGraph, cfg: WalkConfig) -> Sequence[str]:
     """Candidate start entities (sorted IRIs): the ``--seeds`` names, else every named entity."""
     if cfg.seeds:
         iris = []
@@ -35,7 +35,7 @@ def seed_entities(graph: KGGraph, cfg: WalkConfig) -> list[str]:
                 raise InputFileError(cfg.seeds, f"no entity named {name!r}", lineno)
             iris.append(res.entity.iri)
         return sorted(set(iris))
-    return graph.name_index().all_iris()
+    return graph.named_iris()
 
 
 def sample_walks(
