@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.config import AgentConfig, AgentConfigError
+from kgsynth.agent.engines import HFEngine, RolloutEngine, SamplingParams
 from kgsynth.agent.episode import Episode, EpisodeTask
 from kgsynth.agent.loop import Generated, LiveEpisode, run_turns
 from kgsynth.agent.prompt import agent_system_prompt
@@ -117,13 +118,15 @@ def check_alignment(r: Rollout) -> None:
 
 
 class TokenPolicy:
-    """A causal LM and its tokenizer, sampling batches of token sequences with log-probs."""
+    """A causal LM and its tokenizer, sampling batches of token sequences with log-probs
+    through a rollout engine (:mod:`kgsynth.agent.engines`: ``hf`` by default)."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, engine: RolloutEngine | None = None) -> None:
         self.model = model
         self.tok = tokenizer
+        # what samples the tokens: generate on the model itself unless another engine is given
+        self.engine: RolloutEngine = engine if engine is not None else HFEngine(model, tokenizer)
         eos = tokenizer.eos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
         self.eos_ids = {eos} if eos is not None else set()
         # Stop tokens when the protocol's closing tags are single tokens (the tiny tokenizer,
         # models with added tags); otherwise stop strings.
@@ -178,56 +181,30 @@ class TokenPolicy:
         temperature: float,
         top_p: float,
     ) -> list[tuple[list[int], list[float], bool]]:
-        """One turn for each sequence: (new ids, their log-probs, ended on end-of-turn)."""
-        import torch
-
-        device = next(self.model.parameters()).device
-        width = max(len(b) for b in batch)
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        att = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, b in enumerate(batch):  # left padding
-            ids[i, width - len(b) :] = torch.tensor(b, dtype=torch.long)
-            att[i, width - len(b) :] = 1
-        kwargs: dict[str, Any] = dict(
+        """One turn for each sequence, sampled by the engine: (new ids, their log-probs, ended
+        on end-of-turn). A turn ends at an end-of-turn or stop token, or at the first token
+        after which the text ends with a stop string, whichever comes first."""
+        params = SamplingParams(
             max_new_tokens=max_new_tokens,
-            do_sample=temperature > 0,
-            pad_token_id=self.pad_id,
-            eos_token_id=sorted(self.eos_ids | self.stop_ids) or None,
-            return_dict_in_generate=True,
-            output_logits=True,
+            temperature=temperature,
+            top_p=top_p,
+            stop_ids=frozenset(self.eos_ids | self.stop_ids),
+            stop_strings=tuple(self.stop_strings),
         )
-        if temperature > 0:
-            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
-        if self.stop_strings:
-            kwargs.update(stop_strings=list(self.stop_strings), tokenizer=self.tok)
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=ids.to(device), attention_mask=att.to(device), **kwargs
-            )
-        if was_training:
-            self.model.train()
-        new = out.sequences[:, width:].cpu()
-        scale = temperature if temperature > 0 else 1.0
-        logits = torch.stack(out.logits, dim=1).float().cpu() / scale
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         results = []
-        ends = self.eos_ids | self.stop_ids
-        for row in range(len(batch)):
-            toks: list[int] = []
-            lps: list[float] = []
-            eos_end = False
-            for j, t in enumerate(new[row].tolist()):
-                toks.append(t)
-                lps.append(min(0.0, float(logp[row, j])))
-                if t in ends:
-                    eos_end = t in self.eos_ids
-                    break
-                if self.stop_strings and self._ends_with_stop(toks):
-                    break
-            results.append((toks, lps, eos_end))
+        for c in self.engine.generate(batch, params):
+            toks, lps = c.ids, c.logprobs
+            if self.stop_strings:
+                for j in range(len(toks)):
+                    if toks[j] not in params.stop_ids and self._ends_with_stop(toks[: j + 1]):
+                        toks, lps = toks[: j + 1], lps[: j + 1]
+                        break
+            results.append((list(toks), list(lps), bool(toks) and toks[-1] in self.eos_ids))
         return results
+
+    def refresh(self) -> None:
+        """After an optimizer update: the engine takes the policy's new weights."""
+        self.engine.refresh(self.model)
 
     def _ends_with_stop(self, toks: list[int]) -> bool:
         tail = self.tok.decode(toks[-8:], skip_special_tokens=False)

@@ -98,6 +98,7 @@ from kgsynth.train.grpo_run import (
 from kgsynth.train.grpo_step import (
     LoopState,
     Run,
+    check_logprobs,
     draw_questions,
     rollout_and_update,
     step_row,
@@ -165,7 +166,7 @@ def _start(spec: RLSpec, device: str, dtype: Any, bf16: bool, resumed: Path | No
         tok=tok,
         policy=policy,
         ref=ref,
-        sampler=TokenPolicy(policy.module, tok),
+        sampler=TokenPolicy(policy.module, tok, _engine(cfg, policy, tok, start, bf16)),
         graph=graph,
         tool_cfg=cfg.agent,
         distance=GraphDistance(graph, max_depth=cfg.distance_max_depth)
@@ -183,6 +184,22 @@ def _start(spec: RLSpec, device: str, dtype: Any, bf16: bool, resumed: Path | No
         if dtype == torch.bfloat16
         else contextlib.nullcontext(),
     )
+
+
+def _engine(cfg: GRPOConfig, policy: Policy, tok: Any, folder: Any, bf16: bool) -> Any:
+    """This rank's rollout engine (``--rollout-engine``): ``hf`` samples with the policy module
+    itself; ``vllm`` loads ``folder`` (the init model or the checkpoint resumed from) and then
+    the policy's own weights."""
+    from kgsynth.agent.engines import EngineUnavailable, make_engine
+
+    try:
+        return make_engine(
+            cfg.rollout_engine, model=policy.module, tokenizer=tok, model_dir=str(folder),
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            dtype="bfloat16" if bf16 else "float32", seed=cfg.seed,
+        )  # fmt: skip
+    except EngineUnavailable as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _resume(run: Run, st: LoopState, folder: Path, phase2: list[RLQuestion] | None) -> None:
@@ -290,6 +307,8 @@ def _train(
                 from kgsynth.tracking import scalars
 
                 tracker.log(step_i, scalars(row, "rl/"))
+        check_logprobs(cfg, row)  # after the row is written, so its figures are there to read
+        run.sampler.refresh()  # the engine samples the next step with the updated weights
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
             folder = out / CHECKPOINTS / f"step-{step_i}"
             save_model(run.policy, run.tok, folder, run.rcfg.system_text)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
+from kgsynth.agent.engines import ENGINES
 from kgsynth.config import option
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.modelio import is_model_folder
@@ -138,6 +139,23 @@ class GRPOConfig:
         aliases=("--rollout-timeout",),
     )
     rollout_batch_size: int = option(64, "Sequences per generate() call.")
+    rollout_engine: str = option(
+        "hf",
+        "What samples the rollouts: hf (batched transformers generate on the policy itself) or "
+        "vllm (a vLLM engine in each training process, its weights loaded from the policy after "
+        "every update, as TRL's colocate mode; pip install kgsynth[vllm], a CUDA GPU, --top-p 1).",
+    )
+    vllm_gpu_memory_utilization: float = option(
+        0.3,
+        "--rollout-engine vllm: the share of each rank's GPU its vLLM engine takes (its copy of "
+        "the weights and KV cache); the policy, reference and optimizer need the rest.",
+    )
+    logprob_tolerance: float | None = option(
+        None,
+        "The alignment check: stop the run when a step's mean |rollout log-prob - training "
+        "forward log-prob| over sampled tokens exceeds this. \\[default: 0.05 for hf, 0.2 for "
+        "vllm]",
+    )
     toolset: str = agent_option("toolset")
     relation_ranking: str = agent_option("relation_ranking")
     report_to: str = option("none", HELP["report_to"])
@@ -194,6 +212,26 @@ class GRPOConfig:
             f"max_turn_tokens must be >= 1 (got {c.max_turn_tokens})",
         )
         need(c.max_obs_tokens >= 8, f"max_obs_tokens must be >= 8 (got {c.max_obs_tokens})")
+        need(
+            c.rollout_engine in ENGINES,
+            f"rollout_engine must be {' or '.join(ENGINES)} (got {c.rollout_engine!r})",
+        )
+        need(
+            0 < c.vllm_gpu_memory_utilization < 1,
+            f"vllm_gpu_memory_utilization must be in (0, 1) (got {c.vllm_gpu_memory_utilization})",
+        )
+        need(
+            c.logprob_tolerance is None or c.logprob_tolerance > 0,
+            f"logprob_tolerance must be > 0 (got {c.logprob_tolerance})",
+        )
+        if c.rollout_engine == "vllm":
+            # vLLM's log-probs are of the nucleus, which the training forward does not compute
+            need(c.top_p == 1, f"--rollout-engine vllm needs top_p 1 (got {c.top_p})")
+            need(
+                not c.lora_r,
+                "--rollout-engine vllm with lora_r is not built yet: merge the adapter "
+                "(kgsynth train merge) or use --rollout-engine hf",
+            )
         need(c.rollout_timeout_s > 0, f"rollout_timeout_s must be > 0 (got {c.rollout_timeout_s})")
         agent_config_of(c, max_turn_tokens=c.max_turn_tokens or 64)  # AgentConfig's checks
         need(c.save_steps >= 1, f"save_steps must be >= 1 (got {c.save_steps})")
@@ -233,7 +271,24 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
         raise InputFileError(Path(c.phase2_questions), "does not exist (--phase2-questions)")
     if c.deepspeed is not None:
         load_deepspeed_config(c.deepspeed)
+    if c.rollout_engine == "vllm":
+        from kgsynth.agent.engines import EngineUnavailable, check_vllm_available
+
+        try:
+            check_vllm_available()
+        except EngineUnavailable as exc:
+            raise ConfigError(str(exc)) from None
     return c
+
+
+LOGPROB_TOLERANCE = {"hf": 0.05, "vllm": 0.2}
+
+
+def logprob_tolerance(cfg: GRPOConfig) -> float:
+    """The alignment check's bound: the option, or the engine's default."""
+    if cfg.logprob_tolerance is not None:
+        return cfg.logprob_tolerance
+    return LOGPROB_TOLERANCE[cfg.rollout_engine]
 
 
 def warmup_steps(cfg: GRPOConfig) -> int:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.train.grpo_config import GRPOConfig
+from kgsynth.errors import KGSynthError
+from kgsynth.train.grpo_config import GRPOConfig, logprob_tolerance
 from kgsynth.train.grpo_dist import Policy, all_gather, weights_checksum
 from kgsynth.train.grpo_loss import step_advantages
 from kgsynth.train.grpo_run import RLQuestion, RLSpec
@@ -213,6 +214,21 @@ def step_row(
     if sync and not sync["weights_in_sync"]:
         raise RuntimeError(f"step {step_i}: the ranks' weights differ ({shares})")
     return row
+
+
+def check_logprobs(cfg: GRPOConfig, row: dict[str, Any]) -> None:
+    """The alignment check: the rollout engine's log-probs of the sampled tokens must be the
+    training forward's (the same tokens, the same weights, the same temperature) within
+    ``logprob_tolerance`` on average. The row's figure is summed over every rank, so every rank
+    raises together."""
+    gap, bound = row.get("logprob_mismatch_mean", 0.0), logprob_tolerance(cfg)
+    if gap > bound:
+        raise KGSynthError(
+            f"step {row['step']}: the {cfg.rollout_engine} engine's rollout log-probs differ "
+            f"from the training forward's by {gap:.4g} per sampled token on average (largest "
+            f"{row.get('logprob_mismatch', 0.0):.4g}), over --logprob-tolerance {bound:g}: the "
+            "rollouts are not the tokens or weights being trained"
+        )
 
 
 def tree_row(shares: Sequence[dict[str, Any]]) -> dict[str, Any]:

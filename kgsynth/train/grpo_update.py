@@ -37,7 +37,7 @@ def update(
     import torch
 
     empty = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": None, "grad_norm": 0.0,
-             "trained_tokens": 0, "logprob_mismatch": 0.0}  # fmt: skip
+             "trained_tokens": 0, "logprob_mismatch": 0.0, "logprob_mismatch_mean": 0.0}  # fmt: skip
     _, world = rank_and_world()
     local_tokens = sum(sum(rollouts[i].mask) for i in keep)
     total_tokens = int(all_sum([local_tokens], device)[0])
@@ -71,7 +71,9 @@ def update(
                 ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature)[0].float()
             if cfg.updates_per_step > 1:
                 old_lp[k] = token_logprobs(fwd, ids, att, cfg.temperature)[0].float()
-    sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0}
+    # gap: |rollout log-prob - the training forward's| summed over sampled tokens
+    sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0,
+            "gap": 0.0}  # fmt: skip
     mismatch = 0.0
     norms = []
     for update in range(cfg.updates_per_step):
@@ -82,8 +84,9 @@ def update(
             old = old_lp[k] if k in old_lp else logp.detach()
             m = mask.bool()
             if update == 0 and m.any():  # the policy that sampled the rollouts, not yet updated
-                gap = (logp.detach() - rollout_lp)[m].abs().max()
-                mismatch = max(mismatch, float(gap))
+                gap = (logp.detach() - rollout_lp)[m].abs()
+                mismatch = max(mismatch, float(gap.max()))
+                sums["gap"] += float(gap.sum())
             loss, st = grpo_token_loss(
                 logp, old, ref_lp.get(k), adv, mask,
                 clip_low=cfg.clip_low, clip_high=cfg.clip_high,
@@ -95,7 +98,7 @@ def update(
                 sums[name] += float(st[name])
             sums["entropy"] += float((ent * mask).sum())
         norms.append(policy.step())
-    keys = ("loss", "pg", "kl", "clipped", "tokens", "entropy")
+    keys = ("loss", "pg", "kl", "clipped", "tokens", "entropy", "gap")
     sums = dict(zip(keys, all_sum([sums[k] for k in keys], device), strict=True))
     mismatch = max(all_gather(mismatch))
     if policy.engine is not None:
@@ -109,4 +112,6 @@ def update(
         "grad_norm": sum(norms) / len(norms),
         "trained_tokens": int(total_tokens),
         "logprob_mismatch": mismatch,
+        # the alignment check's figure (grpo_step.check_logprobs): the mean over sampled tokens
+        "logprob_mismatch_mean": sums["gap"] / total_tokens,
     }
