@@ -307,7 +307,7 @@ def _train(
                 from kgsynth.tracking import scalars
 
                 tracker.log(step_i, scalars(row, "rl/"))
-        check_logprobs(cfg, row)  # after the row is written, so its figures are there to read
+        check_logprobs(cfg, row)  # every rank raises together: the row's figures are gathered
         run.sampler.refresh()  # the engine samples the next step with the updated weights
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
             folder = out / CHECKPOINTS / f"step-{step_i}"
