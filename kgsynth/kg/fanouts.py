@@ -4,8 +4,9 @@ same on a KG of any size.
 
 A store's facts (as term ids) -> ``STORE/fanouts/``::
 
-    entities.sqlite   entity(id, iri, label): every IRI subject or object, ids in sorted IRI
-                      order; its name when the import wrote the names (meta "labels")
+    entities.arrow    iri, label by id: every IRI subject or object, ids in sorted IRI order;
+                      its name when the import wrote the names (meta "labels")
+    entities.sqlite   entity(iri, id): the id of an IRI
     offsets.npy       the rows of entity id e are rows offsets[e] .. offsets[e + 1]
     row_key.npy, count.npy
                       one row per (entity, predicate, direction), keyed (e << bits + 1) |
@@ -39,15 +40,16 @@ from typing import Any, overload
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
 FANOUTS_DIR = "fanouts"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _ARRAYS = ("offsets", "row_key", "loops", "count", "target_start", "targets", "named")
 _DIRECTIONS = ("out", "in")
 _SQL_BATCH = 500
-_ID_CACHE = 200_000  # entities whose id and name are kept (cleared when full)
+_ID_CACHE = 200_000  # IRIs whose id and name are kept (cleared when full)
 
 
 def _bits(n: int) -> int:
@@ -86,12 +88,12 @@ def write_fanout_table(
     # ids in sorted IRI order: a row's targets sorted by id are then sorted by IRI, the order
     # the targets query returns them in
     order = pl.Series(terms[:n_iri], dtype=pl.String).arg_sort().to_numpy()
-    rank = np.empty(n_terms, dtype=np.uint64)
-    rank[order] = np.arange(n_iri, dtype=np.uint64)
-    rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint64)
+    rank = np.empty(n_terms, dtype=np.uint32)
+    rank[order] = np.arange(n_iri, dtype=np.uint32)
+    rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint32)
     s = rank[facts["s"].to_numpy()]
     o = rank[facts["o"].to_numpy()]
-    p = facts["p"].to_numpy().astype(np.uint64)
+    p = facts["p"].to_numpy().astype(np.uint16)
     del rank
     # one edge per direction packed as entity | predicate | direction | neighbour: one sort
     # groups the rows, orders their targets, and puts repeated facts side by side
@@ -100,13 +102,24 @@ def write_fanout_table(
     loop = s == o  # the fan-out query leaves e itself out
     out = ~loop & (s < n_iri)  # blank-node subjects have no row
     inn = ~loop & (o < n_iri)
-    packed = np.concatenate(
-        [
-            (s[out] << sh_e) | (p[out] << sh_p) | o[out],
-            (o[inn] << sh_e) | (p[inn] << sh_p) | (1 << sh_d) | s[inn],
-        ]
+    n_out = int(out.sum())
+    packed = np.empty(n_out + int(inn.sum()), dtype=np.uint64)
+    # filled in place, one column at a time: the memory of one packed array and one column
+    for part, (head, tail, mask, direction) in (
+        (packed[:n_out], (s, o, out, 0)),
+        (packed[n_out:], (o, s, inn, 1)),
+    ):
+        part[:] = head[mask]
+        part <<= np.uint64(sh_e - sh_p)
+        part |= p[mask]
+        part <<= np.uint64(1)
+        part |= np.uint64(direction)
+        part <<= np.uint64(sh_d)
+        part |= tail[mask]
+    loops = np.unique(
+        (s[loop].astype(np.uint64) << np.uint64(sh_e - sh_d))
+        | (p[loop].astype(np.uint64) << np.uint64(1))
     )
-    loops = np.unique((s[loop] << (sh_e - sh_d)) | (p[loop] << 1))
     del s, o, p, loop, out, inn
     packed.sort()
     packed = packed[_run_starts(packed)]
@@ -138,7 +151,7 @@ def write_fanout_table(
     tmp.mkdir(parents=True)
     for name, arr in arrays.items():
         np.save(tmp / f"{name}.npy", arr)
-    _write_entities(tmp / "entities.sqlite", pl.Series(terms[:n_iri]).gather(order), sorted_labels)
+    _write_entities(tmp, pl.Series(terms[:n_iri], dtype=pl.String).gather(order), sorted_labels)
     meta = {
         "format": FORMAT_VERSION,
         "profile": profile,
@@ -155,19 +168,32 @@ def write_fanout_table(
     return meta
 
 
-def _write_entities(path: Path, sorted_iris: pl.Series, labels: pl.Series | None) -> None:
-    con = sqlite3.connect(path)
+def _write_entities(dest: Path, sorted_iris: pl.Series, labels: pl.Series | None) -> None:
+    """``entities.arrow`` (id -> IRI and name, memory-mapped) and ``entities.sqlite`` (IRI ->
+    id)."""
+    names = labels if labels is not None else pl.Series([None] * len(sorted_iris), dtype=pl.String)
+    frame = pa.table(
+        {
+            "iri": sorted_iris.to_arrow().cast(pa.large_string()),
+            "label": names.to_arrow().cast(pa.large_string()),
+        }
+    )
+    with (
+        pa.OSFile(str(dest / "entities.arrow"), "wb") as sink,
+        pa.ipc.new_file(sink, frame.schema) as writer,
+    ):
+        writer.write_table(frame, max_chunksize=len(frame) or None)
+    con = sqlite3.connect(dest / "entities.sqlite")
     try:
         # built once, then only read: no journal, no syncs while it is written
         con.execute("PRAGMA journal_mode=OFF")
         con.execute("PRAGMA synchronous=OFF")
-        con.execute("CREATE TABLE entity (id INTEGER PRIMARY KEY, iri TEXT NOT NULL, label TEXT)")
-        names = labels.to_list() if labels is not None else [None] * len(sorted_iris)
+        con.execute("CREATE TABLE entity (iri TEXT PRIMARY KEY, id INTEGER NOT NULL) WITHOUT ROWID")
+        # in key order: each insert appends to the B-tree
         con.executemany(
-            "INSERT INTO entity VALUES (?, ?, ?)",
-            zip(range(len(sorted_iris)), sorted_iris.to_list(), names, strict=True),
+            "INSERT INTO entity VALUES (?, ?)",
+            zip(sorted_iris.to_list(), range(len(sorted_iris)), strict=True),
         )
-        con.execute("CREATE UNIQUE INDEX entity_iri ON entity(iri)")
         con.commit()
     finally:
         con.close()
@@ -215,6 +241,10 @@ def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any] 
     return write_fanout_table(dest, facts, terms, list(pred_ids), profile=profile, iri_terms=n_iri)
 
 
+class TooMany(Exception):
+    """A hop reaches more entities than asked for (:meth:`FanoutTable.follow`)."""
+
+
 class NamedIRIs(Sequence[str]):
     """The named entities' IRIs, sorted, read from the table as they are asked for (a
     million-entity KG's list is never built to draw seeds from it)."""
@@ -235,10 +265,9 @@ class NamedIRIs(Sequence[str]):
         return self._table.iri(int(self._table._named[index]))
 
     def __iter__(self) -> Iterator[str]:
-        rows = self._table._con.execute(
-            "SELECT iri FROM entity WHERE label IS NOT NULL ORDER BY id"
-        )
-        return (r[0] for r in rows)
+        named = self._table._named
+        for start in range(0, len(named), 100_000):
+            yield from self._table._iris.take(pa.array(named[start : start + 100_000])).to_pylist()
 
 
 class FanoutTable:
@@ -249,7 +278,10 @@ class FanoutTable:
         self.meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         if self.meta.get("format") != FORMAT_VERSION:
             raise ValueError(f"format {self.meta.get('format')!r}, expected {FORMAT_VERSION}")
-        arrays = {name: np.load(path / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+        # memory-mapped, as plain arrays: indexing a np.memmap costs ~10x more
+        arrays = {
+            name: np.asarray(np.load(path / f"{name}.npy", mmap_mode="r")) for name in _ARRAYS
+        }
         self._offsets = arrays["offsets"]
         self._row_key = arrays["row_key"]
         self._loops = arrays["loops"]
@@ -267,9 +299,13 @@ class FanoutTable:
             f"file:{path / 'entities.sqlite'}?mode=ro", uri=True, check_same_thread=False
         )
         self._con.execute("SELECT 1 FROM entity LIMIT 1")
+        frame = pa.ipc.open_file(pa.memory_map(str(path / "entities.arrow"))).read_all()
+        self._iris = frame.column("iri").combine_chunks()
+        self._labels = frame.column("label").combine_chunks()
+        if len(self._iris) + 1 != len(self._offsets):
+            raise ValueError("entities.arrow does not match offsets.npy")
         # entities looked up so far: a walk asks for the same ones again and again
         self._known: dict[str, tuple[int, str | None]] = {}
-        self._iri_of: dict[int, str] = {}
 
     @classmethod
     def open(cls, store_dir: Path) -> FanoutTable | None:
@@ -298,30 +334,17 @@ class FanoutTable:
                 out[iri] = hit
         if len(known) + len(todo) > _ID_CACHE:
             known.clear()
-            self._iri_of.clear()
         for start in range(0, len(todo), _SQL_BATCH):
             chunk = todo[start : start + _SQL_BATCH]
             marks = ",".join("?" * len(chunk))
-            for iri, eid, label in self._con.execute(
-                f"SELECT iri, id, label FROM entity WHERE iri IN ({marks})", chunk
+            for iri, eid in self._con.execute(
+                f"SELECT iri, id FROM entity WHERE iri IN ({marks})", chunk
             ):
-                out[iri] = known[iri] = (eid, label)
-                self._iri_of[eid] = iri
+                out[iri] = known[iri] = (eid, self._labels[eid].as_py())
         return out
 
     def iri(self, eid: int) -> str:
-        iri = self._iri_of.get(eid)
-        if iri is not None:
-            return iri
-        row = self._con.execute("SELECT iri, label FROM entity WHERE id = ?", (eid,)).fetchone()
-        if row is None:
-            raise KeyError(eid)
-        if len(self._known) >= _ID_CACHE:
-            self._known.clear()
-            self._iri_of.clear()
-        self._iri_of[eid] = row[0]
-        self._known[row[0]] = (eid, row[1])
-        return str(row[0])
+        return str(self._iris[eid].as_py())
 
     def named_iris(self) -> NamedIRIs:
         """The named entities' IRIs in sorted order (only when ``has_labels``)."""
@@ -333,7 +356,7 @@ class FanoutTable:
         self, iris: Iterable[str]
     ) -> dict[str, tuple[list[tuple[str, str, int, int]], str | None] | None]:
         """For each of ``iris``: its rows ``(predicate IRI, direction, count, row)`` in table
-        order, and its name (None: unnamed, or names not held); None for an IRI the table does
+        order (row -1: its targets are not held, see :meth:`has_targets`), and its name (None: unnamed, or names not held); None for an IRI the table does
         not hold (one in no fact)."""
         iris = list(dict.fromkeys(iris))
         found = self.entities(iris)
@@ -349,7 +372,14 @@ class FanoutTable:
             p = ((keys & self._predicate_mask) >> 1).tolist()
             d = (keys & 1).tolist()
             n = self._count[lo:hi].tolist()
-            out[iri] = ([(preds[p[i]], dirs[d[i]], n[i], lo + i) for i in range(hi - lo)], label)
+            held = (self._target_start[lo:hi] >= 0).tolist()
+            out[iri] = (
+                [
+                    (preds[p[i]], dirs[d[i]], n[i], lo + i if held[i] else -1)
+                    for i in range(hi - lo)
+                ],
+                label,
+            )
         return out
 
     def has_targets(self, row: int) -> bool:
@@ -368,7 +398,7 @@ class FanoutTable:
         targets = self._targets[start : start + int(self._count[row])]
         skipped = []
         for eid, _ in self.entities(exclude).values():
-            pos = int(np.searchsorted(targets, eid))
+            pos = int(np.searchsorted(targets, np.uint32(eid)))
             if pos < len(targets) and int(targets[pos]) == eid:
                 skipped.append(pos)
         m = len(targets) - len(skipped)
@@ -380,14 +410,26 @@ class FanoutTable:
                 k += 1
         return self.iri(int(targets[k]))
 
-    def follow(self, ids: np.ndarray, predicate: str, direction: str) -> np.ndarray | None:
+    def follow(
+        self, ids: np.ndarray, predicate: str, direction: str, *, more_than: int | None = None
+    ) -> np.ndarray | None:
         """The entity ids reached from ``ids`` along ``predicate`` in ``direction``, self
         loops included (what a SPARQL pattern ``?a <p> ?b`` binds), sorted and distinct; None
-        when a row reaches a literal or a blank node (the table does not hold those)."""
+        when a row reaches a literal or a blank node (the table does not hold those).
+        :class:`TooMany` when one row alone reaches more than ``more_than`` (the union is not
+        built)."""
         pid = self._predicate_id.get(predicate)
-        ids = np.asarray(ids, dtype=np.uint64)
         if pid is None or not len(ids):
             return np.zeros(0, dtype=np.uint32)
+        if len(ids) <= 16:  # most hops start from a few entities: no array arithmetic
+            parts = []
+            for eid in np.asarray(ids).tolist():
+                part = self._follow_one(eid, pid, direction == "in", more_than)
+                if part is None:
+                    return None
+                parts.append(part)
+            return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+        ids = np.asarray(ids, dtype=np.uint64)
         base = (ids << np.uint64(self._key_shift)) | np.uint64(pid << 1)
         keys = base | np.uint64(direction == "in")
         pos = np.searchsorted(self._row_key, keys)
@@ -399,23 +441,42 @@ class FanoutTable:
         if (starts < 0).any():
             return None
         counts = np.asarray(self._count[rows], dtype=np.int64)
+        if more_than is not None and len(counts) and int(counts.max()) > more_than:
+            raise TooMany
         before = np.cumsum(counts) - counts  # where each row's targets go in the result
         index = np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
         found = np.asarray(self._targets[index], dtype=np.uint32)
         looped = ids[np.isin(base, self._loops)].astype(np.uint32) if len(self._loops) else ids[:0]
         return np.unique(np.concatenate([found, looped]))
 
+    def _follow_one(
+        self, eid: int, pid: int, inverse: bool, more_than: int | None
+    ) -> np.ndarray | None:
+        base = (eid << self._key_shift) | (pid << 1)
+        key = base | int(inverse)
+        lo, hi = int(self._offsets[eid]), int(self._offsets[eid + 1])
+        # among the entity's own rows; a scalar of the array's type (another type makes numpy
+        # convert the array)
+        row = lo + int(np.searchsorted(self._row_key[lo:hi], np.uint64(key)))
+        found = np.zeros(0, dtype=np.uint32)
+        if row < hi and int(self._row_key[row]) == key:
+            start, count = int(self._target_start[row]), int(self._count[row])
+            if start < 0:
+                return None
+            if more_than is not None and count > more_than:
+                raise TooMany
+            found = np.asarray(self._targets[start : start + count])
+        loop = int(np.searchsorted(self._loops, np.uint64(base)))
+        if loop < len(self._loops) and int(self._loops[loop]) == base:
+            return np.unique(np.append(found, np.uint32(eid)))
+        return found  # a row's targets are sorted and distinct
+
     def iris(self, ids: np.ndarray) -> list[tuple[str, str | None]]:
         """``(IRI, name)`` of entity ids, in their order."""
-        out = []
-        for eid in np.asarray(ids).tolist():
-            iri = self.iri(eid)
-            out.append((iri, self._known[iri][1] if iri in self._known else self._label(eid)))
-        return out
-
-    def _label(self, eid: int) -> str | None:
-        row = self._con.execute("SELECT label FROM entity WHERE id = ?", (eid,)).fetchone()
-        return None if row is None else row[0]
+        take = pa.array(np.asarray(ids, dtype=np.int64))
+        return list(
+            zip(self._iris.take(take).to_pylist(), self._labels.take(take).to_pylist(), strict=True)
+        )
 
     def close(self) -> None:
         self._con.close()

@@ -299,6 +299,7 @@ def import_kg(
                 # before bulk_load: the ids are freed before the engine's own peak. The names
                 # are every entity's only name unless a fact of the file is a name triple too
                 complete = not fast.relation_iris & set(prof.label_predicates)
+                table_started = time.perf_counter()
                 write_fanout_table(
                     tmp / FANOUTS_DIR,
                     fast.fact_ids,
@@ -307,6 +308,7 @@ def import_kg(
                     profile=prof.name,
                     labels=fast.entity_names if complete else None,
                 )
+                log.info("fan-out table in %.1fs", time.perf_counter() - table_started)
             if fast is not None:
                 fast.fact_ids, fast.entity_iris, fast.entity_names = None, [], None
                 gc.collect()

@@ -88,7 +88,7 @@ class BatchPrefetch:
                 if rel is None:
                     continue
                 fanouts[rel] = n
-                if self._table.has_targets(row):
+                if row >= 0:  # its targets are held
                     held[rel] = row
             out[iri] = self._relation_order(fanouts)
             self._relations_cache.put(iri, out[iri])

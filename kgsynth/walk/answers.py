@@ -11,6 +11,7 @@ from functools import reduce
 import numpy as np
 
 from kgsynth.kg import sparql
+from kgsynth.kg.fanouts import TooMany
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.terms import Term
 from kgsynth.stage import Reject
@@ -143,11 +144,28 @@ class AnswerQueries:
             return None
         topics = np.array(sorted(eid for eid, _ in found.values()), dtype=np.uint32)
 
+        # the hop that ends the walk, when no intersection follows it: once one of its rows
+        # alone reaches more than this, the answers are too many (the union is not built)
+        last = walk.branches[0][-1] if len(walk.branches) == 1 or walk.structure == "IP" else None
+        bound = self.cfg.max_answers + len(topics)
+
         def follow(ids: np.ndarray | None, hop: Hop) -> np.ndarray | None:
             if ids is None:
                 return None
-            reached = table.follow(ids, hop.relation.path[0], hop.relation.direction)
-            return None if reached is None else np.setdiff1d(reached, topics)
+            try:
+                reached = table.follow(
+                    ids,
+                    hop.relation.path[0],
+                    hop.relation.direction,
+                    more_than=bound if hop is last else None,
+                )
+            except TooMany:
+                raise Reject("too_many_answers") from None
+            if reached is None:
+                return None
+            for topic in topics.tolist():  # two at most: masks beat np.setdiff1d
+                reached = reached[reached != topic]
+            return reached
 
         meets = []
         for (iri, _), branch, merge in zip(walk.topics, walk.branches, walk.merge_at, strict=True):
