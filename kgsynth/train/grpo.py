@@ -85,6 +85,7 @@ from kgsynth.train.grpo_loss import (
     token_advantages,
     token_logprobs,
 )
+from kgsynth.train.grpo_resume import resume, save_checkpoint
 from kgsynth.train.grpo_run import (
     RLQuestion,
     RLSpec,
@@ -92,7 +93,6 @@ from kgsynth.train.grpo_run import (
     read_rl_questions,
     run_summary,
     save_model,
-    save_resume_state,
     write_run_files,
 )
 from kgsynth.train.grpo_step import (
@@ -202,51 +202,6 @@ def _engine(cfg: GRPOConfig, policy: Policy, tok: Any, folder: Any, bf16: bool) 
         raise ConfigError(str(exc)) from None
 
 
-def _resume(run: Run, st: LoopState, folder: Path, phase2: list[RLQuestion] | None) -> None:
-    """Load a killed run's resume state: optimizer, scheduler, question order, curriculum and
-    metrics so far (the weights came from the folder; a LoRA run's adapter is here)."""
-    import torch
-
-    from kgsynth.agent.rewards import RewardState
-
-    cfg, policy = run.cfg, run.policy
-    saved = torch.load(folder / RESUME_STATE, map_location=run.device, weights_only=False)
-    if saved["config"] != dataclasses.asdict(cfg):
-        raise ConfigError(
-            f"{run.spec.out} holds an interrupted RL run with another configuration; pass "
-            "--overwrite to start again, or rerun it with its own options"
-        )
-    if cfg.lora_r:
-        policy.module.load_state_dict(saved["adapter"], strict=False)
-    policy.optimizer.load_state_dict(saved["optimizer"])
-    policy.sched.load_state_dict(saved["scheduler"])
-    st.rng.setstate(saved["rng"])
-    st.order, st.cursor, st.phase = saved["order"], saved["cursor"], saved["phase"]
-    if st.phase == 2 and phase2 is not None:
-        st.qs = phase2
-    st.reward_state = RewardState(**saved["reward_state"])
-    st.history, st.totals = saved["history"], saved["totals"]
-    st.first_step = saved["step"] + 1
-    log.info("resuming RL from %s (step %d)", folder, saved["step"])
-
-
-def _resume_state(run: Run, st: LoopState, step_i: int) -> dict[str, Any]:
-    """What :func:`_resume` reads back: everything a killed run needs to go on after step_i."""
-    cfg, policy = run.cfg, run.policy
-    return {
-        "step": step_i, "config": dataclasses.asdict(cfg),
-        # the weights are the folder's; a LoRA run's adapter is kept here
-        "adapter": {n: p.detach().cpu() for n, p in
-                    policy.module.named_parameters() if p.requires_grad}
-        if cfg.lora_r else None,
-        "optimizer": policy.optimizer.state_dict(),
-        "scheduler": policy.sched.state_dict(), "rng": st.rng.getstate(),
-        "order": st.order, "cursor": st.cursor, "phase": st.phase,
-        "reward_state": dataclasses.asdict(st.reward_state), "history": st.history,
-        "totals": st.totals,
-    }  # fmt: skip
-
-
 def _train(
     spec: RLSpec,
     progress: Callable[[int, int, dict], None] | None,
@@ -272,11 +227,6 @@ def _train(
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)  # the same on every rank: all draw the same questions
     resumed = last_resumable(out)
-    if resumed is not None and cfg.deepspeed:
-        raise ConfigError(
-            f"{spec.out} holds an interrupted DeepSpeed RL run; resuming one is not built "
-            "yet: pass --overwrite to start again"
-        )
     run = _start(spec, device, dtype, bf16, resumed)
     metrics_path = out / METRICS
     tracker = None
@@ -288,7 +238,7 @@ def _train(
     st = LoopState(qs=qs, rng=rng, reward_state=RewardState(step=0), order=list(range(len(qs))))
     rng.shuffle(st.order)
     if resumed is not None:
-        _resume(run, st, resumed, phase2)
+        resume(run, st, resumed, phase2)
         if rank == 0:
             metrics_path.write_text("".join(json.dumps(r) + "\n" for r in st.history))
     for step_i in range(st.first_step, cfg.max_steps + 1):
@@ -310,10 +260,7 @@ def _train(
         check_logprobs(cfg, row)  # every rank raises together: the row's figures are gathered
         run.sampler.refresh()  # the engine samples the next step with the updated weights
         if step_i % cfg.save_steps == 0 and step_i != cfg.max_steps:
-            folder = out / CHECKPOINTS / f"step-{step_i}"
-            save_model(run.policy, run.tok, folder, run.rcfg.system_text)
-            if rank == 0 and not cfg.deepspeed:
-                save_resume_state(folder, _resume_state(run, st, step_i))
+            save_checkpoint(run, st, step_i, out / CHECKPOINTS / f"step-{step_i}")
         if progress and rank == 0:
             progress(step_i, cfg.max_steps, row)
     if tracker is not None:

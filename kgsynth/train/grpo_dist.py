@@ -62,6 +62,14 @@ def init_distributed(device: str) -> bool:
     return True
 
 
+def barrier() -> None:
+    """Wait for every rank (nothing in one process)."""
+    import torch.distributed as dist
+
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
 def all_sum(values: Sequence[float], device: str = "cpu") -> list[float]:
     """Element-wise sum over the ranks (the values themselves in one process)."""
     import torch
