@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import quote
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -59,7 +60,7 @@ class DelimitedResult:
     source_sha256: str = ""
     # the facts as ids (columns s, p, o) into ``entity_iris`` and ``predicate_iris``, for the
     # fan-out table (:mod:`kgsynth.kg.fanouts`)
-    fact_ids: pl.DataFrame | None = None
+    fact_ids: dict[str, np.ndarray] | None = None
     entity_iris: list[str] = field(default_factory=list)
     entity_names: pl.Series | None = None  # by id; null: unnamed
     predicate_iris: list[str] = field(default_factory=list)
@@ -211,7 +212,7 @@ def _convert(
     relation_nt: dict[str, str] = {}
     relation_id: dict[str, int] = {}  # relation key -> its IRI's id
     predicate_ids: dict[str, int] = {}
-    fact_parts: list[pl.DataFrame] = []
+    fact_parts: list[dict[str, np.ndarray]] = []
     name_parts: list[pl.DataFrame] = []  # (id, name) of the named entities
     first = True
     with open(dest, "wb") as out:
@@ -290,7 +291,11 @@ def _convert(
     result.entities = len(seen)
     result.entity_iris = list(seen)
     result.predicate_iris = list(predicate_ids)
-    result.fact_ids = pl.concat(fact_parts) if fact_parts else pl.DataFrame(schema=_FACT_SCHEMA)
+    result.fact_ids = {
+        c: np.concatenate([part[c] for part in fact_parts] or [np.zeros(0, dtype=t)])
+        for c, t in (("s", np.uint32), ("p", np.uint16), ("o", np.uint32))
+    }
+    fact_parts.clear()
     # each entity's name by id (null: unnamed)
     ids = pl.DataFrame({"id": pl.int_range(0, len(seen), dtype=pl.UInt32, eager=True)})
     names_by_id = pl.concat(name_parts) if name_parts else pl.DataFrame(schema=_NAME_SCHEMA)
@@ -301,9 +306,6 @@ def _convert(
 _NAME_SCHEMA = {"id": pl.UInt32, "name": pl.String}
 
 
-_FACT_SCHEMA = {"s": pl.UInt32, "p": pl.UInt16, "o": pl.UInt32}
-
-
 def _fact_ids(
     s_iri: pl.Series,
     rel: pl.Series,
@@ -311,10 +313,15 @@ def _fact_ids(
     iris: list[str],
     ids: list[int],
     relation_id: dict[str, int],
-) -> pl.DataFrame:
+) -> dict[str, np.ndarray]:
     """A batch's facts as ids: ``iris`` (every IRI of the batch) have ``ids``."""
     block = pl.DataFrame({"iri": iris, "id": ids}, schema={"iri": pl.String, "id": pl.UInt32})
     s = s_iri.to_frame("iri").join(block, on="iri", how="left", maintain_order="left")["id"]
     o = o_iri.to_frame("iri").join(block, on="iri", how="left", maintain_order="left")["id"]
     p = rel.replace_strict(relation_id, return_dtype=pl.UInt16)
-    return pl.DataFrame({"s": s, "p": p, "o": o}, schema=_FACT_SCHEMA)
+    # numpy arrays, not frames: their memory goes back to the system when the table is built
+    return {
+        "s": s.cast(pl.UInt32).to_numpy(),
+        "p": p.to_numpy(),
+        "o": o.cast(pl.UInt32).to_numpy(),
+    }

@@ -34,7 +34,7 @@ import logging
 import os
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -65,7 +65,7 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
 
 def write_fanout_table(
     dest: Path,
-    facts: pl.DataFrame,
+    facts: Mapping[str, np.ndarray] | pl.DataFrame,
     terms: list[str],
     predicates: list[str],
     *,
@@ -91,9 +91,9 @@ def write_fanout_table(
     rank = np.empty(n_terms, dtype=np.uint32)
     rank[order] = np.arange(n_iri, dtype=np.uint32)
     rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint32)
-    s = rank[facts["s"].to_numpy()]
-    o = rank[facts["o"].to_numpy()]
-    p = facts["p"].to_numpy().astype(np.uint16)
+    s = rank[np.asarray(facts["s"])]
+    o = rank[np.asarray(facts["o"])]
+    p = np.asarray(facts["p"]).astype(np.uint16)
     del rank
     # one edge per direction packed as entity | predicate | direction | neighbour: one sort
     # groups the rows, orders their targets, and puts repeated facts side by side
