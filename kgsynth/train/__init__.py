@@ -11,8 +11,8 @@
   :mod:`~kgsynth.train.grpo_update`, :mod:`~kgsynth.train.grpo_step` (one step),
   :mod:`~kgsynth.train.grpo_tree` (one step on tree rollouts: step-level GRPO),
   :mod:`~kgsynth.train.grpo_dist` (policy and collectives), :mod:`~kgsynth.train.grpo_run`
-  (spec, questions, files), :mod:`~kgsynth.train.grpo` (the loop), with
-  :mod:`~kgsynth.train.presets`;
+  (spec, questions, files), :mod:`~kgsynth.train.grpo_resume` (checkpoints, resuming),
+  :mod:`~kgsynth.train.grpo` (the loop), with :mod:`~kgsynth.train.presets`;
 - :mod:`~kgsynth.train.launch` (multi-process launch and the worker entry point),
   :mod:`~kgsynth.train.stages` (the stages as ``kgsynth train`` runs them),
   :mod:`~kgsynth.train.lora`, :mod:`~kgsynth.train.plots`.

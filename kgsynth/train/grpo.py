@@ -40,8 +40,9 @@ run.
 Modules: the options and recipes are :mod:`kgsynth.train.grpo_config`, the math
 :mod:`kgsynth.train.grpo_loss`, the update :mod:`kgsynth.train.grpo_update`, the policy and
 the collectives across processes :mod:`kgsynth.train.grpo_dist`, the run's spec, questions and
-files :mod:`kgsynth.train.grpo_run`, and what SFT shares :mod:`kgsynth.train.core`; this module
-is the loop and re-exports the names callers use.
+files :mod:`kgsynth.train.grpo_run`, checkpoints and resuming a killed run (plain or
+DeepSpeed) :mod:`kgsynth.train.grpo_resume`, and what SFT shares :mod:`kgsynth.train.core`;
+this module is the loop and re-exports the names callers use.
 """
 
 from __future__ import annotations

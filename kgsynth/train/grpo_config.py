@@ -37,7 +37,7 @@ CHECKPOINTS = "checkpoints"
 PLOT = "rl.png"
 RL_CONFIG = "rl_config.json"
 # in checkpoints/step-N beside the weights, written last: optimizer, scheduler, question order,
-# curriculum state, metrics so far (and a LoRA run's adapter)
+# curriculum state, metrics so far (and a LoRA run's adapter); see grpo_resume
 RESUME_STATE = "resume_state.pt"
 RECIPES: dict[str, dict[str, Any]] = {
     # KnowCoder-A1 / KG-R1 scale: lr 1e-6, KL 0.001, group 8
