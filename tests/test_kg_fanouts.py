@@ -8,12 +8,13 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgsynth.kg.embedded import EmbeddedKG
-from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable
+from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable, TooMany
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.profiles import get_profile
@@ -24,6 +25,7 @@ from kgsynth.walk.sampler import WalkSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 METAQA = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+GENRE = "http://kgsynth.org/entity/Drama"
 
 # every (entity, predicate, direction) with its distinct neighbours other than the entity:
 # the walker's fan-out query, over the whole store at once
@@ -284,3 +286,26 @@ def test_answer_sets_from_the_table_are_the_query_results(tmp_path):
     assert results == [answers_or_reason(with_queries, w) for w in walks]
     reasons = Counter(r if isinstance(r, str) else "answers" for r in results)
     assert reasons["answers"] > 50 and reasons["too_many_answers"] > 10, reasons
+
+
+def test_follow_stops_at_too_many_or_gives_the_whole_union(metaqa):
+    """A hop from thousands of entities (read chunk by chunk when a bound is given) raises
+    TooMany exactly when the union passes the bound, and is the same union otherwise."""
+    table = metaqa.fanout_table
+    r = "http://kgsynth.org/relation/"
+    drama = np.array([table.entities([GENRE])[GENRE][0]])
+    films = table.follow(drama, f"{r}has_genre", "in")
+    assert len(films) > 2000
+    for predicate, direction in (
+        ("directed_by", "out"),
+        ("in_language", "out"),
+        ("has_genre", "in"),
+    ):
+        whole = table.follow(films, f"{r}{predicate}", direction)
+        for bound in (5, 50, len(whole) - 1, len(whole), 10**6):
+            try:
+                part = table.follow(films, f"{r}{predicate}", direction, more_than=bound)
+            except TooMany:
+                assert len(whole) > bound
+            else:
+                assert len(whole) <= bound and np.array_equal(part, whole)

@@ -416,8 +416,8 @@ class FanoutTable:
         """The entity ids reached from ``ids`` along ``predicate`` in ``direction``, self
         loops included (what a SPARQL pattern ``?a <p> ?b`` binds), sorted and distinct; None
         when a row reaches a literal or a blank node (the table does not hold those).
-        :class:`TooMany` when one row alone reaches more than ``more_than`` (the union is not
-        built)."""
+        :class:`TooMany` as soon as more than ``more_than`` are reached (the whole union is
+        then not built)."""
         pid = self._predicate_id.get(predicate)
         if pid is None or not len(ids):
             return np.zeros(0, dtype=np.uint32)
@@ -429,6 +429,20 @@ class FanoutTable:
                     return None
                 parts.append(part)
             return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+        if more_than is not None and len(ids) > 256:
+            # a growing union, chunk by chunk: too many shows after the first chunks (what a
+            # query read row by row stops at), and the result is the same union otherwise
+            reached = np.zeros(0, dtype=np.uint32)
+            start, size = 0, 256
+            while start < len(ids):
+                part = self.follow(ids[start : start + size], predicate, direction)
+                if part is None:
+                    return None
+                reached = np.union1d(reached, part)
+                if len(reached) > more_than:
+                    raise TooMany
+                start, size = start + size, size * 4
+            return reached
         ids = np.asarray(ids, dtype=np.uint64)
         base = (ids << np.uint64(self._key_shift)) | np.uint64(pid << 1)
         keys = base | np.uint64(direction == "in")

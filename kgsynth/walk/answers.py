@@ -144,8 +144,8 @@ class AnswerQueries:
             return None
         topics = np.array(sorted(eid for eid, _ in found.values()), dtype=np.uint32)
 
-        # the hop that ends the walk, when no intersection follows it: once one of its rows
-        # alone reaches more than this, the answers are too many (the union is not built)
+        # the hop that ends the walk, when no intersection follows it: once it reaches more
+        # than this, the answers are too many (the rest of the union is not built)
         last = walk.branches[0][-1] if len(walk.branches) == 1 or walk.structure == "IP" else None
         bound = self.cfg.max_answers + len(topics)
 
