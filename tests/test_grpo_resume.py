@@ -143,14 +143,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_killed_zero2_run_resumes_to_the_same_weights(task: Path, sft: Path, tmp_path: Path):
-    """One process, ZeRO-2: kill -9 once checkpoint 3 is whole; a later checkpoint killed
-    mid-write (weights and shards there, no resume state) is skipped; the same command again
-    ends with the uninterrupted run's weights."""
+@pytest.mark.parametrize(
+    "zero", ["ds_zero2.json", pytest.param("ds_zero0.json", marks=pytest.mark.slow)]
+)
+def test_killed_one_process_run_resumes_to_the_same_weights(
+    task: Path, sft: Path, tmp_path: Path, zero: str
+):
+    """One process, ZeRO-2 (ZeRO-0 in the slow run): kill -9 once checkpoint 3 is whole; a
+    later checkpoint killed mid-write (weights and shards there, no resume state) is skipped;
+    the same command again ends with the uninterrupted run's weights."""
     import shutil
 
     shutil.copytree(sft, tmp_path / "sft_copy")
-    args = _args(task, sft, "ds_zero2.json")
+    args = _args(task, sft, zero)
     ref = tmp_path / "ref"
     t_ref = _run([*args, "--out", str(ref)], tmp_path / "ref.log")
 
@@ -199,3 +204,27 @@ def test_killed_two_rank_run_resumes_to_the_same_weights(
                     tmp_path / "resumed.log")  # fmt: skip
     _same_run(out, ref, last)
     print(f"uninterrupted run {t_ref:.1f} s, resumed run {t_resume:.1f} s")
+
+
+def test_deepspeed_run_resumes_only_on_its_own_world_size(tmp_path: Path):
+    """A DeepSpeed checkpoint's optimizer state is partitioned by rank: resuming a 2-rank run
+    on 1 process is refused with a message naming the fix."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import torch
+
+    from kgsynth.errors import ConfigError
+    from kgsynth.train.grpo_config import GRPOConfig
+    from kgsynth.train.grpo_resume import resume
+
+    cfg = GRPOConfig(init="x", deepspeed="train/ds_zero2.json")
+    torch.save(
+        {"config": dataclasses.asdict(cfg), "world_size": 2, "deepspeed": "state"},
+        tmp_path / "resume_state.pt",
+    )
+    policy = SimpleNamespace(engine=object())
+    run = SimpleNamespace(cfg=cfg, policy=policy, world=1, device="cpu",
+                          spec=SimpleNamespace(out="runs/rl"), rank=0)  # fmt: skip
+    with pytest.raises(ConfigError, match="--nproc-per-node 2"):
+        resume(run, None, tmp_path, None)  # type: ignore[arg-type]
