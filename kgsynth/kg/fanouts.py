@@ -21,8 +21,8 @@ A store's facts (as term ids) -> ``STORE/fanouts/``::
     named.npy         ids of the named entities (when meta "labels")
     meta.json         format version, profile, predicate IRIs, counts
 
-:func:`write_fanout_table` builds it in bulk (one sort of packed integers, no Python step per
-fact); :class:`FanoutTable` reads it memory-mapped. With it the walker reads a fan-out, picks
+:func:`kgsynth.kg.fanout_build.write_fanout_table` builds it in bulk (one sort of packed
+integers, no Python step per fact); :class:`FanoutTable` reads it memory-mapped. With it the walker reads a fan-out, picks
 the ``k``-th target of a hub's relation and names an entity without a query. Stores imported
 before the table existed have none; the graph then sends the queries as before.
 """
@@ -31,15 +31,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import overload
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 log = logging.getLogger(__name__)
@@ -50,195 +47,6 @@ _ARRAYS = ("offsets", "row_key", "loops", "count", "target_start", "targets", "n
 _DIRECTIONS = ("out", "in")
 _SQL_BATCH = 500
 _ID_CACHE = 200_000  # IRIs whose id and name are kept (cleared when full)
-
-
-def _bits(n: int) -> int:
-    return max(1, (n - 1).bit_length())
-
-
-def _run_starts(values: np.ndarray) -> np.ndarray:
-    """True where a sorted array's value differs from the one before."""
-    first = np.ones(len(values), dtype=bool)
-    np.not_equal(values[1:], values[:-1], out=first[1:])
-    return first
-
-
-def write_fanout_table(
-    dest: Path,
-    facts: Mapping[str, np.ndarray] | pl.DataFrame,
-    terms: list[str],
-    predicates: list[str],
-    *,
-    profile: str,
-    iri_terms: int | None = None,
-    labels: pl.Series | None = None,
-) -> dict[str, Any] | None:
-    """Write the table for ``facts`` (columns ``s``, ``p``, ``o``: ids into ``terms`` and
-    ``predicates``; repeats allowed) into the folder ``dest``. The first ``iri_terms`` terms
-    are IRIs (default: all); the others (literals, blank nodes) are counted as neighbours but
-    get no row of their own. ``labels``: each IRI term's name (null: unnamed), when the
-    import knows every name. Returns the meta written, or None (logged) for a KG whose ids do
-    not fit the table's 64-bit packing (the graph then uses queries)."""
-    n_terms = len(terms)
-    n_iri = n_terms if iri_terms is None else iri_terms
-    b_x, b_p = _bits(n_terms), _bits(len(predicates))
-    if 2 * b_x + b_p + 1 > 64:
-        log.warning("fan-out table not built: %d terms, %d predicates", n_terms, len(predicates))
-        return None
-    # ids in sorted IRI order: a row's targets sorted by id are then sorted by IRI, the order
-    # the targets query returns them in
-    order = pl.Series(terms[:n_iri], dtype=pl.String).arg_sort().to_numpy()
-    rank = np.empty(n_terms, dtype=np.uint32)
-    rank[order] = np.arange(n_iri, dtype=np.uint32)
-    rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint32)
-    s = rank[np.asarray(facts["s"])]
-    o = rank[np.asarray(facts["o"])]
-    p = np.asarray(facts["p"]).astype(np.uint16)
-    del rank
-    # one edge per direction packed as entity | predicate | direction | neighbour: one sort
-    # groups the rows, orders their targets, and puts repeated facts side by side
-    sh_d, sh_p = b_x, b_x + 1
-    sh_e = sh_p + b_p
-    loop = s == o  # the fan-out query leaves e itself out
-    out = ~loop & (s < n_iri)  # blank-node subjects have no row
-    inn = ~loop & (o < n_iri)
-    n_out = int(out.sum())
-    packed = np.empty(n_out + int(inn.sum()), dtype=np.uint64)
-    # filled in place, one column at a time: the memory of one packed array and one column
-    for part, (head, tail, mask, direction) in (
-        (packed[:n_out], (s, o, out, 0)),
-        (packed[n_out:], (o, s, inn, 1)),
-    ):
-        part[:] = head[mask]
-        part <<= np.uint64(sh_e - sh_p)
-        part |= p[mask]
-        part <<= np.uint64(1)
-        part |= np.uint64(direction)
-        part <<= np.uint64(sh_d)
-        part |= tail[mask]
-    loops = np.unique(
-        (s[loop].astype(np.uint64) << np.uint64(sh_e - sh_d))
-        | (p[loop].astype(np.uint64) << np.uint64(1))
-    )
-    del s, o, p, loop, out, inn
-    packed.sort()
-    packed = packed[_run_starts(packed)]
-    row_key = packed >> sh_d
-    starts = np.flatnonzero(_run_starts(row_key))
-    keys = row_key[starts]
-    del row_key
-    count = np.diff(np.append(starts, len(packed))).astype(np.uint32)
-    targets = (packed & ((1 << b_x) - 1)).astype(np.uint32)
-    del packed
-    last = targets[starts + count.astype(np.int64) - 1] if len(starts) else targets[:0]
-    target_start = np.where(last < n_iri, starts, -1).astype(np.int64)
-    entity = (keys >> (sh_e - sh_d)).astype(np.int64)
-    arrays = {
-        "offsets": np.searchsorted(entity, np.arange(n_iri + 1, dtype=np.int64)),
-        "row_key": keys,
-        "loops": loops,
-        "count": count,
-        "target_start": target_start,
-        "targets": targets,
-        "named": np.zeros(0, dtype=np.uint32),
-    }
-    sorted_labels = None
-    if labels is not None:
-        sorted_labels = labels[:n_iri].gather(order)
-        arrays["named"] = np.flatnonzero(sorted_labels.is_not_null().to_numpy()).astype(np.uint32)
-    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, arr in arrays.items():
-        np.save(tmp / f"{name}.npy", arr)
-    _write_entities(tmp, pl.Series(terms[:n_iri], dtype=pl.String).gather(order), sorted_labels)
-    meta = {
-        "format": FORMAT_VERSION,
-        "profile": profile,
-        "labels": labels is not None,
-        "predicate_bits": b_p,
-        "predicates": predicates,
-        "entities": n_iri,
-        "rows": len(keys),
-        "edges": len(targets),
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
-    return meta
-
-
-def _write_entities(dest: Path, sorted_iris: pl.Series, labels: pl.Series | None) -> None:
-    """``entities.arrow`` (id -> IRI and name, memory-mapped) and ``entities.sqlite`` (IRI ->
-    id)."""
-    names = labels if labels is not None else pl.Series([None] * len(sorted_iris), dtype=pl.String)
-    frame = pa.table(
-        {
-            "iri": sorted_iris.to_arrow().cast(pa.large_string()),
-            "label": names.to_arrow().cast(pa.large_string()),
-        }
-    )
-    with (
-        pa.OSFile(str(dest / "entities.arrow"), "wb") as sink,
-        pa.ipc.new_file(sink, frame.schema) as writer,
-    ):
-        writer.write_table(frame, max_chunksize=len(frame) or None)
-    con = sqlite3.connect(dest / "entities.sqlite")
-    try:
-        # built once, then only read: no journal, no syncs while it is written
-        con.execute("PRAGMA journal_mode=OFF")
-        con.execute("PRAGMA synchronous=OFF")
-        con.execute("CREATE TABLE entity (iri TEXT PRIMARY KEY, id INTEGER NOT NULL) WITHOUT ROWID")
-        # in key order: each insert appends to the B-tree
-        con.executemany(
-            "INSERT INTO entity VALUES (?, ?)",
-            zip(sorted_iris.to_list(), range(len(sorted_iris)), strict=True),
-        )
-        con.commit()
-    finally:
-        con.close()
-
-
-def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any] | None:
-    """Build the table by reading every triple of a pyoxigraph ``store`` (for imports that
-    are not converted in Arrow batches: N-Triples, Turtle, files read line by line). One
-    Python step per triple: slower than the batched build, but the same counts and targets
-    (names are left to the store: ``labels`` false)."""
-    import pyoxigraph as ox
-
-    iri_ids: dict[str, int] = {}
-    other_ids: dict[Any, int] = {}
-    pred_ids: dict[str, int] = {}
-    parts: list[pl.DataFrame] = []
-    cols: tuple[list[int], list[int], list[int]] = ([], [], [])
-
-    def term_id(node: Any) -> int:
-        if type(node) is ox.NamedNode:
-            return iri_ids.setdefault(node.value, len(iri_ids))
-        return -1 - other_ids.setdefault(node, len(other_ids))
-
-    def flush() -> None:
-        parts.append(
-            pl.DataFrame(dict(zip("spo", cols, strict=True)), schema=dict.fromkeys("spo", pl.Int64))
-        )
-        for col in cols:
-            col.clear()
-
-    for quad in store.quads_for_pattern(None, None, None, ox.DefaultGraph()):
-        cols[0].append(term_id(quad.subject))
-        cols[1].append(pred_ids.setdefault(quad.predicate.value, len(pred_ids)))
-        cols[2].append(term_id(quad.object))
-        if len(cols[0]) >= 1_000_000:
-            flush()
-    flush()
-    n_iri = len(iri_ids)
-    # literals and blank nodes after the IRIs
-    facts = pl.concat(parts).with_columns(
-        pl.when(pl.col(c) < 0).then(n_iri - 1 - pl.col(c)).otherwise(pl.col(c)).alias(c)
-        for c in "so"
-    )
-    terms = list(iri_ids) + [""] * len(other_ids)
-    return write_fanout_table(dest, facts, terms, list(pred_ids), profile=profile, iri_terms=n_iri)
 
 
 class TooMany(Exception):

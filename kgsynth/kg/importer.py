@@ -32,7 +32,8 @@ from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg import sparql
 from kgsynth.kg.arrow_import import DelimitedResult, NeedsLineReader, delimited_to_ntriples
 from kgsynth.kg.embedded import META_FILE, NAMES_FILE, STORE_SUBDIR, is_store_dir
-from kgsynth.kg.fanouts import FANOUTS_DIR, table_from_store, write_fanout_table
+from kgsynth.kg.fanout_build import table_from_store, write_fanout_table
+from kgsynth.kg.fanouts import FANOUTS_DIR
 from kgsynth.kg.names import NameIndexWriter, build_name_index
 from kgsynth.kg.profiles import KGProfile, get_profile, guess_profile_from_relations
 
