@@ -8,6 +8,7 @@ import pytest
 
 from kgsynth.agent.loop import EpisodeTask, close_action, run_episodes
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
@@ -79,12 +80,13 @@ def test_oracle_trajectories_replay_to_the_walk_answers(kg, questions):
     ]  # fmt: skip
     whole = 0
     for row in rows:
-        # the oracle answers the gold answers it was shown (all of them when it saw them all),
-        # in the order they were first shown, so the answer copies the observation in order
+        # the oracle answers the gold answers its last observation showed, in the order shown,
+        # so the answer copies the hop that reached them (gold an earlier hop showed only when
+        # the last showed none)
         gold = {normalize_answer(a) for a in row["gold_answers"]}
-        assert row["predicted_answers"] == [
-            e for e in row["observed_entities"] if normalize_answer(e) in gold
-        ]
+        last = [e for e in row["turns"][-2]["entities"] if normalize_answer(e) in gold]
+        seen = last or [e for e in row["observed_entities"] if normalize_answer(e) in gold]
+        assert row["predicted_answers"] == list(dict.fromkeys(seen))
         whole += sorted(map(normalize_answer, row["predicted_answers"])) == sorted(gold)
         # the stored observations are exactly what the environment returns for the calls
         env = ToolEnvironment(graph, row["question"], ToolConfig())
@@ -232,7 +234,6 @@ def test_free_mode_samples_and_template_refusal(kg, questions):
     )
     assert len(rows) == 6 and len({r["trajectory_id"] for r in rows}) == 6
     assert sorted(r["sample"] for r in rows) == [0, 0, 0, 1, 1, 1]
-    from kgsynth.errors import ConfigError
 
     with pytest.raises(ConfigError, match="policy model"):
         synthesize_trajectories(
@@ -474,7 +475,6 @@ def test_reflection_prompt_shapes_the_sample_but_is_not_stored(kg, questions):
     """--reflection: the sampler's system prompt carries the GraphRoll-style reflection text;
     the stored trajectory keeps the plain agent prompt that training, RL and eval use."""
     from kgsynth.agent.loop import system_prompt
-    from kgsynth.errors import ConfigError
 
     row = next(q for q in questions if q["structure"] == "chain-1")
     plain = system_prompt("graphwalker", 10, "full")
@@ -528,3 +528,41 @@ def test_oracle_workers_give_the_one_process_files(tmp_path):
          str(tmp_path / "bad.parquet"), "--workers", "0"],
     )  # fmt: skip
     assert res.exit_code != 0 and "--workers must be between 1 and 256" in res.output
+
+
+def test_follow_first_goes_on_from_the_first_shown_entity_that_leads_on():
+    from kgsynth.synthesize.trajectories import replay
+
+    facts = [
+        ("Film A", "directed_by", "Dee"),
+        ("Film B", "directed_by", "Dee"),
+        ("Film C", "directed_by", "Dee"),
+        ("Film A", "in_language", "French"),
+        ("Film B", "in_language", "Italian"),
+        ("Film C", "has_genre", "Drama"),  # no language: passed over
+    ]
+    graph = KGGraph(EmbeddedKG.from_ntriples(movie_ntriples(facts), get_profile("generic")))
+    row = {
+        "question": "which languages are the films Dee directed in",
+        "topic_names": ["Dee"],
+        "branches": [
+            [
+                {"relation": "directed_by", "inverse": True, "entity": "Film B"},
+                {"relation": "in_language", "inverse": False, "entity": "Italian"},
+            ]
+        ],
+        "merge_at": [2],
+        "answer_names": ["French", "Italian"],
+    }
+    env = ToolEnvironment(graph, row["question"], ToolConfig())
+    steps = replay(row, env, follow="first")
+    shown = [e for e in steps[1][1].entities if e != "Dee"]
+    first_with_language = next(e for e in shown if e != "Film C")
+    assert steps[2][0].call == f'get_relations("{first_with_language}")'
+    assert steps[3][0].call == f'get_triples("{first_with_language}", ["in_language"])'
+    # walked (the default) goes on from the film the walk passed through
+    walked = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()))
+    assert walked[3][0].call == 'get_triples("Film B", ["in_language"])'
+    with pytest.raises(ConfigError, match="--follow"):
+        TrajectoryConfig(follow="last")
+

@@ -81,7 +81,7 @@ _LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
 
 
 def replay(
-    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = 1
+    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = 1, follow: str = "walked"
 ) -> list[tuple[OracleCall, Any]]:
     """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
     :class:`~kgsynth.stage.Reject` when a gold relation is not among the relations shown (same BM25
@@ -91,7 +91,11 @@ def replay(
     On a chain, when the walked entity is not among the neighbours the observation shows (the
     display cap), the replay goes on from the first shown entity (in display order) from which
     the next hop's relation leads on, so no chain is lost to the cap; only when none does is it
-    rejected (``gold_entity_not_retrievable``).
+    rejected (``gold_entity_not_retrievable``). With ``follow="first"`` the chain always goes on
+    from the first shown entity the next hop leads on from, walked or not: a rule the agent can
+    read back from its observation (which of several films the walk passed through, it cannot).
+    Its answers stay gold: on a chain, what the next hops reach from any entity a hop showed is
+    in the walk's answer set.
 
     On a chain, a hop often reaches several entities (the films a person directed), and the
     answers are what the next hop reaches from all of them. With ``fan_out`` > 1, after the
@@ -127,12 +131,14 @@ def replay(
                 raise Reject("gold_relation_not_retrievable")
             steps.append((c, result))
             continue
-        if c.hop["entity"] in continues_from and c.hop["entity"] not in result.entities:
+        walked_shown = c.hop["entity"] in result.entities
+        if c.hop["entity"] in continues_from and (follow == "first" or not walked_shown):
             nxt_hop = calls[k + 2].hop if chain and k + 2 < len(calls) else None
             sub = _shown_substitute(env, result, c, nxt_hop, topics) if nxt_hop else None
-            if sub is None:
+            if sub is not None:
+                instead[c.hop["entity"]] = sub
+            elif not walked_shown:
                 raise Reject("gold_entity_not_retrievable")
-            instead[c.hop["entity"]] = sub
         steps.append((c, result))
         if not chain:
             continue
@@ -169,7 +175,9 @@ def _shown_substitute(
     return None
 
 
-def oracle_answers(row: dict[str, Any], observed: Sequence[str]) -> list[str]:
+def oracle_answers(
+    row: dict[str, Any], observed: Sequence[str], *, fallback: bool = True
+) -> list[str]:
     """The oracle's answer: the gold answers its observations showed, in the order and spelling
     they were first shown (so the answer copies the observation line by line, whatever order
     the tools list neighbours in), or the whole gold set when none was shown. A display cap or
@@ -181,4 +189,4 @@ def oracle_answers(row: dict[str, Any], observed: Sequence[str]) -> list[str]:
         key = normalize_answer(name)
         if key in gold and key not in shown:
             shown[key] = name
-    return list(shown.values()) or list(row["answer_names"])
+    return list(shown.values()) or (list(row["answer_names"]) if fallback else [])

@@ -128,7 +128,14 @@ def _episode(
         observed.extend(result.entities)
     # the SPARQL tool sets answer from their query's rows, in the order the rows show them
     last = steps[-1] if steps else None
-    shown = query_answers(last[1]) if last and last[0].kind in QUERY_KINDS else observed
+    if last and last[0].kind in QUERY_KINDS:
+        shown = query_answers(last[1])
+    else:
+        # the answer copies the last observation (the hop that reaches the answers); gold an
+        # earlier hop showed counts only when the last showed none
+        shown = list(last[1].entities) if last else []
+        if not oracle_answers(row, shown, fallback=False):
+            shown = observed
     answers = oracle_answers(row, shown)
     messages.append({"role": "assistant", "content": answer_turn(texts[-1], answers, toolset)})
     no_action = {"tool": None, "args": None, "tool_error": None, "format_error": None}
@@ -181,7 +188,7 @@ def oracle_trajectories(
             if cfg.toolset in SPARQL_TOOLSETS:
                 steps = replay_sparql(row, env)
             else:
-                steps = replay(row, env, fan_out=cfg.fan_out)
+                steps = replay(row, env, fan_out=cfg.fan_out, follow=cfg.follow)
         except Reject as rej:
             results.append(Rejected(trajectory_row(row, 0, None, cfg, generator), rej.reason))
             continue

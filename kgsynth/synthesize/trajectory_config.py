@@ -47,6 +47,13 @@ class TrajectoryConfig:
         "oracle: follow a chain's next hop from up to this many of the entities the hop before "
         "reached, so the replay observes the whole answer set.",
     )
+    follow: str = option(
+        "walked",
+        "oracle on chains: walked goes on from the entity the walk passed through (or, when the "
+        "display cap hides it, the first shown one the next hop leads on from); first always "
+        "goes on from the first shown one, so which entity the agent follows is a rule it can "
+        "read from the observation.",
+    )
     trial_and_error: float = option(
         0.0,
         "oracle with --tools knowcoder: the share of questions (drawn per question with --seed) "
@@ -93,6 +100,8 @@ class TrajectoryConfig:
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
                 f"--mode oracle and --tools knowcoder (got --mode {self.mode}, --tools {self.toolset})"
             )
+        if self.follow not in ("walked", "first"):
+            raise ConfigError(f"--follow must be walked or first (got {self.follow!r})")
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
         if self.stratify not in STRATA:
