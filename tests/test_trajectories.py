@@ -565,4 +565,3 @@ def test_follow_first_goes_on_from_the_first_shown_entity_that_leads_on():
     assert walked[3][0].call == 'get_triples("Film B", ["in_language"])'
     with pytest.raises(ConfigError, match="--follow"):
         TrajectoryConfig(follow="last")
-
