@@ -174,42 +174,61 @@ def _write_entities(dest: Path, sorted_iris: pl.Series, labels: pl.Series | None
 
 
 def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any] | None:
-    """Build the table by reading every triple of a pyoxigraph ``store`` (for imports that
-    are not converted in Arrow batches: N-Triples, Turtle, files read line by line). One
-    Python step per triple: slower than the batched build, but the same counts and targets
-    (names are left to the store: ``labels`` false)."""
+    """Build the table from the triples of a pyoxigraph ``store`` (for imports that are not
+    converted in Arrow batches: N-Triples, Turtle, files read line by line): the store's
+    default graph is dumped as N-Triples beside ``dest`` (one triple a line; the engine writes
+    an IRI as it stores it and escapes line breaks in literals), read back in blocks and split
+    with polars; a term is its N-Triples text, so two terms are one exactly when the store
+    says so. Names are left to the store (``labels`` false)."""
     import pyoxigraph as ox
 
-    iri_ids: dict[str, int] = {}
-    other_ids: dict[Any, int] = {}
+    dump = dest.with_name(dest.name + f".dump{os.getpid()}.nt")
+    term_ids: dict[str, int] = {}
     pred_ids: dict[str, int] = {}
-    parts: list[pl.DataFrame] = []
-    cols: tuple[list[int], list[int], list[int]] = ([], [], [])
-
-    def term_id(node: Any) -> int:
-        if type(node) is ox.NamedNode:
-            return iri_ids.setdefault(node.value, len(iri_ids))
-        return -1 - other_ids.setdefault(node, len(other_ids))
-
-    def flush() -> None:
-        parts.append(
-            pl.DataFrame(dict(zip("spo", cols, strict=True)), schema=dict.fromkeys("spo", pl.Int64))
-        )
-        for col in cols:
-            col.clear()
-
-    for quad in store.quads_for_pattern(None, None, None, ox.DefaultGraph()):
-        cols[0].append(term_id(quad.subject))
-        cols[1].append(pred_ids.setdefault(quad.predicate.value, len(pred_ids)))
-        cols[2].append(term_id(quad.object))
-        if len(cols[0]) >= 1_000_000:
-            flush()
-    flush()
-    n_iri = len(iri_ids)
-    # literals and blank nodes after the IRIs
-    facts = pl.concat(parts).with_columns(
-        pl.when(pl.col(c) < 0).then(n_iri - 1 - pl.col(c)).otherwise(pl.col(c)).alias(c)
+    parts: list[dict[str, np.ndarray]] = []
+    try:
+        store.dump(str(dump), ox.RdfFormat.N_TRIPLES, from_graph=ox.DefaultGraph())
+        with open(dump, encoding="utf-8") as fh:
+            while lines := fh.readlines(4 << 20):
+                spo = (
+                    pl.Series("line", lines, dtype=pl.String)
+                    .str.strip_suffix("\n")
+                    .str.strip_suffix(" .")
+                    .str.splitn(" ", 3)
+                    .struct.rename_fields(["s", "p", "o"])
+                    .struct.unnest()
+                )
+                terms = pl.concat([spo["s"], spo["o"]]).unique().to_list()
+                block = pl.DataFrame(
+                    {"t": terms, "id": [term_ids.setdefault(t, len(term_ids)) for t in terms]},
+                    schema={"t": pl.String, "id": pl.UInt32},
+                )
+                for pred in spo["p"].unique().to_list():
+                    pred_ids.setdefault(pred, len(pred_ids))
+                parts.append(
+                    {
+                        c: spo.select(pl.col(c).alias("t"))
+                        .join(block, on="t", how="left", maintain_order="left")["id"]
+                        .to_numpy()
+                        for c in "so"
+                    }
+                    | {"p": spo["p"].replace_strict(pred_ids, return_dtype=pl.UInt16).to_numpy()}
+                )
+    finally:
+        dump.unlink(missing_ok=True)
+    # IRIs first (ids 0 .. n_iri - 1), then literals and blank nodes
+    texts = pl.Series(list(term_ids), dtype=pl.String)
+    is_iri = texts.str.starts_with("<").to_numpy()
+    new_id = np.empty(len(texts), dtype=np.uint32)
+    n_iri = int(is_iri.sum())
+    new_id[is_iri] = np.arange(n_iri, dtype=np.uint32)
+    new_id[~is_iri] = np.arange(n_iri, len(texts), dtype=np.uint32)
+    facts = {
+        c: new_id[np.concatenate([part[c] for part in parts] or [np.zeros(0, np.uint32)])]
         for c in "so"
-    )
-    terms = list(iri_ids) + [""] * len(other_ids)
-    return write_fanout_table(dest, facts, terms, list(pred_ids), profile=profile, iri_terms=n_iri)
+    }
+    facts["p"] = np.concatenate([part["p"] for part in parts] or [np.zeros(0, np.uint16)])
+    iris = texts.filter(pl.Series(is_iri)).str.slice(1).str.strip_suffix(">").to_list()
+    predicates = [p[1:-1] for p in pred_ids]
+    terms = iris + [""] * (len(texts) - n_iri)
+    return write_fanout_table(dest, facts, terms, predicates, profile=profile, iri_terms=n_iri)
