@@ -66,13 +66,14 @@ def sample_walks(
     # attempt -> its walk's answer set as a worker found it (or why there is none)
     answers_ahead: dict[int, list[tuple[str, str]] | str | KGSynthError | None] = {}
     pool = _WorkerPool(kg, cfg, cfg.workers) if cfg.workers > 1 else None
+    rng_prefix = f"{cfg.seed}/{cfg.shard}"
 
     def seed_of(attempt: int) -> str:
         # its own random stream, so the start entities of coming attempts are known ahead
         return random.Random(f"{cfg.seed}/{cfg.shard}/{attempt}/seed").choice(seeds)
 
     def rng_of(attempt: int) -> random.Random:
-        return random.Random(f"{cfg.seed}/{cfg.shard}/{attempt}")
+        return random.Random(f"{rng_prefix}/{attempt}")
 
     def sample_ahead(first: int, open_structures: list[str], weights: list[int]) -> None:
         """Sample the coming attempts side by side with the structure weights as they are now.
@@ -92,7 +93,12 @@ def sample_walks(
         ahead.clear()
         answers_ahead.clear()
         if pool is not None:
-            found = pool.sample(batch)
+            # each worker makes an attempt's random stream again from its number (cheaper
+            # than sending 512 generators' states each round)
+            found = pool.sample(
+                [(k, structure, seed) for k, structure, _, seed in batch],
+                (rng_prefix, open_structures, weights),
+            )
             ahead.update({k: (structure, found[k][0]) for k, structure, _, _ in batch})
             answers_ahead.update({k: found[k][1] for k, _, _, _ in batch})
             return

@@ -29,13 +29,30 @@ def _worker_start(
     _worker = WalkSampler(KGGraph(kg), cfg, [])
 
 
+# how an attempt's random stream is made: (prefix, structures, weights); the stream of attempt
+# k is ``random.Random(f"{prefix}/{k}")`` after it drew its structure from those
+Streams = tuple[str, list[str], list[int]]
+
+
+def _streams(attempts: list[tuple[int, str, str]], streams: Streams) -> list:
+    """``(id, structure, rng, seed)`` of each attempt, its rng where the parent's was."""
+    prefix, structures, weights = streams
+    out = []
+    for k, structure, seed in attempts:
+        rng = random.Random(f"{prefix}/{k}")
+        if rng.choices(structures, weights=weights, k=1)[0] != structure:
+            raise AssertionError(f"attempt {k}: the worker's random stream is not the parent's")
+        out.append((k, structure, rng, seed))
+    return out
+
+
 def _worker_sample(
-    attempts: list[tuple[int, str, random.Random, str]],
+    attempts: list[tuple[int, str, str]], streams: Streams
 ) -> dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]]:
     """Outcomes of ``attempts`` and, for each walk, its answer set (or why it has none)."""
     assert _worker is not None
     out: dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]] = {}
-    for j, outcome in _worker.sample_many(attempts).items():
+    for j, outcome in _worker.sample_many(_streams(attempts, streams)).items():
         answers: list[tuple[str, str]] | str | KGSynthError | None = None
         if isinstance(outcome, Walk):
             try:
@@ -77,12 +94,14 @@ class _WorkerPool:
         )
 
     def sample(
-        self, attempts: list[tuple[int, str, random.Random, str]]
+        self, attempts: list[tuple[int, str, str]], streams: Streams
     ) -> dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]]:
+        """Sample ``(id, structure, seed)`` attempts, whose random streams ``streams`` says
+        how to make."""
         # interleaved shares: neighbouring attempts cost alike, so the shares do too
-        shares = [attempts[i :: self.n] for i in range(self.n)]
+        shares = [s for s in (attempts[i :: self.n] for i in range(self.n)) if s]
         out: dict = {}
-        for part in self.pool.map(_worker_sample, [s for s in shares if s]):
+        for part in self.pool.map(_worker_sample, shares, [streams] * len(shares)):
             out.update(part)
         return out
 
