@@ -22,9 +22,10 @@ A store's facts (as term ids) -> ``STORE/fanouts/``::
     meta.json         format version, profile, predicate IRIs, counts
 
 :func:`kgsynth.kg.fanout_build.write_fanout_table` builds it in bulk (one sort of packed
-integers, no Python step per fact); :class:`FanoutTable` reads it memory-mapped. With it the walker reads a fan-out, picks
-the ``k``-th target of a hub's relation and names an entity without a query. Stores imported
-before the table existed have none; the graph then sends the queries as before.
+integers, no Python step per fact); :class:`FanoutTable` reads it memory-mapped. With it the
+walker reads a fan-out, picks the ``k``-th target of a hub's relation, names an entity and
+follows a walk's hops without a query. Stores imported before the table existed have none; the
+graph then sends the queries as before.
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ class FanoutTable:
         self, iris: Iterable[str]
     ) -> dict[str, tuple[list[tuple[str, str, int, int]], str | None] | None]:
         """For each of ``iris``: its rows ``(predicate IRI, direction, count, row)`` in table
-        order (row -1: its targets are not held, see :meth:`has_targets`), and its name (None: unnamed, or names not held); None for an IRI the table does
-        not hold (one in no fact)."""
+        order (row -1: its targets are not held, see :meth:`has_targets`), and its name (None:
+        unnamed, or names not held); None for an IRI the table does not hold (one in no
+        fact)."""
         iris = list(dict.fromkeys(iris))
         found = self.entities(iris)
         preds, dirs = self.predicates, _DIRECTIONS

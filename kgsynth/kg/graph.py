@@ -6,8 +6,9 @@ look-up is one SPARQL query built with :mod:`kgsynth.kg.sparql`; results are kep
 LRU caches. :meth:`KGGraph.prefetch_lookups` fills those caches for many look-ups at once
 with batched ``VALUES`` queries (the walker asks for the look-ups of hundreds of attempts per
 round). A store imported with a fan-out table (:mod:`kgsynth.kg.fanouts`) answers fan-outs,
-names and the walker's target picks from it instead, without a query. On profiles that flatten unnamed nodes (Freebase CVTs) a relation may be a two-edge
-path ``r1.r2`` crossing an unnamed node; callers see it as one relation.
+names and the walker's target picks from it instead, without a query. On profiles that
+flatten unnamed nodes (Freebase CVTs) a relation may be a two-edge path ``r1.r2`` crossing an
+unnamed node; callers see it as one relation.
 """
 
 from __future__ import annotations
