@@ -181,3 +181,40 @@ def test_drills_copy_the_names_of_query_result_rows_and_skip_when_there_are_none
     assert len(drills) == 6 and any("William Dieterle" in s for s in shown)
     assert not any("?film" in s or "more rows" in s for s in shown)
     assert copy_drills([conv("no rows")], 6, seed=0) == []
+
+
+def test_a_copy_warm_up_that_misses_its_target_starts_again_from_the_initial_weights(tmp_path):
+    """--copy-warmup-target: a warm-up whose drill loss stays above the target is undone and run
+    again on another seed's drills, from the same initial weights (so the second try is
+    exactly a first try with that seed); a reachable target stops after the first."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kgsynth.train.drills import copy_drills, warm_up
+    from kgsynth.train.sft import _copy_warm_up
+
+    rng = random.Random(0)
+    train = [trajectory(rng) for _ in range(40)]
+    folder = build_tiny_model(
+        [m["content"] for c in train for m in c], tmp_path / "tiny", vocab_size=300, seed=0
+    )
+    tok = AutoTokenizer.from_pretrained(folder)
+
+    def run(**options):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        cfg = SFTConfig(model="tiny", copy_warmup_steps=6, copy_warmup_batch_size=4, **options)
+        return model, _copy_warm_up(model, tok, {"train": train}, cfg)
+
+    missed, stats = run(copy_warmup_target=1e-9, copy_warmup_tries=2)
+    assert stats["tries"] == 2 and len(stats["loss_last_tenth_per_try"]) == 2
+    second = AutoModelForCausalLM.from_pretrained(folder)
+    warm_up(second, tok, copy_drills(train, 24, 1), steps=6, batch_size=4, seed=1)
+    for (name, a), b in zip(missed.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    _, reached = run(copy_warmup_target=100.0, copy_warmup_tries=3)
+    assert reached["tries"] == 1
+    _, plain = run()
+    assert (
+        plain["tries"] == 1
+        and plain["loss_last_tenth_per_try"] == reached["loss_last_tenth_per_try"]
+    )

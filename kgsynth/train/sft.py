@@ -189,15 +189,33 @@ def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConf
     if not drills:  # the observations show fewer than two names a drill can copy
         log.warning("copy warm-up skipped: the corpus's observations show no names to drill on")
         return {"steps": 0, "skipped": "the corpus's observations show no names to drill on"}
-    return warm_up(
-        model,
-        tokenizer,
-        drills,
-        steps=cfg.copy_warmup_steps,
-        batch_size=cfg.copy_warmup_batch_size,
-        lr=cfg.copy_warmup_lr,
-        seed=cfg.seed,
-    )
+    tries = cfg.copy_warmup_tries if cfg.copy_warmup_target is not None else 1
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()} if tries > 1 else None
+    losses: list[float] = []
+    for attempt in range(tries):
+        if attempt:  # the warm-up before missed the target: start again from the same weights
+            model.load_state_dict(initial)
+            drills = copy_drills(data["train"], n, cfg.seed + attempt)
+        stats = warm_up(
+            model,
+            tokenizer,
+            drills,
+            steps=cfg.copy_warmup_steps,
+            batch_size=cfg.copy_warmup_batch_size,
+            lr=cfg.copy_warmup_lr,
+            seed=cfg.seed + attempt,
+        )
+        losses.append(stats["loss_last_tenth"])
+        target = cfg.copy_warmup_target
+        if target is None or (stats["loss_last_tenth"] or 0.0) <= target:
+            break
+        if attempt + 1 < tries:
+            log.warning(
+                "copy warm-up %d of %d ended at drill loss %.3f, above the target %.3f: "
+                "drilling again from the initial weights with seed %d",
+                attempt + 1, tries, losses[-1], target, cfg.seed + attempt + 1,
+            )  # fmt: skip
+    return {**stats, "tries": len(losses), "loss_last_tenth_per_try": losses}
 
 
 def _train(

@@ -137,6 +137,14 @@ class SFTConfig:
     )
     copy_warmup_batch_size: int = option(32, "Drills per copy warm-up step.")
     copy_warmup_lr: float = option(5e-3, "Learning rate of the copy warm-up.")
+    copy_warmup_target: float | None = option(
+        None,
+        "Drill loss (mean of the warm-up's last tenth) the copy warm-up must reach: above it, "
+        "the weights go back to their initial values and the warm-up runs again on drills of "
+        "another seed, up to --copy-warmup-tries times in all (a tiny model learns to copy "
+        "in a sudden phase change that some seeds miss). None: one warm-up, whatever its loss.",
+    )
+    copy_warmup_tries: int = option(1, "Most copy warm-ups with --copy-warmup-target.")
     report_to: str = option("none", HELP["report_to"])
     lora_r: int = option(0, HELP["lora_r"])
     lora_alpha: float = option(16.0, HELP["lora_alpha"])
@@ -220,6 +228,14 @@ class SFTConfig:
         need(
             0 < c.copy_warmup_lr < 1 and math.isfinite(c.copy_warmup_lr),
             f"copy_warmup_lr must be in (0, 1) (got {c.copy_warmup_lr})",
+        )
+        need(
+            c.copy_warmup_target is None
+            or (c.copy_warmup_target > 0 and math.isfinite(c.copy_warmup_target)),
+            f"copy_warmup_target must be > 0 (got {c.copy_warmup_target})",
+        )
+        need(
+            c.copy_warmup_tries >= 1, f"copy_warmup_tries must be >= 1 (got {c.copy_warmup_tries})"
         )
         need(
             c.copy_warmup_batch_size >= 1,
