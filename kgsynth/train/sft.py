@@ -209,7 +209,13 @@ def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConf
         target = cfg.copy_warmup_target
         if target is None or (stats["loss_last_tenth"] or 0.0) <= target:
             break
-        if attempt + 1 < tries:
+        if attempt + 1 == tries:
+            log.warning(
+                "copy warm-up: all %d tries ended above the drill-loss target %.3f (%s); "
+                "training goes on from the last",
+                tries, target, ", ".join(f"{x:.3f}" for x in losses),
+            )  # fmt: skip
+        else:
             log.warning(
                 "copy warm-up %d of %d ended at drill loss %.3f, above the target %.3f: "
                 "drilling again from the initial weights with seed %d",
