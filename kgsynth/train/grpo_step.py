@@ -127,14 +127,7 @@ def rollout_and_update(
     t_step = time.perf_counter() - t0
     eps = [r.episode for r in rollouts]
     share = {
-        "rewards": [res.total for res in results],
-        "outcomes": [res.outcome for res in results],
-        "components": [res.components for res in results],
-        "beta": results[0].fbeta_beta if results else None,
-        "turns": [len([t for t in e.turns if not t.llm_error]) for e in eps],
-        "tool_errors": [e.tool_errors for e in eps],
-        "format_errors": [e.format_errors for e in eps],
-        "answered": [e.answered for e in eps],
+        **scored_share(results, eps),
         "timed_out": sum(r.timed_out for r in rollouts),
         "truncated": sum(r.truncated_observations for r in rollouts),
         "generated_tokens": sum(r.generated_tokens for r in rollouts),
@@ -260,4 +253,19 @@ def tree_row(shares: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tree/sampled_by_turn": by_turn("sampled_by_turn"),
         "tree/pruned_by_turn": by_turn("pruned_by_turn"),
         "tree/live_by_turn": by_turn("live_by_turn"),
+    }
+
+
+def scored_share(results: list[Any], eps: list[Any]) -> dict[str, Any]:
+    """The part of a step's share that its scored episodes give, flat or tree alike: rewards,
+    outcomes, reward components, the F-beta in force, and per-episode turns, errors, answers."""
+    return {
+        "rewards": [res.total for res in results],
+        "outcomes": [res.outcome for res in results],
+        "components": [res.components for res in results],
+        "beta": results[0].fbeta_beta if results else None,
+        "turns": [len([t for t in e.turns if not t.llm_error]) for e in eps],
+        "tool_errors": [e.tool_errors for e in eps],
+        "format_errors": [e.format_errors for e in eps],
+        "answered": [e.answered for e in eps],
     }

@@ -34,7 +34,7 @@ from typing import Any
 from kgsynth.train.grpo_dist import weights_checksum
 from kgsynth.train.grpo_loss import degenerate, group_advantages
 from kgsynth.train.grpo_run import RLQuestion
-from kgsynth.train.grpo_step import LoopState, Run, tree_row
+from kgsynth.train.grpo_step import LoopState, Run, scored_share, tree_row
 from kgsynth.train.grpo_update import update
 
 
@@ -188,14 +188,7 @@ def tree_rollout_and_update(
                          for d in range(depth)],
     }  # fmt: skip
     share = {
-        "rewards": [res.total for res in results],
-        "outcomes": [res.outcome for res in results],
-        "components": [res.components for res in results],
-        "beta": results[0].fbeta_beta if results else None,
-        "turns": [len([t for t in e.turns if not t.llm_error]) for e in eps],
-        "tool_errors": [e.tool_errors for e in eps],
-        "format_errors": [e.format_errors for e in eps],
-        "answered": [e.answered for e in eps],
+        **scored_share(results, eps),
         "timed_out": sum(e.timed_out for e in eps),
         "truncated": sum(tree.nodes[i].rollout.truncated_observations
                          for tree in trees for i in tree.leaves),
