@@ -10,7 +10,9 @@ from pathlib import Path
 from kgsynth.config import option
 from kgsynth.errors import ConfigError, InputFileError, KGSynthError
 
-STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI)$")
+STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI|count|superlative|comparative|time)$")
+# constraint walks (kgsynth.walk.constraints): a set from a topic entity, counted or filtered
+CONSTRAINT_STRUCTURES = ("count", "superlative", "comparative", "time")
 DEFAULT_STRUCTURES = "chain-1:0.1,chain-2:0.25,chain-3:0.25,2I:0.2,IP:0.1,PI:0.1"
 
 
@@ -26,7 +28,8 @@ class WalkConfig:
     seed: int = option(0, "Random seed.")
     structures: str = option(
         DEFAULT_STRUCTURES,
-        "Structure mix name:weight,… of chain-1..chain-5, 2I, IP, PI.",
+        "Structure mix name:weight,… of chain-1..chain-5, 2I, IP, PI, count, superlative, "
+        "comparative, time.",
     )
     min_fanout: int = option(1, "d_min: fewest neighbours along a hop's relation.")
     max_fanout: int = option(20, "d_max: most neighbours along a hop's relation.")
@@ -41,6 +44,12 @@ class WalkConfig:
     chunk_size: int = option(250, "Walks per resumable chunk.")
     max_attempts_per_walk: int = option(
         500, "Give a structure up when its attempts exceed this many per accepted walk (+1)."
+    )
+    max_base: int = option(
+        30, "Constraint walks: most members of the set counted or filtered (count: <= this)."
+    )
+    constraint_hops: int = option(
+        2, "Constraint walks: most hops (1 or 2) from the topic entity to the set."
     )
     workers: int = option(
         1, "Processes sampling attempts side by side; the output is the same as with 1."
@@ -59,6 +68,11 @@ class WalkConfig:
             raise ConfigError(f"--relation-balance must be >= 0 (got {self.relation_balance})")
         if self.chunk_size < 1 or self.max_attempts_per_walk < 1:
             raise ConfigError("--chunk-size and --max-attempts-per-walk must be >= 1")
+        if self.max_base < 2 or self.constraint_hops not in (1, 2):
+            raise ConfigError(
+                f"--max-base must be >= 2 and --constraint-hops 1 or 2 "
+                f"(got {self.max_base}, {self.constraint_hops})"
+            )
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
         self.structure_weights()
@@ -73,7 +87,8 @@ class WalkConfig:
             name, _, weight = part.strip().partition(":")
             if not STRUCTURE_RE.match(name):
                 raise ConfigError(
-                    f"--structures: unknown structure {name!r}; use chain-1..chain-5, 2I, IP, PI"
+                    f"--structures: unknown structure {name!r}; use chain-1..chain-5, 2I, IP, PI, "
+                    "count, superlative, comparative, time"
                 )
             try:
                 w = float(weight) if weight else 1.0
