@@ -31,6 +31,9 @@ WALK_SCHEMA = pa.schema(
         ("answer_ids", pa.list_(pa.string())),
         ("sampled_answer", pa.string()),
         ("sparql", pa.string()),
+        # constraint walks (count, superlative, comparative, time): their S-expression; "" on
+        # the others and in files written before the column existed (read_rows fills it)
+        ("sexpr", pa.string()),
         ("seed", pa.int64()),
         ("attempt", pa.int64()),
     ]
@@ -58,6 +61,7 @@ QUESTION_SCHEMA = pa.schema(
         ("branches", pa.list_(pa.list_(HOP))),
         ("merge_at", pa.list_(pa.int32())),
         ("sparql", pa.string()),
+        ("sexpr", pa.string()),
         ("quality", QUALITY),
         ("max_similarity", pa.float32()),
         ("generator", GENERATOR),
@@ -162,6 +166,19 @@ PREDICTION_SCHEMA = pa.schema(
 
 
 # --- checking a stage's input ----------------------------------------------------------------
+
+# Columns added after files were written without them, and what such a file holds in them.
+FILLED_WHEN_MISSING: dict[str, str] = {"sexpr": ""}
+
+
+def fill_missing(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the columns of ``schema`` named in :data:`FILLED_WHEN_MISSING` that it
+    lacks added, filled with their value (an older file reads as it did)."""
+    for name, value in FILLED_WHEN_MISSING.items():
+        if name in schema.names and name not in table.column_names:
+            column = pa.array([value] * table.num_rows, schema.field(name).type)
+            table = table.append_column(schema.field(name), column)
+    return table
 
 
 def _same_shape(found: pa.DataType, expected: pa.DataType) -> bool:

@@ -394,7 +394,7 @@ def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kgsynth.schema import check_columns
+    from kgsynth.schema import check_columns, fill_missing
 
     recover_input(path)  # a commit of it that a crash interrupted is finished first
     if not path.is_file():
@@ -403,6 +403,7 @@ def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
         raise InputFileError(path, f"{flag}: not a readable Parquet file: {exc}") from None
+    table = fill_missing(table, schema)
     missing = need - set(table.column_names)
     if missing:
         raise InputFileError(path, f"{flag}: missing column(s) {', '.join(sorted(missing))}")

@@ -274,7 +274,12 @@ def question_from_walk(row: dict[str, Any], rng: random.Random | None = None) ->
     """A question for a walk (chain, 2I, IP or PI) naming topics and relations only.
 
     Without ``rng`` the one canonical form ("What is the genre of X?"); with it, forms drawn
-    from the paraphrase families."""
+    from the paraphrase families. Constraint walks (count, superlative, comparative, time) are
+    put into words by :mod:`kgsynth.llm.constraint_questions`."""
+    from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES, constraint_question
+
+    if row.get("structure") in CONSTRAINT_STRUCTURES:
+        return constraint_question(row, rng)
     if rng is None:
         return _canonical_question(row)
     return paraphrase_question(row, rng)

@@ -13,6 +13,7 @@ from typing import Any
 
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
 from kgsynth.synthesize.oracle_call import OracleCall
@@ -64,10 +65,43 @@ def oracle_calls(
             answer_type(graph, row) if graph is not None and toolset == "knowcoder" else None
         )
         return sparql_oracle_calls(row, toolset, type_name)
+    if row.get("structure") in CONSTRAINT_STRUCTURES and not _expressible(row):
+        raise Reject("oracle_not_expressible")
     calls = []
     for entity, hop in _ordered_hops(row):
         calls.extend(_calls_for(entity, hop, toolset))
     return calls
+
+
+def _expressible(row: dict[str, Any]) -> bool:
+    """Whether graphwalker's and kgr1's tools can show a constraint walk's answer: a count of
+    a set one hop from the topic, which one triples call lists whole (checked in
+    :func:`replay`). Superlatives, comparisons and time constraints need every member's value
+    and arithmetic on them: they are left to the ``sexpr`` tool set."""
+    return row["structure"] == "count" and len(row["branches"][0]) == 1
+
+
+def _check_count(row: dict[str, Any], call: OracleCall, result: Any) -> None:
+    """A count's triples call must show every member of its set (no display cap, one line per
+    member): the agent counts the lines it sees."""
+    hop = call.hop
+    if hop is None:
+        return
+    if hop["inverse"]:
+        lines = [
+            ln
+            for ln in result.text.splitlines()
+            if ln.endswith(f", {hop['relation']}, {call.entity})")
+        ]
+    else:
+        lines = [
+            ln
+            for ln in result.text.splitlines()
+            if ln.startswith(f"({call.entity}, {hop['relation']}, ")
+        ]
+    capped = any(ln.startswith("... ") for ln in result.text.splitlines())
+    if capped or [str(len(lines))] != list(row["answer_names"]):
+        raise Reject("count_not_observable")
 
 
 def reference_text(row: dict[str, Any], toolset: str, graph: KGGraph | None = None) -> str:
@@ -131,6 +165,8 @@ def replay(
                 raise Reject("gold_relation_not_retrievable")
             steps.append((c, result))
             continue
+        if row.get("structure") == "count":
+            _check_count(row, c, result)
         walked_shown = c.hop["entity"] in result.entities
         if c.hop["entity"] in continues_from and (follow == "first" or not walked_shown):
             nxt_hop = calls[k + 2].hop if chain and k + 2 < len(calls) else None

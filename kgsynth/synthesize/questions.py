@@ -235,6 +235,7 @@ def _carry(walk: dict[str, Any]) -> dict[str, Any]:
         "answer_names",
         "answer_ids",
         "sparql",
+        "sexpr",
     )
     return {k: walk.get(k) for k in keys}
 

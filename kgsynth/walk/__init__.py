@@ -17,7 +17,10 @@ logical form — whose full result, topic entities excluded, is the answer set.
 
 Structures: ``chain-k`` (k = 1..5), ``2I`` (two topic entities, one hop each, meeting at the
 answer with different relations), ``IP`` (2I then one more hop), ``PI`` (a 2-hop chain whose
-end is intersected with a second one-hop path).
+end is intersected with a second one-hop path). Constraint structures
+(:mod:`~kgsynth.walk.constraints`): ``count``, ``superlative``, ``comparative`` and ``time``
+over the set one or two hops from a topic entity, with numeric and date attributes read from the KG (:mod:`~kgsynth.walk.values`);
+each stores its S-expression (``sexpr``) and a SPARQL query of its own beside its answers.
 
 Determinism and resumption: attempt ``j`` draws from ``Random(f"{seed}/{shard}/{j}")`` and the
 structure quotas fill in attempt order, so the same seed and configuration give the same

@@ -62,6 +62,8 @@ class AnswerQueries:
 
     def to_sparql(self, walk: Walk) -> str:
         """One SELECT whose result is the walk's full answer set (topics excluded)."""
+        if walk.sexpr:  # a constraint walk wrote its own (kgsynth.walk.constraint_forms)
+            return walk.sparql
         topics, branches = self._branch_patterns(walk)
         patterns = [p for b in branches for p in b[0]]
         variables = [v for b in branches for v in b[1]]
@@ -99,6 +101,8 @@ class AnswerQueries:
     def answer_set(self, walk: Walk) -> list[tuple[str, str]]:
         """Execute the walk's SPARQL; ``(value, name)`` per answer, sorted by (name, value).
         With a fan-out table the same set is computed from it (:meth:`_table_answers`)."""
+        if walk.sexpr:  # a constraint walk's answers were computed when it was sampled
+            return walk.answers
         walk.sparql = self.to_sparql(walk)
         answers = self._table_answers(walk)
         if answers is not None:

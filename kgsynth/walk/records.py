@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ class Walk:
     sampled_answer: str = ""
     answers: list[tuple[str, str]] = field(default_factory=list)
     sparql: str = ""
+    sexpr: str = ""  # constraint walks: their S-expression (and their answers come with it)
 
     def key(self) -> str:
         paths = [
@@ -39,7 +40,9 @@ class Walk:
         if self.structure == "2I":  # the two branches are interchangeable
             pairs = sorted(zip(topics, [json.dumps(p) for p in paths], strict=True))
             topics, paths = [p[0] for p in pairs], [json.loads(p[1]) for p in pairs]
-        return json.dumps([self.structure, topics, paths], sort_keys=True)
+        # a constraint walk is also told apart by its constraint (chains keep their old ids)
+        extra = [self.sexpr] if self.sexpr else []
+        return json.dumps([self.structure, topics, paths, *extra], sort_keys=True)
 
 
 def stable_hash(text: str) -> int:
@@ -70,6 +73,7 @@ def walk_to_row(walk: Walk, seed: int, attempt: int) -> dict[str, Any]:
         "answer_ids": [a[0] for a in walk.answers],
         "sampled_answer": walk.sampled_answer,
         "sparql": walk.sparql,
+        "sexpr": walk.sexpr,
         "seed": seed,
         "attempt": attempt,
     }
@@ -83,6 +87,8 @@ class WalkState:
     accepted: Counter = field(default_factory=Counter)  # per structure
     attempts: Counter = field(default_factory=Counter)  # per structure
     rejects: Counter = field(default_factory=Counter)  # per reason
+    # structure -> reason -> attempts
+    rejects_by_structure: defaultdict = field(default_factory=lambda: defaultdict(Counter))
     keys: set[str] = field(default_factory=set)  # walk_ids accepted so far
     exhausted: set[str] = field(default_factory=set)
     relations_available: int = 0

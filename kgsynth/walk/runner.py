@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from kgsynth.errors import ConfigError
 from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph
-from kgsynth.schema import WALK_SCHEMA
+from kgsynth.schema import WALK_SCHEMA, fill_missing
 from kgsynth.stage import Progress, StageResult
 from kgsynth.walk.config import WalkConfig, WalkError
 from kgsynth.walk.records import WalkState
@@ -53,6 +53,7 @@ def _write_chunk(parts: Path, index: int, rows: list[dict[str, Any]], state: Wal
         "accepted": dict(state.accepted),
         "attempts": dict(state.attempts),
         "rejects": dict(state.rejects),
+        "rejects_by_structure": {k: dict(v) for k, v in state.rejects_by_structure.items()},
         "exhausted": sorted(state.exhausted),
     }
     tmp = parts / f".{name}.json.tmp"
@@ -82,7 +83,8 @@ def _restore(parts: Path, fingerprint: str) -> tuple[WalkState, list[pa.Table]]:
         parts / f"chunk-{index:05d}.parquet"
     ).is_file():
         # cast: Parquet names list items "element", the schema names them "item"
-        tables.append(pq.read_table(parts / f"chunk-{index:05d}.parquet").cast(WALK_SCHEMA))
+        chunk = fill_missing(pq.read_table(parts / f"chunk-{index:05d}.parquet"), WALK_SCHEMA)
+        tables.append(chunk.select(WALK_SCHEMA.names).cast(WALK_SCHEMA))
         st = json.loads((parts / f"chunk-{index:05d}.json").read_text())
         index += 1
     if tables:
@@ -90,6 +92,8 @@ def _restore(parts: Path, fingerprint: str) -> tuple[WalkState, list[pa.Table]]:
         state.accepted = Counter(st["accepted"])
         state.attempts = Counter(st["attempts"])
         state.rejects = Counter(st["rejects"])
+        for structure, counts in st.get("rejects_by_structure", {}).items():
+            state.rejects_by_structure[structure] = Counter(counts)
         state.exhausted = set(st["exhausted"])
         state.keys = {k for t in tables for k in t.column("walk_id").to_pylist()}
     # anything past the last complete chunk (a half-written chunk) is dropped
@@ -194,6 +198,9 @@ def _run(
         "accepted_by_structure": dict(sorted(state.accepted.items())),
         "attempts_by_structure": dict(sorted(state.attempts.items())),
         "rejects": dict(state.rejects.most_common()),
+        "rejects_by_structure": {
+            k: dict(v.most_common()) for k, v in sorted(state.rejects_by_structure.items())
+        },
         "quotas": cfg.quotas(),
         "exhausted_structures": sorted(state.exhausted),
         "relations_available": state.relations_available,

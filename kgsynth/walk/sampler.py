@@ -14,8 +14,10 @@ from kgsynth.kg.graph import KGGraph, Relation
 from kgsynth.kg.terms import Term
 from kgsynth.stage import Reject
 from kgsynth.walk.answers import AnswerQueries
-from kgsynth.walk.config import WalkConfig, read_lines, read_list
+from kgsynth.walk.config import CONSTRAINT_STRUCTURES, WalkConfig, read_lines, read_list
+from kgsynth.walk.constraints import ConstraintSampling
 from kgsynth.walk.records import Hop, Walk
+from kgsynth.walk.values import AttributeCatalog
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ def finish(steps: Steps[T]) -> T:
             return stop.value
 
 
-class WalkSampler(AnswerQueries):
+class WalkSampler(AnswerQueries, ConstraintSampling):
     """Samples walks of one structure at a time; all KG access goes through ``graph``."""
 
     def __init__(self, graph: KGGraph, cfg: WalkConfig, seeds: Sequence[str]) -> None:
@@ -61,6 +63,7 @@ class WalkSampler(AnswerQueries):
         self.frequency = self._relation_frequency()
         self._weights: dict[Relation, float] = {}
         self._check_relation_names()
+        self.attributes = AttributeCatalog(graph)
 
     def _known_relation(self, name: str) -> bool:
         """A relation of the KG, or a flattened hop ``a.b`` across an unnamed node."""
@@ -115,7 +118,9 @@ class WalkSampler(AnswerQueries):
             return False
         return self.allowed is None or rel.name in self.allowed
 
-    def _candidates(self, iri: str, *, check_fanout: bool = True) -> list[Relation]:
+    def _candidates(
+        self, iri: str, *, check_fanout: bool = True, bounds: tuple[int, int] | None = None
+    ) -> list[Relation]:
         fanouts = self.graph.fanouts(iri)
         if self.allowed is None and not self.excluded:
             rels = list(fanouts)
@@ -124,7 +129,7 @@ class WalkSampler(AnswerQueries):
         if not rels:
             raise Reject("dead_end")
         if check_fanout:
-            lo, hi = self.cfg.min_fanout, self.cfg.max_fanout
+            lo, hi = bounds or (self.cfg.min_fanout, self.cfg.max_fanout)
             rels = [r for r in rels if lo <= fanouts[r] <= hi]
             if not rels:
                 raise Reject("fanout")
@@ -141,9 +146,19 @@ class WalkSampler(AnswerQueries):
             raise Reject("unnamed_node")
         return name
 
-    def _step(self, rng: random.Random, iri: str, visited: set[str], *, final: bool) -> Steps[Hop]:
+    def _step(
+        self,
+        rng: random.Random,
+        iri: str,
+        visited: set[str],
+        *,
+        final: bool,
+        bounds: tuple[int, int] | None = None,
+    ) -> Steps[Hop]:
+        """One hop from ``iri`` along a relation whose fan-out lies within ``bounds`` (default
+        ``[min_fanout, max_fanout]``); ``final``: the walk may end at a literal."""
         yield ((FANOUTS, iri),)
-        rel = self._pick_relation(rng, self._candidates(iri))
+        rel = self._pick_relation(rng, self._candidates(iri, bounds=bounds))
         yield ((TARGETS, (iri, rel)),)
         target = self.graph.choose_target(iri, rel, rng, visited)
         if target is None:
@@ -181,6 +196,8 @@ class WalkSampler(AnswerQueries):
             return walk
         if structure == "PI":
             return (yield from self._pi(rng, seed))
+        if structure in CONSTRAINT_STRUCTURES:
+            return (yield from self._constraint(structure, rng, seed))
         raise ConfigError(f"unknown structure {structure!r}")
 
     def _chain(self, k: int, rng: random.Random, seed: str) -> Steps[Walk]:

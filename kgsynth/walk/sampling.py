@@ -134,7 +134,8 @@ def sample_walks(
                 else:
                     walk = outcome
                     assert isinstance(walk, Walk)
-                    walk.sampled_answer = walk.branches[0][-1].name
+                    if not walk.sexpr:  # a constraint walk's answers came with it
+                        walk.sampled_answer = walk.branches[0][-1].name
                     walk_id = walk_id_of(walk)
                     if (
                         num_shards > 1
@@ -154,12 +155,15 @@ def sample_walks(
                     else:  # a worker ran the answer query
                         walk.sparql = sampler.to_sparql(walk)
                         walk.answers = found
-                    if walk.branches[0][-1].entity not in {a[0] for a in walk.answers}:
+                    if not walk.sexpr and walk.branches[0][-1].entity not in {
+                        a[0] for a in walk.answers
+                    }:
                         raise Reject("inconsistent_answer")
             except Reject as rej:
                 reason = rej.reason
             if reason is not None:
                 state.rejects[reason] += 1
+                state.rejects_by_structure[structure][reason] += 1
                 # a structure whose acceptance rate falls under 1/give_up is given up, so a KG that
                 # cannot yield it ends with the counts instead of sampling forever
                 if state.attempts[structure] > give_up * (state.accepted[structure] + 1):
