@@ -28,6 +28,15 @@ A prediction is a list of names, parsed from the model's ``<answer>`` as a JSON 
 :func:`kgsynth.agent.protocol.parse_answer`) — never split on commas, so "Washington, D.C." is
 one answer. Duplicates after normalization count once. Substring matching is reported as
 ``relaxed_match``, never under any of the names above.
+
+Benchmarks with ids and aliases (WebQSP, CWQ, GrailQA, GraphQ: :mod:`kgsynth.benchmarks`) give
+each gold answer an id (a Freebase MID ``m.0abc``/``g.11x`` or a Wikidata QID ``Q42``, also as a
+full IRI) and aliases. :func:`match_predictions` first maps each prediction onto the gold answer
+it names: a prediction that is an id (:func:`entity_id`) matches the gold answer with that id;
+any other prediction matches a gold answer whose name or one of whose aliases it equals after
+normalization. Every metric above then compares the mapped predictions with the gold names
+(:func:`score` with ``gold_ids``/``aliases``). Without ids and aliases (MetaQA) predictions are
+compared as written.
 """
 
 from __future__ import annotations
@@ -52,6 +61,63 @@ def normalize_answer(text: str) -> str:
     text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
     text = " ".join(text.split())
     return _ARTICLE.sub("", text)
+
+
+_FREEBASE_NS = "http://rdf.freebase.com/ns/"
+_WIKIDATA_ENTITY = "http://www.wikidata.org/entity/"
+_ID_PREFIXES = (_FREEBASE_NS, _WIKIDATA_ENTITY, "ns:", "fb:", "wd:")
+_MID = re.compile(r"[mg]\.[0-9a-z_]+")
+_QID = re.compile(r"Q[1-9][0-9]*")
+
+
+def entity_id(text: str) -> str | None:
+    """The entity id ``text`` is, or None: a Freebase MID (``m.0abc``, ``g.11b6``; also written
+    ``ns:m.0abc``, ``/m/0abc`` or ``http://rdf.freebase.com/ns/m.0abc``) as ``m.0abc``, a
+    Wikidata QID (``Q42``, ``wd:Q42``, ``http://www.wikidata.org/entity/Q42``) as ``Q42``."""
+    value = str(text).strip().removeprefix("<").removesuffix(">")
+    for prefix in _ID_PREFIXES:
+        if value.startswith(prefix):
+            value = value[len(prefix) :]
+            break
+    if value.startswith(("/m/", "/g/")):
+        value = value[1] + "." + value[3:]
+    return value if _MID.fullmatch(value) or _QID.fullmatch(value) else None
+
+
+def match_predictions(
+    predicted: Iterable[str],
+    gold: Sequence[str],
+    *,
+    gold_ids: Sequence[str | None] | None = None,
+    aliases: Sequence[Sequence[str]] | None = None,
+) -> list[str]:
+    """``predicted`` with each prediction that names a gold answer replaced by that answer's
+    gold name: an id matches the gold answer with that id (``gold_ids``, parallel to ``gold``;
+    None where an answer has none); any other prediction matches the gold answer whose name or
+    alias (``aliases``, one list per gold answer) it equals after normalization. Predictions
+    that match nothing are kept as written. Without ids and aliases, ``predicted`` as it is."""
+    predicted = list(predicted)
+    if not gold_ids and not aliases:
+        return predicted
+    by_id: dict[str, str] = {}
+    for name, gid in zip(gold, gold_ids or (), strict=False):
+        key = entity_id(gid) if gid else None
+        if key is not None:
+            by_id.setdefault(key, name)
+    by_name: dict[str, str] = {}
+    for name, names in zip(gold, aliases or (), strict=False):
+        for alias in names:
+            by_name.setdefault(normalize_answer(alias), name)
+    for name in gold:  # a gold name wins over another answer's alias
+        by_name[normalize_answer(name)] = name
+    out = []
+    for answer in predicted:
+        pid = entity_id(answer)
+        if pid is not None:
+            out.append(by_id.get(pid, answer))
+        else:
+            out.append(by_name.get(normalize_answer(answer), answer))
+    return out
 
 
 def answer_set(answers: Iterable[str]) -> set[str]:
@@ -152,8 +218,16 @@ class AnswerScores:
     relaxed_match: float
 
 
-def score(predicted: Sequence[str], gold: Sequence[str]) -> AnswerScores:
-    """All metrics for one prediction."""
+def score(
+    predicted: Sequence[str],
+    gold: Sequence[str],
+    *,
+    gold_ids: Sequence[str | None] | None = None,
+    aliases: Sequence[Sequence[str]] | None = None,
+) -> AnswerScores:
+    """All metrics for one prediction; with ``gold_ids``/``aliases`` the predictions are first
+    matched to the gold answers by id or alias (:func:`match_predictions`)."""
+    predicted = match_predictions(predicted, gold, gold_ids=gold_ids, aliases=aliases)
     p, r = precision_recall(predicted, gold)
     return AnswerScores(
         em_strict=em_strict(predicted, gold),

@@ -14,6 +14,9 @@ by the file name (each may be gzipped, ``.gz``):
   ``hops``, ``structure`` (a walk structure such as ``chain-2`` or ``2I``) and ``question_id``;
   other fields are ignored.
 * ``.parquet`` — the same columns (kgsynth's ``questions.parquet`` is one).
+* ``.json`` — a benchmark in its published format: WebQSP, CWQ, GrailQA or GraphQuestions,
+  told apart by the JSON's shape (or named with ``format=``); read by :mod:`kgsynth.benchmarks`,
+  with gold logical forms, answer ids and aliases, and topic entities by id.
 
 Usage::
 
@@ -27,7 +30,7 @@ import gzip
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +41,8 @@ PathLike = str | Path
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 _SUPPORTED = (
     ".txt/.tsv (MetaQA: question<TAB>answer1|answer2|..., topic entity in [...]), "
-    ".jsonl or .parquet (fields question, answer_names, optional topic_names/qtype/hops); "
-    "each optionally gzipped (.gz)"
+    ".jsonl or .parquet (fields question, answer_names, optional topic_names/qtype/hops), "
+    ".json (WebQSP, CWQ, GrailQA or GraphQuestions as published); each optionally gzipped (.gz)"
 )
 
 
@@ -51,6 +54,14 @@ class QARecord:
     the text as in the file. ``line`` is the 1-based line (row for Parquet) it came from.
     ``structure`` and ``question_id`` come from JSONL/Parquet records that carry them
     (kgsynth's ``questions.parquet`` does); MetaQA text files have neither.
+
+    Benchmark files (:mod:`kgsynth.benchmarks`) also fill ``answer_ids`` (parallel to
+    ``answer_names``; None for a value answer), ``aliases`` (one list per answer),
+    ``topic_ids`` (entity ids such as ``m.0abc``; CWQ gives topics by id only, so its
+    ``topic_names`` is empty), the gold ``sparql`` and ``sexpr`` (GrailQA's S-expression), and
+    ``source_format`` (``webqsp``, ``cwq``, ``grailqa``, ``graphq``); for them ``line`` is the
+    question's 1-based position in the file. A benchmark question may have no topic entity
+    (GrailQA's questions about a class or a value).
     """
 
     question: str
@@ -62,6 +73,12 @@ class QARecord:
     line: int
     structure: str | None = None
     question_id: str | None = None
+    answer_ids: list[str | None] = field(default_factory=list)
+    aliases: list[list[str]] = field(default_factory=list)
+    topic_ids: list[str] = field(default_factory=list)
+    sparql: str | None = None
+    sexpr: str | None = None
+    source_format: str | None = None
 
 
 def strip_brackets(text: str) -> tuple[str, list[str]]:
@@ -80,20 +97,29 @@ def read_questions(
     *,
     qtype_file: PathLike | Literal[False] | None = None,
     limit: int | None = None,
+    format: str | None = None,
 ) -> list[QARecord]:
     """Records of the question file ``path``, in file order (blank lines skipped).
 
     ``qtype_file`` (MetaQA text files only) names the question-type file; None looks for
     MetaQA's ``qa_<split>_qtype.txt`` beside the file or one folder up, False disables that.
     Its line count must equal the question count. ``limit`` keeps the first ``limit`` records.
+    ``format`` names a benchmark format (``webqsp``, ``cwq``, ``grailqa``, ``graphq``; see
+    :mod:`kgsynth.benchmarks`); a ``.json`` file's format is told from its shape without it.
     Raises :class:`InputFileError` naming file, line and field for any malformed entry.
     """
     path = Path(path)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 (got {limit})")
-    kind = _format_of(path)
+    kind = "json" if format else _format_of(path)
     if not path.is_file():
         raise InputFileError(path, "no such file")
+    if kind == "json":
+        from kgsynth.benchmarks import read_benchmark
+
+        if qtype_file:
+            raise InputFileError(qtype_file, "a qtype file goes with MetaQA .txt questions")
+        return read_benchmark(path, format, limit=limit)
     if kind == "txt":
         return _read_metaqa(path, qtype_file, limit)
     if qtype_file:
@@ -121,8 +147,10 @@ def read_question_texts(paths: PathLike | Iterable[PathLike]) -> list[str]:
 # --- formats -------------------------------------------------------------------------------
 
 
-def _format_of(path: Path) -> Literal["txt", "jsonl", "parquet"]:
+def _format_of(path: Path) -> Literal["txt", "jsonl", "parquet", "json"]:
     name = path.name.lower().removesuffix(".gz")
+    if name.endswith(".json"):
+        return "json"
     if name.endswith((".txt", ".tsv")):
         return "txt"
     if name.endswith((".jsonl", ".ndjson")):

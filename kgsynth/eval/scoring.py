@@ -21,7 +21,13 @@ from kgsynth.eval.config import (
     SHOWN_METRICS,
     UNION_LABEL,
 )
-from kgsynth.metrics import answer_set, mean_interval, normalize_answer, score
+from kgsynth.metrics import (
+    answer_set,
+    match_predictions,
+    mean_interval,
+    normalize_answer,
+    score,
+)
 
 
 def majority_choice(predictions: Sequence[Sequence[str]]) -> int:
@@ -121,8 +127,9 @@ def _ci95(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Metrics of one system's prediction rows (one per question and run; see the module
     docstring for each aggregate). Rows need ``question_id``, ``run``, ``predicted``, ``gold``,
-    every metric of :data:`METRICS`; the breakdown and process columns are
-    used where present."""
+    every metric of :data:`METRICS`; the breakdown and process columns, and a benchmark's
+    ``gold_ids``/``gold_aliases`` (:func:`kgsynth.metrics.match_predictions`), are used where
+    present."""
     if not rows:
         raise ValueError("no prediction rows to summarize")
     by_question: dict[str, list[dict[str, Any]]] = {}
@@ -143,7 +150,11 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     union_sizes = []
     for group in by_question.values():
         gold = group[0]["gold"]
-        preds = [list(r["predicted"]) for r in group]
+        # benchmark answers matched by id or alias are voted and merged under their gold name
+        ids, aliases = group[0].get("gold_ids"), group[0].get("gold_aliases")
+        preds = [
+            match_predictions(r["predicted"], gold, gold_ids=ids, aliases=aliases) for r in group
+        ]
         first.append({m: group[0][m] for m in METRICS})
         majority.append(_scored(preds[majority_choice(preds)], gold))
         merged = union_answers(preds)
