@@ -59,7 +59,9 @@ def eval_cmd(
         Path | None,
         typer.Option(
             help="Question file: MetaQA txt (question<TAB>a1|a2, topic in [...]), JSONL or "
-            "Parquet with question, topic_names, answer_names (optional qtype, hops, structure)."
+            "Parquet with question, topic_names, answer_names (optional qtype, hops, structure), "
+            "or a WebQSP, CWQ, GrailQA or GraphQuestions .json as published (answers also "
+            "matched by id and alias)."
         ),
     ] = None,
     qtype_file: Annotated[
@@ -171,7 +173,9 @@ def _evaluate(
 
     started = time.perf_counter()
     if questions is None:
-        raise ConfigError("--questions is required (a MetaQA txt, JSONL or Parquet file)")
+        raise ConfigError(
+            "--questions is required (a MetaQA txt, JSONL, Parquet or benchmark .json file)"
+        )
     if out_dir is None:
         raise ConfigError("--out is required (the folder for predictions and metrics)")
     if not model:

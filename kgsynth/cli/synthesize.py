@@ -134,7 +134,8 @@ def synthesize_questions_cmd(
     benchmark: Annotated[
         list[Path] | None,
         typer.Option(
-            help="Benchmark question file(s) (MetaQA txt, JSONL, Parquet) for the contamination guard; repeatable."
+            help="Benchmark question file(s) (MetaQA txt, JSONL, Parquet, or WebQSP/CWQ/GrailQA/"
+            "GraphQuestions .json) for the contamination guard; repeatable."
         ),
     ] = None,
     max_failed_fraction: MaxFailedFractionOption = 0.5,

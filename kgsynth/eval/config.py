@@ -145,7 +145,8 @@ class EvalConfig:
 
 def check_records(records: Sequence[QARecord], path: str | Path) -> None:
     """Fail on the first question that cannot be evaluated (no gold answer, no topic entity, a
-    repeated ``question_id``), naming the file, line/row and field."""
+    repeated ``question_id``), naming the file, line/row and field. A benchmark question
+    (``source_format`` set: WebQSP, CWQ, GrailQA, GraphQ) may have no topic entity."""
     if not records:
         raise InputFileError(path, "holds no questions")
     first_line: dict[str, int] = {}
@@ -163,7 +164,7 @@ def check_records(records: Sequence[QARecord], path: str | Path) -> None:
             raise InputFileError(
                 path, "field answer_names is empty; eval needs gold answers", rec.line
             )
-        if not rec.topic_names:
+        if not rec.topic_names and not rec.topic_ids and rec.source_format is None:
             raise InputFileError(
                 path,
                 "field topic_names is missing or empty and the question has no [topic entity]; "

@@ -27,7 +27,7 @@ from kgsynth.qafiles import QARecord
 
 # The no-tools baseline asks for the answer directly, in the same answer format as the agent.
 NO_TOOLS_SYSTEM_PROMPT = (
-    "You answer questions about movies from your own knowledge; no tools are available. "
+    "Answer the question from your own knowledge; no tools are available. "
     "Think briefly inside <think></think>, then give every answer entity as a JSON list of "
     'strings inside <answer></answer>, for example <answer>["A", "B"]</answer>.'
 )
@@ -39,7 +39,8 @@ EvalProgress = Callable[[int, int, str], None]
 def _row(
     rec: QARecord, run: int, system: str, model: str, predicted: list[str], **fields: Any
 ) -> dict[str, Any]:
-    s = score(predicted, rec.answer_names)
+    # benchmark answers also match by id and alias (kgsynth.metrics.match_predictions)
+    s = score(predicted, rec.answer_names, gold_ids=rec.answer_ids, aliases=rec.aliases)
     return {
         "system": system,
         "model": model,
@@ -60,6 +61,9 @@ def _row(
         "hops": rec.hops,
         "qtype": rec.qtype,
         "structure": rec.structure,
+        # for summarize's majority vote and union; not columns of predictions.parquet
+        "gold_ids": list(rec.answer_ids),
+        "gold_aliases": [list(a) for a in rec.aliases],
         **fields,
     }
 
@@ -80,6 +84,16 @@ def _episode_fields(ep: Episode, tokens: int) -> dict[str, Any]:
     }
 
 
+def topic_names(rec: QARecord, graph: KGGraph) -> list[str]:
+    """The topic entities the agent is given: the record's names, or, for a benchmark that
+    gives its topics by id only (CWQ), their names in the KG (an id the KG does not name is
+    left out)."""
+    if rec.topic_names or not rec.topic_ids:
+        return list(rec.topic_names)
+    names = (graph.label(graph.profile.entity_iri(tid)) for tid in rec.topic_ids)
+    return [name for name in names if name]
+
+
 def run_agent(
     records: Sequence[QARecord],
     llm: LLM,
@@ -92,7 +106,7 @@ def run_agent(
     """Prediction rows of the agent: every question ``cfg.runs`` times, through the KG tools."""
     n, total = len(records), len(records) * cfg.runs
     rows: list[dict[str, Any]] = []
-    tasks = [EpisodeTask(rec.question, list(rec.topic_names)) for rec in records]
+    tasks = [EpisodeTask(rec.question, topic_names(rec, graph)) for rec in records]
     index = {id(t): i for i, t in enumerate(tasks)}
 
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None

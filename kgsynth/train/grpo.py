@@ -94,6 +94,7 @@ from kgsynth.train.grpo_run import (
     read_rl_questions,
     run_summary,
     save_model,
+    with_topic_names,
     write_run_files,
 )
 from kgsynth.train.grpo_step import (
@@ -229,6 +230,8 @@ def _train(
     rng = random.Random(cfg.seed)  # the same on every rank: all draw the same questions
     resumed = last_resumable(out)
     run = _start(spec, device, dtype, bf16, resumed)
+    qs = with_topic_names(qs, run.graph)  # a benchmark's topics given by id (CWQ)
+    phase2 = with_topic_names(phase2, run.graph) if phase2 else phase2
     metrics_path = out / METRICS
     tracker = None
     if rank == 0:

@@ -30,16 +30,19 @@ from kgsynth.train.plots import plot_rl
 
 @dataclass(frozen=True)
 class RLQuestion:
-    """A question to roll out, with its topic entities and gold answers."""
+    """A question to roll out, with its topic entities and gold answers. ``topic_ids``: a
+    benchmark's topic entities by id (CWQ names none: :func:`with_topic_names` names them)."""
 
     question: str
     topic_names: list[str]
     answers: list[str]
     question_id: str
+    topic_ids: tuple[str, ...] = ()
 
 
 def read_rl_questions(path: str | Path) -> list[RLQuestion]:
-    """Questions with topic entities and gold answers (questions.parquet, MetaQA txt, JSONL)."""
+    """Questions with topic entities and gold answers (questions.parquet, MetaQA txt, JSONL,
+    or a WebQSP/CWQ/GrailQA/GraphQuestions .json, whose questions may have no topic entity)."""
     from kgsynth.qafiles import read_questions
 
     path = Path(path)
@@ -47,17 +50,33 @@ def read_rl_questions(path: str | Path) -> list[RLQuestion]:
         raise InputFileError(path, "does not exist")
     out = []
     for r in read_questions(path):
-        if not r.topic_names:
+        if not r.topic_names and not r.topic_ids and r.source_format is None:
             raise InputFileError(path, f"row {r.line}: no topic entity (topic_names)")
         if not r.answer_names:
             raise InputFileError(path, f"row {r.line}: no gold answer (answer_names)")
         out.append(
             RLQuestion(
-                r.question, list(r.topic_names), list(r.answer_names), f"{path.name}:{r.line}"
+                r.question,
+                list(r.topic_names),
+                list(r.answer_names),
+                f"{path.name}:{r.line}",
+                tuple(r.topic_ids),
             )
         )
     if not out:
         raise InputFileError(path, "holds no questions")
+    return out
+
+
+def with_topic_names(questions: Sequence[RLQuestion], graph: Any) -> list[RLQuestion]:
+    """``questions`` with the topics of those given by id only (CWQ) named from the KG
+    (``graph``: a :class:`~kgsynth.kg.graph.KGGraph`; an id it does not name is left out)."""
+    out = []
+    for q in questions:
+        if not q.topic_names and q.topic_ids:
+            names = (graph.label(graph.profile.entity_iri(t)) for t in q.topic_ids)
+            q = dataclasses.replace(q, topic_names=[n for n in names if n])
+        out.append(q)
     return out
 
 
