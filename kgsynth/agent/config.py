@@ -20,9 +20,9 @@ from typing import Any, Literal
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
 
-ToolSetName = Literal["graphwalker", "kgr1", "knowcoder", "isp"]
+ToolSetName = Literal["graphwalker", "kgr1", "knowcoder", "isp", "sexpr"]
 NeighborOrder = Literal["relevance", "alphabetical"]
-TOOLSETS = ("graphwalker", "kgr1", "knowcoder", "isp")
+TOOLSETS = ("graphwalker", "kgr1", "knowcoder", "isp", "sexpr")
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
 RELATION_RANKINGS = ("bm25", "hybrid")
@@ -45,11 +45,12 @@ class AgentConfig:
     """What the agent is and what its tools show; the same in synthesis, RL and eval so that
     all three see the same prompts and observations."""
 
-    toolset: Literal["graphwalker", "kgr1", "knowcoder", "isp"] = option(
+    toolset: Literal["graphwalker", "kgr1", "knowcoder", "isp", "sexpr"] = option(
         "graphwalker",
         "Tool set: graphwalker (get_relations, get_triples), kgr1 (KG-R1's four one-way tools), "
-        "knowcoder (KnowCoder-A1: SearchTypes, SearchGraphPatterns, ExecuteSPARQL) or isp "
-        "(ISP: node exploration and sparql)",
+        "knowcoder (KnowCoder-A1: SearchTypes, SearchGraphPatterns, ExecuteSPARQL), isp "
+        "(ISP: node exploration and sparql) or sexpr (KBQA-R1: S-expression actions "
+        "Find_relation, Merge, Order, Compare, Time_constraint, Count, with relation gating)",
         aliases=("--tools",),
     )
     max_turns: int = option(10, "Assistant turns before the agent is asked for a final answer")
@@ -92,6 +93,18 @@ class AgentConfig:
     kgr1_max_entities: int | None = option(
         None, "kgr1: cap on the entities listed (none: the full set, as KG-R1)", cli=False
     )
+    # KBQA-R1's Referenced Relation Candidate Gating (kgsynth.agent.toolsets.sexpr_gate)
+    gate_high: float = option(
+        0.95,
+        "sexpr: a written relation whose most similar available relation (MiniLM cosine) is at "
+        "least this is replaced by it (KBQA-R1's tau_high)",
+    )
+    gate_low: float = option(
+        0.3,
+        "sexpr: below --gate-high but at least this, the action does not run and the similar "
+        "relations are listed to pick from; below it the relation is not found (KBQA-R1's "
+        "tau_low)",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
@@ -103,7 +116,7 @@ class AgentConfig:
                     f"{name} must be {rule} ({flags}; got {getattr(self, name)!r})"
                 )
 
-        need(self.toolset in TOOLSETS, "toolset", "graphwalker, kgr1, knowcoder or isp")
+        need(self.toolset in TOOLSETS, "toolset", "graphwalker, kgr1, knowcoder, isp or sexpr")
         need(self.max_turns >= 1, "max_turns", ">= 1")
         need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
         need(self.system_prompt in PROMPT_STYLES, "system_prompt", " or ".join(PROMPT_STYLES))
@@ -112,6 +125,13 @@ class AgentConfig:
         need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")
+        need(0.0 <= self.gate_low <= 1.0, "gate_low", "within [0, 1]")
+        need(0.0 < self.gate_high <= 1.0, "gate_high", "within (0, 1]")
+        need(
+            self.gate_low < self.gate_high,
+            "gate_low",
+            f"below gate_high ({self.gate_high}; --gate-high), tau_low < tau_high",
+        )
 
 
 AGENT_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig))

@@ -1,6 +1,7 @@
 """The agent's prompts: the system prompt (rendered from ``prompts/agent_system*.j2`` for a tool
-set and turn limit, ``prompts/agent_system_isp*.j2`` for the isp set's own turn format, or the
-one a checkpoint stores) and the user prompt of a question.
+set and turn limit, ``prompts/agent_system_isp*.j2`` for the isp set's own turn format,
+``prompts/agent_system_sexpr*.j2`` for KBQA-R1's actions, or the one a checkpoint stores) and
+the user prompt of a question.
 
     system_prompt("graphwalker", max_turns=10, style="short")
     user_prompt("who directed Kismet?", ["Kismet"])
@@ -62,6 +63,8 @@ def system_prompt(toolset: str = "graphwalker", max_turns: int = 10, style: str 
         return render(
             name, tools=tool_help(toolset), max_turns=max_turns, max_operations=MAX_OPERATIONS
         )
+    if toolset == "sexpr":  # KBQA-R1's actions: expressions, gated relations, counts
+        name = name.replace("agent_system", "agent_system_sexpr")
     return render(name, tools=tool_help(toolset), max_turns=max_turns)
 
 
@@ -78,6 +81,10 @@ def tool_help(toolset: str) -> list[dict[str, str]]:
         from kgsynth.agent.toolsets import isp
 
         return isp.TOOL_HELP
+    if toolset == "sexpr":
+        from kgsynth.agent.toolsets import sexpr_syntax
+
+        return sexpr_syntax.TOOL_HELP
     raise ValueError(f"unknown tool set {toolset!r}")
 
 

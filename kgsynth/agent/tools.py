@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kgsynth.agent.config import (
     NEIGHBOR_ORDERS,
@@ -79,6 +80,8 @@ class ToolEnvironment:
     # (question, entity name, BM25-ranked relations) -> reordered; needed with rerank="llm"
     reranker: Callable[[str, str, Sequence[Relation]], list[Relation]] | None = None
     dense: DenseScorer | None = None  # hybrid ranking's scorer (default: relrank.shared_scorer)
+    # the episode's state of a stateful tool set (sexpr's expressions); None for the others
+    session: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -104,7 +107,12 @@ class ToolEnvironment:
     def execute(self, text: str) -> ToolResult:
         """Parse and run one tool call; never raises for anything the agent wrote."""
         try:
-            call = parse_tool_call(text)
+            if self.config.toolset == "sexpr":  # KBQA-R1's bracket syntax
+                from kgsynth.agent.toolsets.sexpr_syntax import parse_action
+
+                call = parse_action(text)
+            else:
+                call = parse_tool_call(text)
         except ToolCallSyntaxError as exc:
             return self._error(ErrorType.BAD_SYNTAX, f"could not parse the query: {exc}.")
         return self.call(call)
@@ -143,10 +151,20 @@ class ToolEnvironment:
             (
                 h["usage"]
                 for h in tool_help(self.config.toolset)
-                if h["usage"].startswith(name + "(")
+                if h["usage"].startswith((name + "(", name + " ["))
             ),
             f"{name}(...)",
         )
+
+    def snapshot(self) -> Any:
+        """The episode state of a stateful tool set (sexpr's expressions), None for the others.
+        Tree rollouts, whose branches share one environment, keep each branch's own."""
+        return None if self.session is None else self.session.snapshot()
+
+    def restore(self, state: Any) -> None:
+        """Go back to a :meth:`snapshot` (None: the episode's start)."""
+        if self.session is not None:
+            self.session.restore(state)
 
     def _error(self, error: ErrorType, text: str, call: ToolCall | None = None) -> ToolResult:
         return ToolResult(

@@ -64,6 +64,9 @@ class TreeNode:
     span: tuple[int, int] = (0, 0)
     children: list[int] = field(default_factory=list)
     end: str | None = None
+    # the environment's episode state after this step (sexpr's expressions; None for the
+    # stateless tool sets): the branches of a tree share one environment
+    env_state: Any = None
 
     @property
     def episode(self) -> Episode:
@@ -170,7 +173,9 @@ def _child(
     node = TreeNode(len(tree.nodes), parent.index, parent.depth + 1, r, (start, len(r.ids)))
     ep = r.episode
     text = turns.policy.tok.decode(toks, skip_special_tokens=True)
+    tree.env.restore(parent.env_state)  # this branch's own state, not its last sibling's
     step(ep, tree.env, text, None, final=final, completion_tokens=len(toks))
+    node.env_state = tree.env.snapshot()
     last = ep.turns[-1]
     if ep.done:
         node.end = ANSWERED if ep.answered else FINAL

@@ -60,7 +60,8 @@ def template_thought(
 ) -> str:
     """The template backend's thought before an oracle action, for the trajectory synthesis of
     :mod:`kgsynth.synthesize.trajectories`. ``kind``: relations or triples (graphwalker,
-    kgr1); types, patterns, execute or retry (knowcoder); node or sparql (isp); answer.
+    kgr1); types, patterns, execute or retry (knowcoder); node or sparql (isp); one of
+    :data:`SEXPR_THOUGHTS` (sexpr); answer.
     ``relations``: the walk's relations, for a step that covers them all (a query, a pattern
     search); ``entity`` is the type name for ``types``; ``mistake`` (kind ``retry``, knowcoder
     trial and error): what the query before got wrong (kind, wrong and right relation, rows)."""
@@ -71,6 +72,8 @@ def template_thought(
     if kind == "triples" and hop is not None:
         words = relation_words(hop["relation"])
         return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
+    if kind in SEXPR_THOUGHTS:  # KBQA-R1's actions (the sexpr tool set's oracle)
+        return sexpr_thought(kind, entity, hop or {})
     words = " and ".join(dict.fromkeys(relation_words(r) for r in relations)) or "the question"
     if kind == "types":
         return f"The answers are of type {entity}: I look it up among the KG's types."
@@ -88,6 +91,34 @@ def template_thought(
             f"{seen}: {mistake['wrong']} is the wrong relation. I query {mistake['right']} instead."
         )
     return "The facts I found answer the question."
+
+
+SEXPR_THOUGHTS = {
+    "find_relation": "The question asks for {words}: I follow {relation} from {entity}.",
+    "merge": "Both conditions must hold: I keep what {entity} have in common.",
+    "order": "The question asks for the {extreme} {words}: I order {entity} by {relation}.",
+    "compare": "The question asks for {words} {comparison} {value}: I compare {relation} with "
+    "{value}.",
+    "time_constraint": "The question is about {value}: I keep the members of {entity} whose "
+    "{words} falls in {value}.",
+    "count": "The question asks how many: I count the members of {entity}.",
+}
+_COMPARISON_WORDS = {"lt": "below", "le": "at most", "gt": "above", "ge": "at least"}
+
+
+def sexpr_thought(kind: str, entity: str, hop: dict[str, Any]) -> str:
+    """The thought before one of KBQA-R1's actions (:data:`SEXPR_THOUGHTS`); ``hop`` holds
+    the action's relation, ``op`` (argmax/argmin, lt/le/gt/ge) and ``value``."""
+    relation = str(hop.get("relation") or "")
+    op = str(hop.get("op") or "")
+    return SEXPR_THOUGHTS[kind].format(
+        entity=entity,
+        relation=relation,
+        words=relation_words(relation) if relation else "",
+        extreme="largest" if op == "argmax" else "smallest",
+        comparison=_COMPARISON_WORDS.get(op, op),
+        value=hop.get("value", ""),
+    )
 
 
 class TemplateLLM(LLM):

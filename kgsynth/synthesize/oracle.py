@@ -57,7 +57,12 @@ def oracle_calls(
     row: dict[str, Any], toolset: str, graph: KGGraph | None = None
 ) -> list[OracleCall]:
     """The gold action sequence of a question's walk. ``knowcoder``'s ``SearchTypes`` step
-    needs the KG (the answers' type): without ``graph`` it is left out."""
+    needs the KG (the answers' type): without ``graph`` it is left out. ``sexpr``'s actions
+    name entities the row does not name by ``graph``'s labels."""
+    if toolset == "sexpr":  # KBQA-R1's actions, built from the question's S-expression
+        from kgsynth.synthesize.oracle_sexpr import sexpr_oracle_calls
+
+        return sexpr_oracle_calls(row, graph)
     if toolset in ("knowcoder", "isp"):
         from kgsynth.synthesize.oracle_sparql import answer_type, sparql_oracle_calls
 
@@ -106,8 +111,13 @@ def _check_count(row: dict[str, Any], call: OracleCall, result: Any) -> None:
 
 def reference_text(row: dict[str, Any], toolset: str, graph: KGGraph | None = None) -> str:
     """The numbered gold actions a referenced rollout is shown, one per line (an isp step's
-    operations on one line); with ``graph``, knowcoder's starts with its ``SearchTypes``."""
+    operations on one line); with ``graph``, knowcoder's starts with its ``SearchTypes``.
+    ``sexpr``'s is numbered as KBQA-R1 shows it: ``Action1: Find_relation [ … ]``."""
     calls = oracle_calls(row, toolset, graph)
+    if toolset == "sexpr":
+        from kgsynth.synthesize.oracle_sexpr import sexpr_reference
+
+        return sexpr_reference(calls)
     return "\n".join(f"{i}. {' '.join(c.call.splitlines())}" for i, c in enumerate(calls, 1))
 
 

@@ -1,6 +1,7 @@
 """Oracle trajectories: each question's walk replayed through the tools
 (:func:`~kgsynth.synthesize.oracle.replay`; for the ``knowcoder`` and ``isp`` tool sets
-:func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`), then a thought written for every step from the
+:func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`, for ``sexpr``
+:func:`~kgsynth.synthesize.oracle_sexpr.replay_sexpr`), then a thought written for every step from the
 question, the history so far and the next gold action only (no future leakage; the template
 backend writes templated thoughts). With ``workers`` > 1 (template backend) the questions are
 replayed in spawned processes over contiguous shards, with the same rows as one process."""
@@ -185,7 +186,11 @@ def oracle_trajectories(
     for row in rows:
         env = ToolEnvironment(graph, row["question"], cfg.tool_config(), reranker)
         try:
-            if cfg.toolset in SPARQL_TOOLSETS:
+            if cfg.toolset == "sexpr":
+                from kgsynth.synthesize.oracle_sexpr import replay_sexpr
+
+                steps = replay_sexpr(row, env)
+            elif cfg.toolset in SPARQL_TOOLSETS:
                 steps = replay_sparql(row, env)
             else:
                 steps = replay(row, env, fan_out=cfg.fan_out, follow=cfg.follow)

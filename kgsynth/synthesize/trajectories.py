@@ -51,7 +51,8 @@ walk (:func:`input_columns`)."""
 
 def input_columns(cfg: TrajectoryConfig) -> set[str]:
     """The questions.parquet columns the stage reads in ``cfg.mode`` (and, for the tool sets
-    whose oracle and reference are built from the walk's SPARQL, its ``sparql``)."""
+    whose oracle and reference are built from the walk's SPARQL, its ``sparql``; ``sexpr``
+    reads the ``sexpr`` column where a file has it, else builds it from the branches)."""
     columns = QUESTION_COLUMNS | ({"branches", "merge_at"} if cfg.mode != "free" else set())
     if cfg.mode != "free" and cfg.toolset in ("knowcoder", "isp"):
         columns = columns | {"sparql"}

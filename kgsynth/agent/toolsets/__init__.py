@@ -1,6 +1,7 @@
 """The tool sets whose agents write SPARQL (issue 17): ``knowcoder`` (KnowCoder-A1's
 ``SearchTypes``, ``SearchGraphPatterns``, ``ExecuteSPARQL``) and ``isp`` (ISP-KGR's node
-exploration and SPARQL execution). Each module's ``make_tools(env)`` returns the tool table of
+exploration and SPARQL execution); and ``sexpr`` (KBQA-R1's S-expression actions, issue 18),
+whose expressions compile to SPARQL. Each module's ``make_tools(env)`` returns the tool table of
 a :class:`~kgsynth.agent.tools.ToolEnvironment`: name -> (arity, function returning a
 ``ToolResult``); a function raises :class:`~kgsynth.agent.toolkit.ToolFailure` to fail a call.
 Both run agent queries through :func:`sparql_result`, which adds the guard, the timeout and the
@@ -28,6 +29,10 @@ def make_tools(env: ToolHost) -> ToolTable:
         from kgsynth.agent.toolsets.isp import make_tools as isp_tools
 
         return isp_tools(env)
+    if name == "sexpr":
+        from kgsynth.agent.toolsets.sexpr import make_tools as sexpr_tools
+
+        return sexpr_tools(env)
     raise ValueError(f"unknown tool set {name!r}")
 
 

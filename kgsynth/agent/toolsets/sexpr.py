@@ -1,0 +1,466 @@
+"""KBQA-R1's action space (``sexpr``): S-expression actions that build a logical form step by
+step, each step executed on the KG.
+
+One action per ``<kg-query>``, in KBQA-R1's bracket syntax, optionally numbered
+(``Action2: Merge [ expression1 | expression2 ]``); action names are case-insensitive:
+
+``Find_relation [ Entity Name or expressionN | relation or (R relation) ]``
+  ``(JOIN relation X)``: the entities ``s`` with ``s relation x``; ``(JOIN (R relation) X)``:
+  the ``o`` with ``x relation o``, for ``x`` in X (an entity, resolved by name like every
+  tool's names, or an earlier expression; a typed literal ``1990^^xsd-IRI`` also works).
+``Merge [ expressionA | expressionB ]``
+  ``(AND A B)``; one side may be a class name (a type of the other side's members).
+``Order [ argmax or argmin | expressionN | attribute ]``
+  ``(ARGMAX N attribute)``: the members with the largest (smallest) value.
+``Compare [ lt, le, gt or ge | attribute | value ]``
+  ``(gt attribute value)``: every entity whose attribute value compares so (then Merge it).
+``Time_constraint [ attribute | year ]``
+  ``(TC latest attribute year)`` on the latest expression.
+``Count [ expressionN ]``
+  ``(COUNT N)``: how many members N has.
+
+Each action that succeeds makes the next expression (``expression1``, ``expression2`` …: the
+episode's state, one :class:`Session` per :class:`~kgsynth.agent.tools.ToolEnvironment`, which
+is one per question; tree rollouts restore each branch's own with
+:meth:`~kgsynth.agent.tools.ToolEnvironment.restore`). The whole expression is compiled to one
+SPARQL query (:func:`kgsynth.kg.sexpr.compile_sparql`) and run through the KG's read-only
+guard, :data:`~kgsynth.agent.sparql_exec.AGENT_QUERY_TIMEOUT_S` and a row cap (as
+:func:`~kgsynth.agent.sparql_exec.run_agent_query`; past the cap a COUNT query gives the
+total). The observation: ``expressionK = <S-expression>``, the number of results and the first
+:data:`SHOWN_RESULTS` by name, the relations of the new set ranked against the question (top
+``top_k_relations``, written as the agent writes them: ``rel`` / ``(R rel)``) and its number
+and date attributes (what Order, Compare and Time_constraint take). An empty result makes no
+expression (``no_results``). Relations and attributes are gated first
+(:mod:`~kgsynth.agent.toolsets.sexpr_gate`, KBQA-R1's RRCG, thresholds ``gate_high`` and
+``gate_low``)::
+
+    env = ToolEnvironment(graph, "who directed Kismet", AgentConfig(toolset="sexpr"))
+    env.execute("Find_relation [ Kismet | (R directed_by) ]")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
+from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, rank_relations
+from kgsynth.agent.toolsets import ToolTable
+from kgsynth.agent.toolsets import sexpr_gate as g
+from kgsynth.agent.toolsets.sexpr_gate import (
+    attributes_of,
+    classes_of,
+    literal_relations,
+    relations_of,
+)
+from kgsynth.agent.toolsets.sexpr_syntax import (
+    ACTIONS,
+    COMPARISONS,
+    TOOL_HELP,
+    USAGE,
+    ActionSyntaxError,
+    expression_number,
+    is_expression,
+    key_matches,
+    literal_operand,
+    literal_terms,
+    parse_action,
+    plain_atom,
+    reverse_inner,
+    value_atom,
+    words,
+    written_forms,
+    wrong,
+    year_atom,
+)
+from kgsynth.errors import QueryRejectedError, RowLimitError
+from kgsynth.kg import sexpr as sx
+from kgsynth.kg.graph import Relation
+from kgsynth.kg.terms import Term
+
+if TYPE_CHECKING:
+    from kgsynth.agent.toolkit import ToolHost
+
+SHOWN_RESULTS = 20
+"""Result names an observation shows."""
+MAX_GATED = 10
+"""Candidates a gated relation lists."""
+
+
+@dataclass(frozen=True)
+class Expression:
+    """One expression of the episode: its tree and text, and what it gave (a set's first
+    members and size, or a count's number)."""
+
+    number: int
+    tree: sx.SExpr
+    text: str
+    members: tuple[Term, ...] = ()
+    total: int = 0
+    count: int | None = None  # a COUNT expression's number
+
+    @property
+    def name(self) -> str:
+        return f"expression{self.number}"
+
+
+class Session:
+    """The expressions an episode made, in order (expression1 first)."""
+
+    def __init__(self) -> None:
+        self.expressions: list[Expression] = []
+
+    def snapshot(self) -> tuple[Expression, ...]:
+        return tuple(self.expressions)
+
+    def restore(self, state: tuple[Expression, ...] | None) -> None:
+        self.expressions = list(state or ())
+
+    def get(self, ref: str, *, need_set: bool = True) -> Expression:
+        n = expression_number(ref)
+        if n is None:
+            raise ToolFailure(ErrorType.WRONG_ARGUMENTS, f'"{ref}" is not an expressionN.')
+        if not 1 <= n <= len(self.expressions):
+            made = f"expression1 to expression{len(self.expressions)}" if self.expressions else ""
+            raise ToolFailure(
+                ErrorType.WRONG_ARGUMENTS,
+                f"there is no expression{n}; "
+                + (f"the expressions so far are {made}." if made else "no expression yet."),
+            )
+        expr = self.expressions[n - 1]
+        if need_set and expr.count is not None:
+            raise ToolFailure(
+                ErrorType.WRONG_ARGUMENTS, f"{expr.name} is a count, not a set of entities."
+            )
+        return expr
+
+    def latest(self) -> Expression | None:
+        return next((e for e in reversed(self.expressions) if e.count is None), None)
+
+
+class SExprTools:
+    """The six actions over one environment and its :class:`Session`."""
+
+    def __init__(self, env: ToolHost, timeout: float, max_rows: int) -> None:
+        self.env = env
+        self.session = Session()
+        self.timeout = timeout
+        self.max_rows = max_rows
+
+    # --- running an expression -------------------------------------------------------------
+
+    def _compile(self, tree: sx.SExpr) -> str:
+        try:
+            return sx.compile_sparql(tree, self.env.graph.profile)
+        except sx.SExprError as exc:
+            msg = f"the expression is invalid: {exc}."
+            raise ToolFailure(ErrorType.WRONG_ARGUMENTS, msg) from None
+
+    def _rows(self, query: str, max_rows: int | None) -> tuple[list[dict[str, Term]], bool]:
+        rows: list[dict[str, Term]] = []
+        try:
+            try:
+                for row in self.env.graph.kg.select_iter(
+                    query, timeout=self.timeout, max_rows=max_rows
+                ):
+                    rows.append(row)
+            except RowLimitError:
+                return rows, True
+        except QueryRejectedError as exc:
+            reason = str(exc).removeprefix("refused: ")
+            msg = f"the query was refused: {reason}."
+            raise ToolFailure(ErrorType.QUERY_REFUSED, msg) from None
+        return rows, False
+
+    def _count(self, tree: sx.SExpr) -> int:
+        rows, _ = self._rows(self._compile(tree), 1)
+        return int(rows[0]["count"].value) if rows and "count" in rows[0] else 0
+
+    def _make(self, tree: sx.SExpr, notes: tuple[str, ...], entities: tuple[str, ...] = ()):
+        """Run ``tree``; on results, record it as the next expression and observe it."""
+        text = sx.to_text(tree)
+        number = len(self.session.expressions) + 1
+        if sx.operator(tree) == "COUNT":
+            n = self._count(tree)
+            expr = Expression(number, tree, text, count=n)
+            self.session.expressions.append(expr)
+            lines = [*notes, f"{expr.name} = {text}", f"Count: {n}"]
+            return ToolResult("\n".join(lines), entities=(*entities, str(n)), notes=notes)
+        rows, capped = self._rows(self._compile(tree), self.max_rows)
+        terms = list(dict.fromkeys(r["x"] for r in rows if "x" in r))
+        if not terms:
+            raise ToolFailure(
+                ErrorType.NO_RESULTS,
+                f"{text} has no results; no expression was made. Try another relation, "
+                "direction or value.",
+            )
+        graph = self.env.graph
+        graph.prefetch_labels(t.value for t in terms if t.kind == "iri")
+        named = sorted(
+            ((graph.display_name(t), t) for t in terms), key=lambda p: (p[0], p[1].value)
+        )
+        total = self._count(("COUNT", tree)) if capped else len(terms)
+        expr = Expression(number, tree, text, tuple(t for _, t in named), total)
+        self.session.expressions.append(expr)
+        shown = [n for n, _ in named[:SHOWN_RESULTS]]
+        plural = "" if total == 1 else "s"
+        head = f"{total} result{plural}" + (
+            f", the first {len(shown)}" if total > len(shown) else ""
+        )
+        lines = [*notes, f"{expr.name} = {text}", f"{head}: {'; '.join(shown)}"]
+        lines += self._describe(expr)
+        return ToolResult("\n".join(lines), entities=(*entities, *shown), notes=notes)
+
+    def _describe(self, expr: Expression) -> list[str]:
+        """The relation and attribute lines of a new set."""
+        env, iris = self.env, [t.value for t in expr.members if t.kind == "iri"]
+        lines = []
+        rels = relations_of(env.graph, iris)
+        if rels:
+            ranked = rank_relations(env.question, rels, _dense(env))[: env.config.top_k_relations]
+            order = ", most relevant first" if env.question else ""
+            shown = ", ".join(display(env, r) for r in ranked)
+            lines.append(
+                f"Relations of {expr.name} (showing {len(ranked)} of {len(rels)}{order}): {shown}"
+            )
+        attrs = attributes_of(env.graph, iris)
+        if attrs:
+            listed = ", ".join(f"{a.atom} ({a.kind})" for a in attrs[: env.config.top_k_relations])
+            lines.append(
+                f"Attributes of {expr.name} (for Order, Compare, Time_constraint): {listed}"
+            )
+        return lines
+
+    # --- gating ----------------------------------------------------------------------------
+
+    def _gate(self, written: str, candidates: list[g.Candidate], where: str, what: str) -> Any:
+        """The candidate's key to use, and a note when it was corrected; raises the gated
+        list (no error: nothing ran) or ``relation_not_found``."""
+        cfg = self.env.config
+        exact_forms = written_forms(written)
+        result = g.gate(
+            words(reverse_inner(written) or written),
+            candidates,
+            self.env.dense or _shared_scorer(),
+            high=cfg.gate_high,
+            low=cfg.gate_low,
+            is_exact=lambda c: c.text in exact_forms or key_matches(c.key, exact_forms),
+        )
+        extra = (result.note,) if result.note else ()
+        if result.band == g.EXACT:
+            return result.chosen.key, extra
+        if result.band == g.CORRECTED:
+            c, sim = result.ranked[0]
+            note = f"note: {where} has no {what} {written}; using {c.text} (similarity {sim:.2f})."
+            return c.key, (*extra, note)
+        if result.band == g.GATED:
+            listed = g.listing(result.ranked, MAX_GATED)
+            raise _Gated(
+                "\n".join(
+                    [
+                        *extra,
+                        f"{where} has no {what} {written}; nothing was run. The closest "
+                        f"({cfg.gate_low} <= similarity < {cfg.gate_high}): {listed}. Write the "
+                        "action again with one of them.",
+                    ]
+                )
+            )
+        best = f" The closest: {g.listing(result.ranked)}." if result.ranked else ""
+        raise ToolFailure(
+            ErrorType.RELATION_NOT_FOUND, f"{where} has no {what} like {written}.{best}"
+        )
+
+    # --- the actions -----------------------------------------------------------------------
+
+    def find_relation(self, operand: str, relation: str) -> ToolResult:
+        env, graph = self.env, self.env.graph
+        if not operand or not relation:
+            raise wrong("Find_relation")
+        notes: tuple[str, ...] = ()
+        entities: tuple[str, ...] = ()
+        subject: sx.SExpr
+        if is_expression(operand):
+            source = self.session.get(operand)
+            subject, where = source.tree, source.name
+            rels = relations_of(graph, [t.value for t in source.members if t.kind == "iri"])
+        else:
+            literal = literal_operand(operand)
+            try:
+                entity, notes = env._entity(operand)
+            except ToolFailure:
+                if literal is None:
+                    raise
+                subject, where = literal, operand
+                rels = literal_relations(graph, literal_terms(literal))
+            else:
+                subject = sx.entity_atom(entity.iri, graph.profile)
+                where, entities = f'"{entity.name}"', (entity.name,)
+                rels = graph.relations(entity.iri)
+        direction = "in" if reverse_inner(relation) is None else "out"
+        candidates = [
+            g.Candidate(display(env, r), words(r.name), r, r.direction == direction) for r in rels
+        ]
+        rel, more = self._gate(relation, candidates, where, "relation")
+        return self._make(join(env, rel, subject), (*notes, *more), entities)
+
+    def merge(self, first: str, second: str) -> ToolResult:
+        if not first or not second:
+            raise wrong("Merge")
+        sides = [self.session.get(x) if is_expression(x) else None for x in (first, second)]
+        if sides[0] is None and sides[1] is None:
+            raise ToolFailure(
+                ErrorType.WRONG_ARGUMENTS, "Merge needs at least one expressionN; " + USAGE["Merge"]
+            )
+        notes: tuple[str, ...] = ()
+        trees: list[sx.SExpr] = []
+        for text, side, other in zip((first, second), sides, sides[::-1], strict=True):
+            if side is not None:
+                trees.append(side.tree)
+                continue
+            assert other is not None
+            iris = [t.value for t in other.members if t.kind == "iri"]
+            classes = classes_of(self.env.graph, iris)
+            candidates = [g.Candidate(c.atom, words(c.name), c) for c in classes]
+            named, more = self._gate(text, candidates, other.name, "class")
+            trees.append(named.atom)
+            notes += more
+        return self._make(("AND", trees[0], trees[1]), notes)
+
+    def order(self, mode: str, operand: str, attribute: str) -> ToolResult:
+        op = {"argmax": "ARGMAX", "argmin": "ARGMIN"}.get(mode.strip().casefold())
+        if op is None or not operand or not attribute:
+            raise wrong("Order")
+        source = self.session.get(operand)
+        atom, notes = self._attribute(source, attribute)
+        return self._make((op, source.tree, atom), notes)
+
+    def compare(self, op: str, attribute: str, value: str) -> ToolResult:
+        cmp = COMPARISONS.get(op.strip().casefold())
+        if cmp is None or not attribute or not value:
+            raise wrong("Compare")
+        atom_value = value_atom(value)
+        if atom_value is None:
+            raise ToolFailure(
+                ErrorType.WRONG_ARGUMENTS,
+                f'"{value}" is not a value to compare: write a number, a date (YYYY-MM-DD) or '
+                "VALUE^^DATATYPE-IRI.",
+            )
+        latest = self.session.latest()
+        if latest is None:  # nothing to gate against: the attribute as written
+            atom, notes = plain_atom(attribute), ()
+        else:
+            atom, notes = self._attribute(latest, attribute)
+        return self._make((cmp, atom, atom_value), notes)
+
+    def time_constraint(self, attribute: str, year: str) -> ToolResult:
+        year_value = year_atom(year)
+        if not attribute or year_value is None:
+            raise wrong("Time_constraint")
+        latest = self.session.latest()
+        if latest is None:
+            raise ToolFailure(
+                ErrorType.WRONG_ARGUMENTS,
+                "Time_constraint applies to the latest expression; there is none yet.",
+            )
+        atom, notes = self._attribute(latest, attribute)
+        return self._make(("TC", latest.tree, atom, year_value), notes)
+
+    def count(self, operand: str) -> ToolResult:
+        if not operand:
+            raise wrong("Count")
+        return self._make(("COUNT", self.session.get(operand).tree), ())
+
+    def _attribute(self, source: Expression, written: str) -> tuple[str, tuple[str, ...]]:
+        name = reverse_inner(written) or written  # (R release_year): release_year
+        iris = [t.value for t in source.members if t.kind == "iri"]
+        attrs = attributes_of(self.env.graph, iris)
+        candidates = [g.Candidate(a.atom, words(a.name), a) for a in attrs]
+        named, notes = self._gate(name, candidates, source.name, "number or date attribute")
+        return named.atom, notes
+
+
+class _Gated(ToolFailure):
+    """A gated relation: nothing ran, the candidates are listed (not an error)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(ErrorType.RELATION_NOT_FOUND, text)
+
+
+def _shared_scorer() -> Any:
+    from kgsynth.agent.relrank import shared_scorer
+
+    return shared_scorer()
+
+
+def _dense(env: ToolHost) -> Any:
+    if env.config.relation_ranking != "hybrid" or not env.question:
+        return None
+    return env.dense or _shared_scorer()
+
+
+def display(env: ToolHost, rel: Relation) -> str:
+    """How the agent writes ``rel``: ``name`` (``(JOIN name X)``: what has it to X) for an
+    incoming relation, ``(R name)`` for an outgoing one."""
+    prof = env.graph.profile
+    name = sx.relation_atom(rel.path[0], prof) if len(rel.path) == 1 else rel.name
+    return f"(R {name})" if rel.direction == "out" else name
+
+
+def join(env: ToolHost, rel: Relation, subject: sx.SExpr) -> sx.SExpr:
+    """``(JOIN rel X)`` / ``(JOIN (R rel) X)``; a relation across an unnamed node is two
+    JOINs (``s r1 c . c r2 o``)."""
+    prof = env.graph.profile
+    atoms = [sx.relation_atom(p, prof) for p in rel.path]
+    if rel.direction == "out":
+        tree = subject
+        for atom in atoms:
+            tree = ("JOIN", ("R", atom), tree)
+        return tree
+    tree = subject
+    for atom in reversed(atoms):
+        tree = ("JOIN", atom, tree)
+    return tree
+
+
+def make_tools(
+    env: ToolHost, *, timeout: float = AGENT_QUERY_TIMEOUT_S, max_rows: int = AGENT_MAX_ROWS
+) -> ToolTable:
+    """The ``sexpr`` tool table of ``env`` (its :class:`Session` becomes ``env.session``)."""
+    tools = SExprTools(env, timeout, max_rows)
+    env.session = tools.session  # type: ignore[attr-defined]
+
+    def wrapped(fn: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
+        def run(*args: str) -> ToolResult:
+            try:
+                return fn(*args)
+            except _Gated as gated:
+                return ToolResult(gated.text, None, None, (), (), ())
+
+        return run
+
+    return {
+        "Find_relation": (2, wrapped(tools.find_relation)),
+        "Merge": (2, wrapped(tools.merge)),
+        "Order": (3, wrapped(tools.order)),
+        "Compare": (3, wrapped(tools.compare)),
+        "Time_constraint": (2, wrapped(tools.time_constraint)),
+        "Count": (1, wrapped(tools.count)),
+    }
+
+
+__all__ = [
+    "ACTIONS",
+    "SHOWN_RESULTS",
+    "TOOL_HELP",
+    "USAGE",
+    "ActionSyntaxError",
+    "Expression",
+    "SExprTools",
+    "Session",
+    "display",
+    "is_expression",
+    "join",
+    "make_tools",
+    "parse_action",
+]
