@@ -47,6 +47,7 @@ def walk_cmd(
         "--exclude-relations": cfg.exclude_relations,
     }
     inputs |= {"--seeds": cfg.seeds, "--config": config}
+    inputs |= {"--relations-from": cfg.relations_from, "--seeds-from": cfg.seeds_from}
     staged = StagedOutput(
         out_path, overwrite=overwrite, inputs=inputs, cleanup=[parts_dir(out_path)]
     )

@@ -40,6 +40,16 @@ class WalkConfig:
     relations: str | None = option(None, "Whitelist file: relation names, one per line.")
     exclude_relations: str | None = option(None, "Blacklist file: relation names, one per line.")
     seeds: str | None = option(None, "File of entity names to start walks from.")
+    relations_from: str | None = option(
+        None,
+        "Benchmark file (WebQSP, CWQ, GrailQA or GraphQuestions .json): walk only the relations "
+        "its gold SPARQL uses (GraphWalker's predicate set P); instead of --relations.",
+    )
+    seeds_from: str | None = option(
+        None,
+        "Benchmark file: start walks from its questions' topic entities, by id (GraphWalker's "
+        "seed set E); instead of --seeds.",
+    )
     shard: str = option("0/1", "i/N: this run's share; shards merge without duplicates.")
     chunk_size: int = option(250, "Walks per resumable chunk.")
     max_attempts_per_walk: int = option(
@@ -73,6 +83,10 @@ class WalkConfig:
                 f"--max-base must be >= 2 and --constraint-hops 1 or 2 "
                 f"(got {self.max_base}, {self.constraint_hops})"
             )
+        if self.relations and self.relations_from:
+            raise ConfigError("give --relations or --relations-from, not both")
+        if self.seeds and self.seeds_from:
+            raise ConfigError("give --seeds or --seeds-from, not both")
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
         self.structure_weights()

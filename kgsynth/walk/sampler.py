@@ -14,6 +14,7 @@ from kgsynth.kg.graph import KGGraph, Relation
 from kgsynth.kg.terms import Term
 from kgsynth.stage import Reject
 from kgsynth.walk.answers import AnswerQueries
+from kgsynth.walk.benchmark_sets import benchmark_relation_set
 from kgsynth.walk.config import CONSTRAINT_STRUCTURES, WalkConfig, read_lines, read_list
 from kgsynth.walk.constraints import ConstraintSampling
 from kgsynth.walk.records import Hop, Walk
@@ -61,6 +62,8 @@ class WalkSampler(AnswerQueries, ConstraintSampling):
             else set()
         )
         self.frequency = self._relation_frequency()
+        if cfg.relations_from:
+            self.allowed = benchmark_relation_set(cfg.relations_from, graph, self._known_relation)
         self._weights: dict[Relation, float] = {}
         self._check_relation_names()
         self.attributes = AttributeCatalog(graph)

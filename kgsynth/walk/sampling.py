@@ -14,6 +14,7 @@ from kgsynth.errors import InputFileError, KGSynthError
 from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.stage import Reject
+from kgsynth.walk.benchmark_sets import benchmark_seed_iris
 from kgsynth.walk.config import WalkConfig, WalkError, read_lines
 from kgsynth.walk.records import Walk, WalkState, stable_hash, walk_id_of, walk_to_row
 from kgsynth.walk.sampler import Outcome, WalkSampler, finish
@@ -26,7 +27,10 @@ MIN_BLOCK = 16
 
 
 def seed_entities(graph: KGGraph, cfg: WalkConfig) -> Sequence[str]:
-    """Candidate start entities (sorted IRIs): the ``--seeds`` names, else every named entity."""
+    """Candidate start entities (sorted IRIs): the ``--seeds`` names, the ``--seeds-from``
+    benchmark's topic entities, else every named entity."""
+    if cfg.seeds_from:
+        return benchmark_seed_iris(cfg.seeds_from, graph)
     if cfg.seeds:
         iris = []
         for lineno, name in read_lines(cfg.seeds, "seeds"):
