@@ -13,47 +13,23 @@ unnamed node (``r1.r2``) is two joins. Constraints:
   ``op v``;
 - ``time``: ``(TC B attr year)``: members with a value in that year.
 
-Values in SPARQL: numbers as ``xsd:double`` (a number literal, or the name of an entity named
+Atoms are written by :mod:`kgsynth.kg.sexpr`'s ``entity_atom``, ``relation_atom`` and
+``literal_atom``; an entity named by a number is compared with a bare number. Values in SPARQL:
+numbers as ``xsd:double`` (a number literal, or the name of an entity named
 by a number), dates as their ISO text (``STR``), a date's year as its first four characters:
 the same comparisons :mod:`kgsynth.walk.values` makes in Python.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kgsynth.kg import sparql
-from kgsynth.kg.profiles import FREEBASE_NS, KGProfile
+from kgsynth.kg.profiles import KGProfile
+from kgsynth.kg.sexpr import entity_atom, literal_atom, relation_atom
 from kgsynth.walk.records import Hop
 from kgsynth.walk.values import XSD, AttributeKind, Value
-
-_FREEBASE_ID = re.compile(r"[mg]\.[0-9A-Za-z_]+")
-
-
-def entity_atom(iri: str, profile: KGProfile) -> str:
-    """An entity in an S-expression: ``m.0abc`` for a Freebase id, else ``<IRI>``."""
-    del profile
-    if iri.startswith(FREEBASE_NS) and _FREEBASE_ID.fullmatch(iri[len(FREEBASE_NS) :]):
-        return iri[len(FREEBASE_NS) :]
-    return f"<{iri}>"
-
-
-def relation_atom(iri: str, profile: KGProfile) -> str:
-    """A relation in an S-expression: its profile name when that names it back, else
-    ``<IRI>``."""
-    name = profile.relation_name(iri)
-    if profile.relation_iri(name) == iri and re.fullmatch(r"[^\s()<>\"^]+", name):
-        return name
-    return f"<{iri}>"
-
-
-def literal_atom(value: str, datatype: str | None) -> str:
-    """A literal in an S-expression: ``VALUE^^DATATYPE_IRI``, ``"text"`` for a plain string."""
-    if datatype and datatype != XSD + "string":
-        return f"{value}^^{datatype}"
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @dataclass(frozen=True)

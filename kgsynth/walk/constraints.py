@@ -22,7 +22,8 @@ A walk that cannot be asked is rejected with a reason counted per structure:
 ``constraint_mixed_values`` (a member's value is not of the attribute's kind),
 ``constraint_too_few_values`` (fewer than 2 members, or fewer than half, have a value),
 ``constraint_all_tied`` (every member with a value has the extreme one),
-``constraint_no_split`` (no value or year selects some but not all members), ``too_many_answers``
+``constraint_no_split`` (no value or year selects some but not all members),
+``constraint_unwritable`` (an IRI or value no S-expression atom can write), ``too_many_answers``
 and ``unnamed_answer``.
 """
 
@@ -118,10 +119,13 @@ class ConstraintSampling:
             walk.answers = self._named(chosen)
             names = dict(walk.answers)
             walk.sampled_answer = names.get(current, walk.answers[0][1])
-        walk.sexpr = to_sexpr(
-            base_sexpr(topic[0], hops, self.graph.profile), constraint, self.graph.profile
-        )
-        walk.sparql = to_sparql(topic[0], hops, constraint, self.graph.profile)
+        try:
+            walk.sexpr = to_sexpr(
+                base_sexpr(topic[0], hops, self.graph.profile), constraint, self.graph.profile
+            )
+            walk.sparql = to_sparql(topic[0], hops, constraint, self.graph.profile)
+        except ValueError:  # an IRI or value the S-expression or SPARQL cannot write
+            raise Reject("constraint_unwritable") from None
         return walk
 
     def _pick_attribute(

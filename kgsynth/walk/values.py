@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph
+from kgsynth.kg.sexpr import SExprError, check_typed_value
 from kgsynth.kg.terms import Term
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -82,7 +83,7 @@ def parse_value(term: Term, name: str | None) -> Value | None:
     ``name`` is a number; None for anything else."""
     if term.kind == "literal":
         text, dt = term.value, term.datatype
-        if dt in NUMERIC_TYPES and NUMBER.fullmatch(text.strip()):
+        if dt in NUMERIC_TYPES and NUMBER.fullmatch(text) and _valid(text, dt):
             return Value("number", float(text), text, dt)
         form = DATE_FORMS.get(dt or "")
         if form is not None and form.fullmatch(text):
@@ -91,6 +92,16 @@ def parse_value(term: Term, name: str | None) -> Value | None:
     if term.kind == "iri" and name is not None and NUMBER.fullmatch(name):
         return Value("number", float(name), name, None)
     return None
+
+
+def _valid(text: str, datatype: str) -> bool:
+    """A well-formed literal of its datatype ("5.0" is no xsd:integer): the S-expression's
+    literal atoms are checked the same way."""
+    try:
+        check_typed_value(text, datatype)
+    except SExprError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
