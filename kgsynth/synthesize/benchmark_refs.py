@@ -107,14 +107,20 @@ def _substituted(query: ParsedQuery) -> list[Pattern]:
     return [Pattern(sub(p.s), p.p, sub(p.o)) for p in query.patterns]
 
 
-def path_shape(query: ParsedQuery) -> PathShape:
-    """The branches of a path or conjunction query (see :class:`PathShape`), or
-    :class:`NotAPath` naming what the query does beyond following relations from entities."""
+def _check_plain(query: ParsedQuery) -> None:
+    """:class:`NotAPath` for a query that orders, aggregates, filters on values or uses any
+    other feature beyond a basic graph pattern."""
     for feature in query.features:
         raise NotAPath(_feature_kind(feature), feature)
     for text in query.filters:
         if not _allowed_filter(text):
             raise NotAPath("value_filter", f"FILTER {text}")
+
+
+def path_shape(query: ParsedQuery) -> PathShape:
+    """The branches of a path or conjunction query (see :class:`PathShape`), or
+    :class:`NotAPath` naming what the query does beyond following relations from entities."""
+    _check_plain(query)
     if len(query.select) != 1 or query.select[0] == "*":
         raise NotAPath("shape", f"projects {query.select or 'nothing'}, not one variable")
     answer = query.select[0]
@@ -164,7 +170,7 @@ def path_shape(query: ParsedQuery) -> PathShape:
     merge_at: list[int] = []
     for nodes, steps in paths:
         at = nodes.index(meet)
-        hops = [_hop(patterns[k], nodes[j], nodes[j + 1]) for j, k in enumerate(steps)]
+        hops = [_hop(patterns[k], nodes[j]) for j, k in enumerate(steps)]
         branches.append(hops if not branches else hops[:at])
         merge_at.append(at)
     return PathShape(
@@ -205,7 +211,7 @@ def _meeting_node(paths: list[tuple[list[str], list[int]]]) -> str:
     return next(n for n in paths[0][0] if n in common)
 
 
-def _hop(pat: Pattern, start: str, end: str) -> PathHop:
+def _hop(pat: Pattern, start: str) -> PathHop:
     forward = _node(pat.s) == start
     return PathHop(pat.p.value, not forward, pat.o if forward else pat.s)
 
@@ -315,6 +321,7 @@ def sparql_walk_row(
     except SparqlSyntaxError as exc:
         raise NotAPath("syntax", str(exc)) from None
     profile = graph.profile
+    _check_plain(query)
     for pat in query.patterns:
         if pat.p.kind == "iri" and pat.p.value in profile.type_predicates:
             raise NotAPath("class_constraint", f"{_local(pat.p.value, graph)} {pat.o}")
