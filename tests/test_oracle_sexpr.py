@@ -1,0 +1,329 @@
+"""Oracle trajectories and RRS references in KBQA-R1's action space (the ``sexpr`` tool set,
+kgsynth.synthesize.oracle_sexpr): walks and hand-written constraint rows replayed to their gold
+answers, the reference's format, referenced rollouts and the leak check, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from kgsynth.agent.config import AgentConfig
+from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.cli import app
+from kgsynth.filter import FilterConfig, run_filters
+from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
+from kgsynth.kg.profiles import get_profile
+from kgsynth.llm.template import TemplateLLM
+from kgsynth.metrics import normalize_answer
+from kgsynth.stage import Reject
+from kgsynth.synthesize.oracle_sexpr import sexpr_oracle_calls, walk_sexpr
+from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
+from kgsynth.synthesize.trajectories import (
+    TrajectoryConfig,
+    oracle_calls,
+    reference_text,
+    synthesize_trajectories,
+)
+from kgsynth.walk import WalkConfig, run_walks
+from tests.kgfixtures import (
+    E,
+    build_pipeline_inputs,
+    freebase_kg,
+    generated_movie_facts,
+    movie_kg,
+    movie_ntriples,
+)
+from tests.test_trajectories import ScriptedPolicy
+
+SEXPR = AgentConfig(toolset="sexpr")
+
+
+@pytest.fixture(scope="module")
+def kg():
+    return EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
+
+
+@pytest.fixture(scope="module")
+def questions(kg, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("oracle_sexpr")
+    run_walks(kg, WalkConfig(n=40, seed=5), tmp / "walks.parquet")
+    walks = pq.read_table(tmp / "walks.parquet").to_pylist()
+    accepted, _, _ = synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())
+    return accepted
+
+
+def _oracle(rows, graph, **options):
+    cfg = TrajectoryConfig(agent=SEXPR, **options)
+    return synthesize_trajectories(rows, cfg, graph=graph, llm=TemplateLLM())
+
+
+def _written(hop) -> str:
+    return hop["relation"] if hop["inverse"] else f"(R {hop['relation']})"
+
+
+def _expected_calls(row) -> list[str]:
+    """The actions, written out per structure."""
+    topics, hops = row["topic_names"], [h for b in row["branches"] for h in b]
+    if row["structure"] == "chain-1":
+        return [f"Find_relation [ {topics[0]} | {_written(hops[0])} ]"]
+    if row["structure"] == "chain-2":
+        return [
+            f"Find_relation [ {topics[0]} | {_written(hops[0])} ]",
+            f"Find_relation [ expression1 | {_written(hops[1])} ]",
+        ]
+    return [  # 2I
+        f"Find_relation [ {topics[0]} | {_written(hops[0])} ]",
+        f"Find_relation [ {topics[1]} | {_written(hops[1])} ]",
+        "Merge [ expression1 | expression2 ]",
+    ]
+
+
+def test_chain_and_2i_walks_replay_to_their_gold_answers(kg, questions):
+    graph = KGGraph(kg)
+    # a chain that turns back along its own relation reaches its topic again (see below)
+    picked = [
+        next(
+            q
+            for q in questions
+            if q["structure"] == s
+            and len({h["relation"] for b in q["branches"] for h in b}) == q["hops"]
+        )
+        for s in ("chain-1", "chain-2", "2I")
+    ]
+    rows, rejected, stats = _oracle(picked, graph)
+    assert rejected == [] and stats["trajectories"] == 3
+    for q, row in zip(picked, rows, strict=True):
+        assert row["tool_calls"] == _expected_calls(q)
+        env = ToolEnvironment(graph, q["question"], SEXPR)  # the same observations, replayed
+        tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+        for call, obs in zip(row["tool_calls"], tool_msgs, strict=True):
+            assert obs == f"<information>{env.execute(call).text}</information>"
+        assert tool_msgs[-1].startswith(f"<information>expression{len(tool_msgs)} = ")
+        assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert all(parse_turn(a).format_error is None for a in assistant)
+        assert parse_turn(assistant[-1]).answer == row["predicted_answers"]
+        assert sorted(map(normalize_answer, row["predicted_answers"])) == sorted(
+            map(normalize_answer, q["answer_names"])
+        )
+        assert "I follow" in assistant[0]  # a thought per step (the template's)
+    accepted, filtered, _ = run_filters(rows, FilterConfig())
+    assert accepted.num_rows == 3 and filtered.num_rows == 0
+
+
+def test_every_walk_structure_is_accepted_or_its_s_expression_reaches_more(kg, questions):
+    graph = KGGraph(kg)
+    rows, rejected, stats = _oracle(questions, graph)
+    assert len(rows) + len(rejected) == len(questions) and len(rows) >= 0.8 * len(questions)
+    assert {s for s in Counter(r["structure"] for r in rows)} >= {"chain-1", "chain-2", "2I", "IP"}
+    # a walk's paths never pass through an entity twice (its SPARQL's NOT IN filters); an
+    # S-expression's JOINs do, and reach more: a chain back through its topic
+    assert set(stats["rejects"]) <= {"oracle_answers_differ"}
+    by_id = {q["question_id"]: q for q in questions}
+    for r in rejected:
+        q = by_id[r["question_id"]]
+        env = ToolEnvironment(graph, q["question"], SEXPR)
+        for c in sexpr_oracle_calls(q, graph):
+            env.execute(c.call)
+        last = env.session.expressions[-1]
+        got = {graph.display_name(t) for t in last.members}
+        assert set(q["answer_names"]) < got and "NOT IN" in q["sparql"]
+
+
+def test_the_reference_is_shown_as_kbqa_r1_numbers_its_actions(questions):
+    row = next(q for q in questions if q["structure"] == "2I")
+    ref = reference_text(row, "sexpr")
+    assert ref.splitlines() == [f"Action{i}: {c}" for i, c in enumerate(_expected_calls(row), 1)]
+    assert [c.kind for c in oracle_calls(row, "sexpr")] == [
+        "find_relation", "find_relation", "merge"
+    ]  # fmt: skip
+    tree, names = walk_sexpr(row)
+    assert tree[0] == "AND" and set(names.values()) == set(row["topic_names"])
+
+
+# --- constraint rows: count, superlative, comparative, time --------------------------------------
+
+DIETERLE = f"<{E}William%20Dieterle>"
+CONSTRAINTS = [  # (structure, S-expression, gold, the actions)
+    (
+        "count",
+        f"(COUNT (JOIN directed_by {DIETERLE}))",
+        ["2"],
+        ["Find_relation [ William Dieterle | directed_by ]", "Count [ expression1 ]"],
+    ),
+    (
+        "superlative",
+        f"(ARGMAX (JOIN directed_by {DIETERLE}) release_year)",
+        ["Kismet"],
+        [
+            "Find_relation [ William Dieterle | directed_by ]",
+            "Order [ argmax | expression1 | release_year ]",
+        ],
+    ),
+    (
+        "comparative",
+        f"(AND (JOIN starred_actors <{E}Bette%20Davis>) (lt release_year 1939))",
+        ["Jezebel"],
+        [
+            "Find_relation [ Bette Davis | starred_actors ]",
+            "Compare [ lt | release_year | 1939 ]",
+            "Merge [ expression1 | expression2 ]",
+        ],
+    ),
+    (
+        "time",
+        f"(TC (JOIN has_genre <{E}Drama>) release_year 1939)",
+        ["Juarez"],
+        ["Find_relation [ Drama | has_genre ]", "Time_constraint [ release_year | 1939 ]"],
+    ),
+]
+
+
+def _row(structure, sexpr, gold, topics=(), ids=()):
+    return {
+        "question_id": f"q-{structure}",
+        "walk_id": f"w-{structure}",
+        "question": f"a {structure} question",
+        "structure": structure,
+        "hops": 1,
+        "topic_names": list(topics),
+        "topic_ids": list(ids),
+        "branches": [[{"relation": "x", "inverse": False, "entity": "y"}]] * max(1, len(topics)),
+        "merge_at": [1] * max(1, len(topics)),
+        "answer_names": gold,
+        "sexpr": sexpr,
+    }
+
+
+def test_constraint_rows_replay_their_s_expressions_to_the_gold_answers():
+    graph = KGGraph(movie_kg())
+    rows_in = [_row(s, x, gold) for s, x, gold, _ in CONSTRAINTS]  # names from the KG's labels
+    rows, rejected, stats = _oracle(rows_in, graph)
+    assert rejected == [] and stats["trajectories"] == 4
+    for (structure, _, gold, actions), row in zip(CONSTRAINTS, rows, strict=True):
+        assert row["tool_calls"] == actions, structure
+        assert row["predicted_answers"] == gold
+        assert row["messages"][-1]["content"].endswith(f"<answer>{json.dumps(gold)}</answer>")
+    thoughts = [m["content"].split("</think>")[0] for r in rows for m in r["messages"][2::2]]
+    assert any("I count the members of expression1" in t for t in thoughts)
+    assert any("largest release year: I order expression1 by release_year" in t for t in thoughts)
+    assert any("release year below 1939: I compare release_year with 1939" in t for t in thoughts)
+    assert any("whose release year falls in 1939" in t for t in thoughts)
+    count_obs = [m["content"] for m in rows[0]["messages"] if m["role"] == "tool"][-1]
+    assert count_obs.endswith("Count: 2</information>")
+
+
+def test_a_constraint_on_typed_literals_and_the_row_topic_names():
+    from tests.test_toolset_sexpr import XSD, _films_nt
+
+    graph = KGGraph(EmbeddedKG.from_ntriples(_films_nt(), get_profile("generic")))
+    ann = f"{E}Ann"
+    rows_in = [
+        _row("superlative", f"(ARGMIN (JOIN directed_by <{ann}>) release_date)", ["Alpha"],
+             ["Ann Lee"], [ann]),
+        _row("comparative",
+             f"(AND (JOIN directed_by <{ann}>) (ge release_date 1994-02-01^^{XSD}date))",
+             ["Beta"], ["Ann Lee"], [ann]),
+        _row("time", f"(TC (JOIN directed_by <{ann}>) release_date 1994^^{XSD}gYear)",
+             ["Beta", "Gamma"], ["Ann Lee"], [ann]),
+        _row("class", f"(AND Film (JOIN directed_by <{ann}>))", ["Alpha", "Beta", "Gamma"],
+             ["Ann Lee"], [ann]),
+    ]  # fmt: skip
+    rows, rejected, _ = _oracle(rows_in, graph)
+    assert rejected == [] and [r["predicted_answers"] for r in rows] == [
+        ["Alpha"], ["Beta"], ["Beta", "Gamma"], ["Alpha", "Beta", "Gamma"]
+    ]  # fmt: skip
+    assert rows[1]["tool_calls"][1] == "Compare [ ge | release_date | 1994-02-01 ]"
+    assert rows[2]["tool_calls"][1] == "Time_constraint [ release_date | 1994 ]"
+    assert rows[3]["tool_calls"] == [
+        "Find_relation [ Ann Lee | directed_by ]", "Merge [ Film | expression1 ]"
+    ]  # fmt: skip
+
+
+def test_a_freebase_s_expression_names_its_entities_by_label():
+    graph = KGGraph(freebase_kg())
+    row = _row("chain-1", "(JOIN (R people.person.nationality) m.irons)", ["United Kingdom"])
+    assert [c.call for c in sexpr_oracle_calls(row, graph)] == [
+        "Find_relation [ Jeremy Irons | (R people.person.nationality) ]"
+    ]
+    rows, rejected, _ = _oracle([row], graph)
+    assert rejected == [] and rows[0]["predicted_answers"] == ["United Kingdom"]
+    assert (
+        "expression1 = (JOIN (R people.person.nationality) m.irons)"
+        in (rows[0]["messages"][3]["content"])
+    )
+    with pytest.raises(Reject, match="sexpr_entity_unnamed"):
+        sexpr_oracle_calls(row)  # without the KG nothing names m.irons
+
+
+def test_rows_the_oracle_turns_down_say_why():
+    graph = KGGraph(movie_kg())
+    bad = [
+        _row("count", f"(COUNT (JOIN directed_by {DIETERLE}))", ["3"]),  # the gold is 2
+        _row("superlative", "(ARGMAX Film (JOIN rel_a rel_b))", ["x"]),
+        _row("count", "(COUNT (JOIN directed_by", ["2"]),
+        _row("chain-1", f"(JOIN (R no_such_relation) {DIETERLE})", ["x"]),
+    ]
+    _, rejected, stats = _oracle(bad, graph)
+    assert [r["reject_reason"] for r in rejected] == [
+        "oracle_answers_differ", "sexpr_unsupported", "sexpr_unparsable",
+        "oracle_relation_not_found",
+    ]  # fmt: skip
+    assert stats["trajectories"] == 0
+
+
+# --- referenced rollouts (KBQA-R1's RRS) and the leak check -------------------------------------
+
+
+def test_referenced_rollouts_see_the_reference_and_store_none_of_it(kg, questions):
+    row = next(q for q in questions if q["structure"] == "chain-2")
+    ref = reference_text(row, "sexpr", KGGraph(kg))
+    calls = _expected_calls(row)
+    answer = f"<think>done</think><answer>{json.dumps(row['answer_names'])}</answer>"
+    follows = [f"<think>step</think><kg-query>{c}</kg-query>" for c in calls] + [answer]
+    # a policy that copies the reference's numbered lines keeps them in its turns
+    copies = [f"<think>step</think><kg-query>{line}</kg-query>" for line in ref.splitlines()]
+    out = []
+    for script in (follows, [*copies, answer]):
+        policy = ScriptedPolicy({row["question"]: script})
+        cfg = TrajectoryConfig(mode="referenced", agent=SEXPR)
+        rows, _, _ = synthesize_trajectories([row], cfg, graph=KGGraph(kg), llm=policy)
+        assert ref in policy.prompts[0][1]["content"]
+        (traj,) = rows
+        assert traj["reference"] == ref and traj["tool_errors"] == 0
+        assert all(ref not in m["content"] for m in traj["messages"])
+        out.append(traj)
+    accepted, filtered, _ = run_filters(out, FilterConfig())
+    assert accepted.num_rows == 1 and accepted.column("trajectory_id").to_pylist() == [
+        out[0]["trajectory_id"]
+    ]
+    assert filtered.column("reject_reason").to_pylist() == ["reference_leak"]
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+
+def test_cli_synthesizes_sexpr_oracle_trajectories(tmp_path):
+    paths = build_pipeline_inputs(tmp_path, walks=12, structures="chain-1:0.5,chain-2:0.5")
+    out = tmp_path / "trajectories.parquet"
+    args = ["synthesize", "trajectories", "--questions", str(paths["questions"]), "--kg",
+            str(paths["store"]), "--out", str(out), "--tools", "sexpr", "--gate-high", "0.9"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(out).to_pylist()
+    questions = pq.read_table(paths["questions"]).num_rows
+    rejected = pq.read_table(tmp_path / "trajectories.rejected.parquet").to_pylist()
+    assert rows and len(rows) + len(rejected) == questions
+    assert {r["reject_reason"] for r in rejected} <= {"oracle_answers_differ"}
+    for r in rows:
+        assert r["tool_calls"][0].startswith("Find_relation [ ")
+        assert "Find_relation [" in r["messages"][0]["content"]  # the sexpr system prompt
+    manifest = json.loads((tmp_path / "trajectories.manifest.json").read_text())
+    config = manifest["config"]
+    agent = config.get("agent", config)
+    assert agent["toolset"] == "sexpr" and agent["gate_high"] == 0.9
