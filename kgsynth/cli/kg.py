@@ -129,7 +129,7 @@ def kg_tool(
     profile: ProfileOption = None,
     question: Annotated[str, typer.Option(help="Question used to rank the relations.")] = "",
     tools: Annotated[
-        str, typer.Option(help="Tool set: graphwalker, kgr1, knowcoder or isp.")
+        str, typer.Option(help="Tool set: graphwalker, kgr1, knowcoder, isp or sexpr.")
     ] = "graphwalker",
     top_k: Annotated[int, typer.Option(help="Relations shown by get_relations.")] = 10,
     max_triples: Annotated[int, typer.Option(help="Triples shown per relation.")] = 5,

@@ -61,7 +61,8 @@ class GRPOConfig:
     )
     preset: str | None = option(
         None,
-        "A seed paper's whole RL recipe: graphwalker, kbqa-r1, knowcoder-a1, kg-r1 or isp "
+        "A seed paper's whole RL recipe: graphwalker, kbqa-r1 (KBQA-R1: its S-expression "
+        "actions, --tools sexpr, with relation gating), knowcoder-a1, kg-r1 or isp "
         "(rewards, advantage, KL, clip, group, turns, lr, warm-up; the README's preset table "
         "gives each value and its source). --config and flags override it.",
     )
@@ -165,6 +166,8 @@ class GRPOConfig:
     lora_target: str = option("all-linear", HELP["lora_target"])
     top_k_relations: int = agent_option("top_k_relations")
     max_triples_per_relation: int = agent_option("max_triples_per_relation")
+    gate_high: float = agent_option("gate_high")
+    gate_low: float = agent_option("gate_low")
     distance_max_depth: int = option(
         3, "The distance reward's search depth (hops from the topic entities)."
     )

@@ -37,7 +37,6 @@ KGR1_SH = "KG-R1 code, train_grpo_kg_qwen_3b_cwq_f1_turn7.sh"
 ISP = "ISP-KGR code, run_kg_grpo.sh"
 ISP_REWARD = "ISP-KGR code, reward_fn.py"
 ISP_ROLLOUT = "ISP-KGR code, rollout_fn.py"
-STAND_IN = "its own action space is not built yet; the GraphWalker tools stand in"
 
 RL_PRESETS: dict[str, dict[str, Setting]] = {
     "graphwalker": {
@@ -64,7 +63,15 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
         ),
         "scale_rewards": Setting(False, "KBQA-R1 §IV-C2, Eq. 4: advantage r - mean(r), no std"),
         "turn_advantage": Setting(False, "KBQA-R1 §IV-C2: one trajectory-level reward"),
-        "toolset": Setting("graphwalker", "kgsynth", f"KBQA-R1's {STAND_IN}"),
+        "toolset": Setting(
+            "sexpr",
+            "KBQA-R1's action space: Find_relation, Merge, Order, Compare, Time_constraint, "
+            "Count, building an S-expression executed on the KG",
+        ),
+        "gate_high": Setting(
+            0.95, "KBQA-R1's RRCG: tau_high 0.95 (a relation this similar is used)"
+        ),
+        "gate_low": Setting(0.3, "KBQA-R1's RRCG: tau_low 0.3 (below it a relation is not found)"),
         "kl_coef": Setting(0.001, f"{KBQA}: KL loss 0.001"),
         "clip_low": Setting(0.2, f"{KBQA}: clip 0.2"),
         "clip_high": Setting(0.28, f"{KBQA}: clip-higher 0.28"),
