@@ -327,3 +327,63 @@ def test_cli_synthesizes_sexpr_oracle_trajectories(tmp_path):
     config = manifest["config"]
     agent = config.get("agent", config)
     assert agent["toolset"] == "sexpr" and agent["gate_high"] == 0.9
+
+
+def _sexpr_policy(n, body):
+    """An API agent in KBQA-R1's action space: its turns by question and turn number."""
+    from tests.llm_servers import Reply, chat_completion
+
+    messages = (body or {}).get("messages", [])
+    turns = sum(1 for m in messages if m.get("role") == "assistant")
+    counting = "how many" in messages[1]["content"]
+    script = (
+        [
+            "<think>a</think><kg-query>Find_relation [ William Dieterle | directed_by ]</kg-query>",
+            "<think>b</think><kg-query>Count [ expression1 ]</kg-query>",
+            '<think>c</think><answer>["2"]</answer>',
+        ]
+        if counting
+        else [
+            "<think>a</think><kg-query>Action1: Find_relation [ Kismet | director ]</kg-query>",
+            "<think>b</think><kg-query>Find_relation [ Kismet | (R directed_by) ]</kg-query>",
+            '<think>c</think><answer>["William Dieterle"]</answer>',
+        ]
+    )
+    return Reply(body=chat_completion(script[min(turns, len(script) - 1)]))
+
+
+def test_cli_evaluates_an_agent_in_the_sexpr_action_space(tmp_path):
+    from tests.llm_servers import FakeOpenAIServer
+
+    kg = tmp_path / "kg.nt"
+    kg.write_text(movie_ntriples())
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(
+        "".join(
+            json.dumps(q) + "\n"
+            for q in (
+                {"question": "who directed [Kismet]", "answer_names": ["William Dieterle"]},
+                {"question": "how many films did [William Dieterle] direct", "answer_names": ["2"]},
+            )
+        )
+    )
+    out = tmp_path / "eval"
+    with FakeOpenAIServer(_sexpr_policy) as server:
+        args = ["eval", "--questions", str(qfile), "--kg", str(kg), "--out", str(out),
+                "--llm", "openai", "--model", "m", "--api-key", "x", "--base-url",
+                server.base_url, "--tools", "sexpr", "--max-turns", "4"]  # fmt: skip
+        res = CliRunner().invoke(app, args)
+        system = server.bodies[0]["messages"][0]["content"]
+    assert res.exit_code == 0, res.output
+    assert "Count [ expressionN ]" in system and "<kg-query>" in system
+    rows = sorted(
+        pq.read_table(out / "predictions.parquet").to_pylist(), key=lambda r: r["question"]
+    )
+    assert [r["predicted"] for r in rows] == [["2"], ["William Dieterle"]]
+    # the first action was gated (no error, the candidates listed), the second ran
+    who = rows[1]["messages"]
+    assert "nothing was run" in who[3]["content"] and "(R directed_by)" in who[3]["content"]
+    assert who[5]["content"].startswith("<information>expression1 = (JOIN (R directed_by) ")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["tools"] == "sexpr" and metrics["overall"]["hits_at_1"] == 1.0
+    assert metrics["config"]["toolset"] == "sexpr" and metrics["config"]["gate_low"] == 0.3
