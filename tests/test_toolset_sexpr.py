@@ -467,3 +467,27 @@ def test_tree_branches_keep_their_own_expressions(movies: KGGraph, tmp_path):
         f"expression2 = (JOIN starred_actors (JOIN (R starred_actors) {KISMET}))\n1 result: Kismet"
     )
     assert tree.pruned >= 1 and torch is not None
+
+
+def test_a_relation_only_unsampled_members_have_is_still_exact():
+    """Relations and attributes are read from a set's first members; one the others alone
+    have is tried on the whole set before it is gated."""
+    facts = [(f"Film {i:02d}", "directed_by", "Dee") for i in range(14)]
+    facts += [("Film 13", "written_by", "Wes"), ("Film 13", "release_year", "1999")]
+    from tests.kgfixtures import movie_ntriples
+
+    env = env_for(KGGraph(EmbeddedKG.from_ntriples(movie_ntriples(facts), get_profile("generic"))))
+    films = env.execute("Find_relation [ Dee | directed_by ]")
+    assert (
+        lines(films.text)[1].startswith("14 results, the first 14: ") or "14 results" in films.text
+    )
+    assert "written_by" not in films.text and "Attributes" not in films.text  # not sampled
+    writer = env.execute("Find_relation [ expression1 | (R written_by) ]")
+    assert lines(writer.text)[:2] == [
+        f"expression2 = (JOIN (R written_by) (JOIN directed_by <{E}Dee>))",
+        "1 result: Wes",
+    ]
+    latest = env.execute("Order [ argmax | expression1 | release_year ]")
+    assert "1 result: Film 13" in latest.text and "note:" not in latest.text
+    # a relation no member has is still gated
+    assert "nothing was run" in env.execute("Find_relation [ expression1 | written ]").text

@@ -24,6 +24,13 @@ them (a relation path in ARGMAX, an entity alone) turns the question down
 (``oracle_<error type>``) or is gated (``oracle_relation_gated``), a final expression whose
 results are more than an observation shows (``answers_not_observed``), or whose results are not
 the gold answers (``oracle_answers_differ``: for a count, the number) turns the question down.
+A walk's own answers never go back through an entity its path passed (its SPARQL's ``NOT IN``
+filters) while the S-expression's JOINs do, so a chain that turns back along its relation can
+differ; constraint walks carry their own S-expression and answers, and agree.
+
+A referenced rollout that copies a reference line with its ``ActionK:`` number into its query
+(which the action syntax allows) keeps the reference's text in its messages, and the filter's
+leak check, unchanged, turns it down; the same actions without the numbers pass.
 """
 
 from __future__ import annotations

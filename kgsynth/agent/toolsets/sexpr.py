@@ -32,7 +32,8 @@ total). The observation: ``expressionK = <S-expression>``, the number of results
 and date attributes (what Order, Compare and Time_constraint take). An empty result makes no
 expression (``no_results``). Relations and attributes are gated first
 (:mod:`~kgsynth.agent.toolsets.sexpr_gate`, KBQA-R1's RRCG, thresholds ``gate_high`` and
-``gate_low``)::
+``gate_low``) against those of the set's first members (``SAMPLED_MEMBERS``); a relation
+written exactly that only other members have is tried on the whole set before it is gated::
 
     env = ToolEnvironment(graph, "who directed Kismet", AgentConfig(toolset="sexpr"))
     env.execute("Find_relation [ Kismet | (R directed_by) ]")
@@ -60,8 +61,10 @@ from kgsynth.agent.toolsets.sexpr_syntax import (
     TOOL_HELP,
     USAGE,
     ActionSyntaxError,
+    display,
     expression_number,
     is_expression,
+    join,
     key_matches,
     literal_operand,
     literal_terms,
@@ -220,7 +223,7 @@ class SExprTools:
         if rels:
             ranked = rank_relations(env.question, rels, _dense(env))[: env.config.top_k_relations]
             order = ", most relevant first" if env.question else ""
-            shown = ", ".join(display(env, r) for r in ranked)
+            shown = ", ".join(display(env.graph.profile, r) for r in ranked)
             lines.append(
                 f"Relations of {expr.name} (showing {len(ranked)} of {len(rels)}{order}): {shown}"
             )
@@ -271,6 +274,37 @@ class SExprTools:
             ErrorType.RELATION_NOT_FOUND, f"{where} has no {what} like {written}.{best}"
         )
 
+    def _unsampled(self, source: Expression, written: str, candidates: list[g.Candidate]) -> bool:
+        """Whether ``written`` matches no candidate read from ``source``'s sampled members
+        while ``source`` has more members than were sampled (it may be on the others)."""
+        if source.total <= g.SAMPLED_MEMBERS:
+            return False
+        forms = written_forms(written)
+        return not any(c.text in forms or key_matches(c.key, forms) for c in candidates)
+
+    def _written_relation(self, written: str, direction: str) -> Relation | None:
+        """The relation ``written`` names (a name or ``<IRI>``), None when it names none."""
+        name = " ".join((reverse_inner(written) or written).split())
+        try:
+            atom = sx.parse(name)
+        except sx.SExprError:
+            return None
+        if not isinstance(atom, str) or literal_operand(atom) is not None:
+            return None
+        prof = self.env.graph.profile
+        iri = atom[1:-1] if atom.startswith("<") else prof.relation_iri(atom)
+        return Relation(prof.relation_name(iri), direction, (iri,))  # type: ignore[arg-type]
+
+    def _reaches(self, tree: sx.SExpr) -> bool:
+        """Whether ``tree`` has a result (an invalid one has none)."""
+        try:
+            rows, capped = self._rows(self._compile(tree), 1)
+        except ToolFailure as fail:
+            if fail.error == ErrorType.WRONG_ARGUMENTS:
+                return False
+            raise
+        return bool(rows) or capped
+
     # --- the actions -----------------------------------------------------------------------
 
     def find_relation(self, operand: str, relation: str) -> ToolResult:
@@ -299,10 +333,15 @@ class SExprTools:
                 rels = graph.relations(entity.iri)
         direction = "in" if reverse_inner(relation) is None else "out"
         candidates = [
-            g.Candidate(display(env, r), words(r.name), r, r.direction == direction) for r in rels
+            g.Candidate(display(graph.profile, r), words(r.name), r, r.direction == direction)
+            for r in rels
         ]
+        if is_expression(operand) and self._unsampled(source, relation, candidates):
+            written = self._written_relation(relation, direction)
+            if written is not None and self._reaches(join(graph.profile, written, subject)):
+                return self._make(join(graph.profile, written, subject), notes, entities)
         rel, more = self._gate(relation, candidates, where, "relation")
-        return self._make(join(env, rel, subject), (*notes, *more), entities)
+        return self._make(join(graph.profile, rel, subject), (*notes, *more), entities)
 
     def merge(self, first: str, second: str) -> ToolResult:
         if not first or not second:
@@ -376,6 +415,10 @@ class SExprTools:
         iris = [t.value for t in source.members if t.kind == "iri"]
         attrs = attributes_of(self.env.graph, iris)
         candidates = [g.Candidate(a.atom, words(a.name), a) for a in attrs]
+        if self._unsampled(source, name, candidates):
+            rel = self._written_relation(name, "out")
+            if rel is not None and self._reaches(join(self.env.graph.profile, rel, source.tree)):
+                return sx.relation_atom(rel.path[0], self.env.graph.profile), ()
         named, notes = self._gate(name, candidates, source.name, "number or date attribute")
         return named.atom, notes
 
@@ -397,30 +440,6 @@ def _dense(env: ToolHost) -> Any:
     if env.config.relation_ranking != "hybrid" or not env.question:
         return None
     return env.dense or _shared_scorer()
-
-
-def display(env: ToolHost, rel: Relation) -> str:
-    """How the agent writes ``rel``: ``name`` (``(JOIN name X)``: what has it to X) for an
-    incoming relation, ``(R name)`` for an outgoing one."""
-    prof = env.graph.profile
-    name = sx.relation_atom(rel.path[0], prof) if len(rel.path) == 1 else rel.name
-    return f"(R {name})" if rel.direction == "out" else name
-
-
-def join(env: ToolHost, rel: Relation, subject: sx.SExpr) -> sx.SExpr:
-    """``(JOIN rel X)`` / ``(JOIN (R rel) X)``; a relation across an unnamed node is two
-    JOINs (``s r1 c . c r2 o``)."""
-    prof = env.graph.profile
-    atoms = [sx.relation_atom(p, prof) for p in rel.path]
-    if rel.direction == "out":
-        tree = subject
-        for atom in atoms:
-            tree = ("JOIN", ("R", atom), tree)
-        return tree
-    tree = subject
-    for atom in reversed(atoms):
-        tree = ("JOIN", atom, tree)
-    return tree
 
 
 def make_tools(
@@ -458,9 +477,7 @@ __all__ = [
     "Expression",
     "SExprTools",
     "Session",
-    "display",
     "is_expression",
-    "join",
     "make_tools",
     "parse_action",
 ]

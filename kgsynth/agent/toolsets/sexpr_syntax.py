@@ -13,6 +13,7 @@ from kgsynth.agent.toolkit import ErrorType, ToolFailure, tokenize
 from kgsynth.agent.toolsets.sexpr_gate import Named
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import Relation
+from kgsynth.kg.profiles import KGProfile
 from kgsynth.kg.terms import Term
 from kgsynth.text import clean_text
 
@@ -186,14 +187,38 @@ def expression_number(ref: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def display(prof: KGProfile, rel: Relation) -> str:
+    """How the agent writes ``rel``: ``name`` (``(JOIN name X)``: what has it to X) for an
+    incoming relation, ``(R name)`` for an outgoing one."""
+    name = sx.relation_atom(rel.path[0], prof) if len(rel.path) == 1 else rel.name
+    return f"(R {name})" if rel.direction == "out" else name
+
+
+def join(prof: KGProfile, rel: Relation, subject: sx.SExpr) -> sx.SExpr:
+    """``(JOIN rel X)`` / ``(JOIN (R rel) X)``; a relation across an unnamed node is two
+    JOINs (``s r1 c . c r2 o``)."""
+    atoms = [sx.relation_atom(p, prof) for p in rel.path]
+    if rel.direction == "out":
+        tree = subject
+        for atom in atoms:
+            tree = ("JOIN", ("R", atom), tree)
+        return tree
+    tree = subject
+    for atom in reversed(atoms):
+        tree = ("JOIN", atom, tree)
+    return tree
+
+
 __all__ = [
     "ACTIONS",
     "COMPARISONS",
     "TOOL_HELP",
     "USAGE",
     "ActionSyntaxError",
+    "display",
     "expression_number",
     "is_expression",
+    "join",
     "key_matches",
     "literal_operand",
     "literal_terms",
