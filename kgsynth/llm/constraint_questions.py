@@ -219,6 +219,28 @@ def _time_forms(np: Phrase, words: str, year: str) -> list[str]:
     ]
 
 
+def constraint_operation(row: dict[str, Any]) -> str:
+    """What a constraint walk's S-expression asks of its set, in words, for an LLM's question
+    prompt ("count the entities of the set", "keep the one(s) with the largest release year",
+    …). Raises ``ValueError`` when the S-expression is not one of the four shapes."""
+    expr = read_sexpr(str(row.get("sexpr") or ""))
+    op = expr[0] if isinstance(expr, tuple) and expr else None
+    if op == "COUNT":
+        return "count the entities of the set (the answer is that number)"
+    if op in ("ARGMAX", "ARGMIN") and len(expr) == 3:
+        most = "largest" if op == "ARGMAX" else "smallest"
+        return f"keep the one(s) of the set with the {most} {_attribute_words(expr[2])}"
+    if op == "AND" and len(expr) == 3 and isinstance(expr[2], tuple) and len(expr[2]) == 3:
+        cmp, attr, atom = expr[2]
+        value, is_date = _value_text(atom)
+        words = _attribute_words(attr)
+        timed = is_date or bool(_TIME_WORDS & set(words.split()))
+        return f"keep those of the set whose {words} is {_IS[timed][cmp].format(v=value)}"
+    if op == "TC" and len(expr) == 4:
+        return f"keep those of the set whose {_attribute_words(expr[2])} falls in {expr[3]}"
+    raise ValueError(f"sexpr: not a constraint expression ({op!r})")
+
+
 def constraint_question(row: dict[str, Any], rng: random.Random | None = None) -> str:
     """A question for a constraint walk, its forms drawn from ``rng`` (the first of each
     without one). Raises ``ValueError`` when the row's S-expression is not one of the four

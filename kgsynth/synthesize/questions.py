@@ -28,6 +28,7 @@ from kgsynth.config import option
 from kgsynth.errors import ConfigError
 from kgsynth.kg.sparql import normalize_name
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
+from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES, constraint_operation
 from kgsynth.prompts import prompt_hash, render
 from kgsynth.stage import Progress, Rejected, StageResult
 
@@ -80,12 +81,14 @@ def masked_paths(walk: dict[str, Any]) -> tuple[list[list[str]], list[str], list
     """Fact lines per branch (up to the meeting point), lines after it, and the hidden names.
 
     Intermediate entities become entity1, entity2, …; on a chain the last hop ends at the
-    answers. On a conjunction the meeting point is "target" and IP's last hop ends at "answer";
+    answers (on a constraint walk, at "member": each entity of the set the constraint reads). On a conjunction the meeting point is "target" and IP's last hop ends at "answer";
     IP's meeting entity is hidden like any intermediate."""
     masked: list[str] = []
     counter = 0
     branches, merge_at = walk["branches"], walk["merge_at"]
     conj = len(branches) > 1
+    # a constraint walk's path ends at each member of the set its constraint then reads
+    constrained = walk.get("structure") in CONSTRAINT_STRUCTURES and bool(walk.get("sexpr"))
     answers = ", ".join(walk["answer_names"][:3]) + (" …" if len(walk["answer_names"]) > 3 else "")
     branch_lines: list[list[str]] = []
     tail_lines: list[str] = []
@@ -98,7 +101,7 @@ def masked_paths(walk: dict[str, Any]) -> tuple[list[list[str]], list[str], list
                 if len(hops) > merge_at[b]:  # IP: the meeting entity is an intermediate
                     masked.append(hop["entity"])
             elif i == len(hops) - 1:
-                name = "answer" if conj else answers
+                name = "answer" if conj else ("member" if constrained else answers)
             else:
                 counter += 1
                 name = f"entity{counter}"
@@ -111,7 +114,16 @@ def masked_paths(walk: dict[str, Any]) -> tuple[list[list[str]], list[str], list
 
 def question_messages(walk: dict[str, Any]) -> list[dict[str, str]]:
     branch_lines, tail_lines, _ = masked_paths(walk)
-    if len(walk["branches"]) == 1:
+    if walk.get("structure") in CONSTRAINT_STRUCTURES and walk.get("sexpr"):
+        text = render(
+            "question_constraint",
+            topic=walk["topic_names"][0],
+            path_lines=branch_lines[0],
+            hops=len(walk["branches"][0]),
+            operation=constraint_operation(walk),
+            answers=walk["answer_names"],
+        )
+    elif len(walk["branches"]) == 1:
         text = render(
             "question_path",
             topic=walk["topic_names"][0],
@@ -135,6 +147,8 @@ def judge_messages(walk: dict[str, Any], question: str) -> list[dict[str, str]]:
     path_text = "\n".join(line for lines in branch_lines for line in lines)
     if tail_lines:
         path_text += "\n" + "\n".join(tail_lines)
+    if walk.get("structure") in CONSTRAINT_STRUCTURES and walk.get("sexpr"):
+        path_text += f"\nthen, over that set: {constraint_operation(walk)}"
     return [
         {
             "role": "user",
@@ -342,7 +356,9 @@ def run(
     gen = {
         "backend": llm.backend,
         "model": llm.model,
-        "prompt_hash": prompt_hash("question_path", "question_conjunction", "quality_judge"),
+        "prompt_hash": prompt_hash(
+            "question_path", "question_conjunction", "question_constraint", "quality_judge"
+        ),
     }
 
     def report(phase: str, total: int) -> Callable[[int, Completion], None] | None:
