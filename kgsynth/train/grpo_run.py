@@ -38,6 +38,10 @@ class RLQuestion:
     answers: list[str]
     question_id: str
     topic_ids: tuple[str, ...] = ()
+    # a benchmark's answers by id (parallel to ``answers``) and their aliases: rewards count a
+    # predicted id or alias as the answer it names
+    answer_ids: tuple[str | None, ...] = ()
+    aliases: tuple[tuple[str, ...], ...] = ()
 
 
 def read_rl_questions(path: str | Path) -> list[RLQuestion]:
@@ -61,6 +65,8 @@ def read_rl_questions(path: str | Path) -> list[RLQuestion]:
                 list(r.answer_names),
                 f"{path.name}:{r.line}",
                 tuple(r.topic_ids),
+                tuple(r.answer_ids or ()),
+                tuple(tuple(a) for a in (r.aliases or ())),
             )
         )
     if not out:

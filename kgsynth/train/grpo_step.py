@@ -116,7 +116,13 @@ def rollout_and_update(
     results = []
     for k, r in enumerate(rollouts):
         q = batch[mine[k // g]]
-        gold = Gold(answers=q.answers, question=q.question, topic_names=q.topic_names)
+        gold = Gold(
+            answers=q.answers,
+            question=q.question,
+            topic_names=q.topic_names,
+            answer_ids=q.answer_ids,
+            aliases=q.aliases,
+        )
         results.append(run.rspec.score(r.episode, gold, st.reward_state, distance=run.distance))
     per_token_adv, skipped = step_advantages(
         rollouts, results, g, turn_advantage=cfg.turn_advantage,

@@ -149,7 +149,13 @@ def tree_rollout_and_update(
     groups = skipped = 0
     for gi, tree in zip(mine, trees, strict=True):
         q = batch[gi]
-        gold = Gold(answers=q.answers, question=q.question, topic_names=q.topic_names)
+        gold = Gold(
+            answers=q.answers,
+            question=q.question,
+            topic_names=q.topic_names,
+            answer_ids=q.answer_ids,
+            aliases=q.aliases,
+        )
         leaves = tree.leaves
         for i in leaves:
             check_alignment(tree.nodes[i].rollout)

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.loop import Episode, TurnRecord
-from kgsynth.metrics import answer_set, em_strict, f1, f_beta, hit, normalize_answer
+from kgsynth.metrics import (
+    answer_set,
+    em_strict,
+    f1,
+    f_beta,
+    hit,
+    match_predictions,
+    normalize_answer,
+)
 
 FBETA_EARLY = 0.5
 FBETA_LATE = 1.0
@@ -26,6 +34,17 @@ class Gold:
     answers: Sequence[str]
     question: str = ""
     topic_names: Sequence[str] = ()
+    # a benchmark's answers by id (parallel to ``answers``, None where one has none) and their
+    # aliases: a predicted id or alias counts as the answer it names
+    answer_ids: Sequence[str | None] = ()
+    aliases: Sequence[Sequence[str]] = ()
+
+
+def predicted(episode: Episode, gold: Gold) -> list[str]:
+    """The episode's answers, each id or alias of a gold answer replaced by its gold name."""
+    return match_predictions(
+        episode.predicted_answers, gold.answers, gold_ids=gold.answer_ids, aliases=gold.aliases
+    )
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -76,22 +95,22 @@ def _retrieved(turn: TurnRecord) -> set[str]:
 
 def em_strict_reward(episode: Episode, gold: Gold) -> float:
     """The predicted answer set equals the gold set."""
-    return em_strict(episode.predicted_answers, gold.answers)
+    return em_strict(predicted(episode, gold), gold.answers)
 
 
 def hit_reward(episode: Episode, gold: Gold) -> float:
     """GraphWalker's EM: some predicted answer is gold."""
-    return hit(episode.predicted_answers, gold.answers)
+    return hit(predicted(episode, gold), gold.answers)
 
 
 def f1_reward(episode: Episode, gold: Gold) -> float:
     """KBQA-R1 / ISP: set F1 of the predicted answers."""
-    return f1(episode.predicted_answers, gold.answers)
+    return f1(predicted(episode, gold), gold.answers)
 
 
 def fbeta_reward(episode: Episode, gold: Gold, beta: float = FBETA_LATE) -> float:
     """KnowCoder-A1: set F-beta (the curriculum picks ``beta``, see :meth:`RewardSpec.fbeta_beta`)."""
-    return f_beta(episode.predicted_answers, gold.answers, beta)
+    return f_beta(predicted(episode, gold), gold.answers, beta)
 
 
 def format_reward(episode: Episode, gold: Gold) -> float:
