@@ -51,3 +51,14 @@ def test_rl_questions_from_a_benchmark_carry_ids_and_aliases():
         assert len(q.answer_ids) == len(q.answers)
     webqsp = read_rl_questions(FIXTURES / "webqsp.json")
     assert any(i and i.startswith("m.") for q in webqsp for i in q.answer_ids)
+
+
+def test_a_question_without_topic_entities_says_so():
+    from kgsynth.agent.prompt import user_prompt
+
+    assert user_prompt("Which films?", ["Kismet", "Juarez"]).endswith(
+        "Topic entities: Kismet, Juarez"
+    )
+    assert user_prompt("Which films?", []).endswith(
+        "Topic entities: none given (find them in the question)"
+    )

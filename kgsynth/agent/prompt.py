@@ -106,7 +106,9 @@ def stored_system_prompt(model_dir: str | Path | None) -> str | None:
 
 
 def user_prompt(question: str, topic_names: Sequence[str], reference: str | None = None) -> str:
-    text = f"Question: {question}\nTopic entities: {', '.join(topic_names)}"
+    # a benchmark question may name no topic entity (GrailQA): say so rather than leave it blank
+    topics = ", ".join(topic_names) or "none given (find them in the question)"
+    text = f"Question: {question}\nTopic entities: {topics}"
     if reference:
         text += (
             "\n\nA reference action sequence that answers this question (follow it, reasoning "
