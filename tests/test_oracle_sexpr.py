@@ -305,6 +305,18 @@ def test_referenced_rollouts_see_the_reference_and_store_none_of_it(kg, question
     assert filtered.column("reject_reason").to_pylist() == ["reference_leak"]
 
 
+def test_a_question_without_a_reference_is_turned_down_in_referenced_mode():
+    graph = KGGraph(movie_kg())
+    good = _row("count", f"(COUNT (JOIN directed_by {DIETERLE}))", ["2"])
+    bad = {**_row("superlative", "(ARGMAX Film (JOIN rel_a rel_b))", ["x"]), "question": "bad"}
+    policy = ScriptedPolicy({good["question"]: ['<think>t</think><answer>["2"]</answer>']})
+    cfg = TrajectoryConfig(mode="referenced", agent=SEXPR)
+    rows, rejected, stats = synthesize_trajectories([bad, good], cfg, graph=graph, llm=policy)
+    assert [r["question"] for r in rows] == [good["question"]]
+    assert [r["reject_reason"] for r in rejected] == ["sexpr_unsupported"]
+    assert stats["rejects"] == {"sexpr_unsupported": 1}
+
+
 # --- the CLI ---------------------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams
 from kgsynth.prompts import render
-from kgsynth.stage import Progress, Rejected
+from kgsynth.stage import Progress, Reject, Rejected
 from kgsynth.synthesize.oracle import reference_text
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_row
@@ -35,13 +35,21 @@ def rollout_trajectories(
     system_text: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[Rejected]]:
     """``referenced`` and ``free`` episodes, ``cfg.samples`` per question: the rows of the
-    episodes, and those turned down (every turn an LLM error), in question order.
+    episodes, and those turned down (every turn an LLM error; in ``referenced`` mode, a question
+    whose reference cannot be built, with its oracle's reason), in question order.
     ``system_text`` (a checkpoint's stored prompt) replaces the ``system_prompt`` style;
     ``progress`` gets ``(turn, episodes still active, "turn")``."""
     tasks: list[EpisodeTask] = []
     meta: list[tuple[dict[str, Any], int, str]] = []
+    accepted: list[tuple[int, dict[str, Any]]] = []
+    rejected: list[tuple[int, Rejected]] = []
     for row in rows:
-        ref = reference_text(row, cfg.toolset, graph) if cfg.mode == "referenced" else ""
+        try:
+            ref = reference_text(row, cfg.toolset, graph) if cfg.mode == "referenced" else ""
+        except Reject as rej:  # no reference for it (no logical form, an unsupported one)
+            out = trajectory_row(row, 0, None, cfg, generator)
+            rejected.append((len(meta), Rejected(out, rej.reason)))
+            continue
         for sample in range(cfg.samples):
             tasks.append(EpisodeTask(row["question"], list(row["topic_names"]), ref or None))
             meta.append((row, sample, ref))
@@ -60,8 +68,6 @@ def rollout_trajectories(
 
     # one seed per sample, so that N samples are N different requests (and cache entries)
     on_turn = (lambda t, n: progress(t, n, "turn")) if progress else None
-    accepted: list[tuple[int, dict[str, Any]]] = []
-    rejected: list[tuple[int, Rejected]] = []
     for sample in range(cfg.samples):
         idx = [i for i, (_, s, _) in enumerate(meta) if s == sample]
         params = GenerationParams(
@@ -87,5 +93,6 @@ def rollout_trajectories(
                 rejected.append((i, Rejected(out, "llm_error")))
             else:
                 accepted.append((i, out))
-    # accepted rows sample by sample (as sampled); rejects in question order
+    # accepted rows sample by sample (as sampled); rejects in question order (a question
+    # without a reference before the next question's episodes: the sort is stable)
     return [r for _, r in accepted], [r for _, r in sorted(rejected, key=lambda ir: ir[0])]
