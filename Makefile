@@ -14,7 +14,7 @@ SMOKE ?=
 export OMP_NUM_THREADS ?= 1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install virtuoso test test-all lint format all bench clean sparql-agents
+.PHONY: install virtuoso test test-all lint format all bench clean sparql-agents kbqa-r1
 
 install: $(STAMP)
 
@@ -117,6 +117,35 @@ sparql-agent-%: install
 	$(K) eval $(SCFG) --tools $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/rl --out $(SPARQL_RUN)/$*/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
 	$(K) eval --compare $(SPARQL_RUN)/$*/eval/stage1 $(SPARQL_RUN)/$*/eval/rl --out $(SPARQL_RUN)/$*/summary --overwrite
 	@cat $(SPARQL_RUN)/$*/summary/compare.md
+
+# KBQA-R1 (issue 18) end to end on the shipped KB: constraint walks (count, superlative,
+# comparative, time) beside chains -> oracle trajectories in KBQA-R1's S-expression actions
+# (--tools sexpr) -> filter -> stage1 -> Referenced Rejection Sampling against plain rejection
+# sampling on the same held-out questions (acceptance of each, printed) -> stage2 on what both
+# kept -> rl (--preset kbqa-r1) -> eval with the same tools. Recipe: pipelines/kbqa_r1.yaml.
+KBQA_RUN ?= runs/kbqa-r1
+KCFG := --config pipelines/kbqa_r1.yaml
+KQ := --questions $(KBQA_RUN)/questions.parquet --kg $(KBQA_RUN)/kg
+kbqa-r1: install
+	@mkdir -p $(KBQA_RUN)
+	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(KBQA_RUN)/kg --overwrite
+	$(K) walk $(KCFG) --kg $(KBQA_RUN)/kg --out $(KBQA_RUN)/walks.parquet --overwrite $(if $(SMOKE_S),--n 120)
+	$(K) synthesize questions $(KCFG) --walks $(KBQA_RUN)/walks.parquet --out $(KBQA_RUN)/questions.parquet --llm template --benchmark $(DEV) --overwrite
+	$(K) synthesize trajectories $(KCFG) $(KQ) --llm template --out $(KBQA_RUN)/trajectories.parquet --overwrite
+	$(K) filter $(KCFG) --in $(KBQA_RUN)/trajectories.parquet --out $(KBQA_RUN)/corpus --overwrite
+	$(K) train stage1 $(KCFG) --corpus $(KBQA_RUN)/corpus/accepted.parquet --model tiny --out $(KBQA_RUN)/stage1 --overwrite $(if $(SMOKE_S),--max-steps 8 --copy-warmup-steps 4)
+	$(K) synthesize trajectories $(KCFG) --section rrs_referenced $(KQ) --llm hf --model $(KBQA_RUN)/stage1 --no-cache --out $(KBQA_RUN)/rrs/referenced.parquet --overwrite $(if $(SMOKE_S),--limit 4 --samples 2)
+	$(K) synthesize trajectories $(KCFG) --section rrs_plain $(KQ) --llm hf --model $(KBQA_RUN)/stage1 --no-cache --out $(KBQA_RUN)/rrs/plain.parquet --overwrite $(if $(SMOKE_S),--limit 4 --samples 2)
+	$(K) filter $(KCFG) --section filter_rrs --in $(KBQA_RUN)/rrs/referenced.parquet --out $(KBQA_RUN)/rrs/referenced_kept --overwrite
+	$(K) filter $(KCFG) --section filter_rrs --in $(KBQA_RUN)/rrs/plain.parquet --out $(KBQA_RUN)/rrs/plain_kept --overwrite
+	$(K) filter $(KCFG) --section filter_rrs --in $(KBQA_RUN)/rrs/referenced.parquet --in $(KBQA_RUN)/rrs/plain.parquet --in $(KBQA_RUN)/corpus/accepted.parquet --out $(KBQA_RUN)/corpus_stage2 --overwrite
+	$(K) train stage2 $(KCFG) --corpus $(KBQA_RUN)/corpus_stage2/accepted.parquet --init $(KBQA_RUN)/stage1 --out $(KBQA_RUN)/stage2 --overwrite $(if $(SMOKE_S),--max-steps 4)
+	$(K) train rl $(KCFG) --preset kbqa-r1 $(KQ) --init $(KBQA_RUN)/stage2 --out $(KBQA_RUN)/rl --overwrite $(if $(SMOKE_S),--max-steps 1 --questions-per-step 2 --group-size 2 --max-turn-tokens 48)
+	$(K) eval $(KCFG) --questions $(DEV) --kg $(KBQA_RUN)/kg --model $(KBQA_RUN)/stage1 --out $(KBQA_RUN)/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
+	$(K) eval $(KCFG) --questions $(DEV) --kg $(KBQA_RUN)/kg --model $(KBQA_RUN)/rl --out $(KBQA_RUN)/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
+	$(K) eval --compare $(KBQA_RUN)/eval/stage1 $(KBQA_RUN)/eval/rl --out $(KBQA_RUN)/summary --overwrite
+	@$(BIN)/python benchmarks/rrs_acceptance.py $(KBQA_RUN)/rrs
+	@cat $(KBQA_RUN)/summary/compare.md
 
 bench: install
 	$(BIN)/python benchmarks/bench_kg_tools.py
