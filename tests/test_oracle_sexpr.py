@@ -399,3 +399,16 @@ def test_cli_evaluates_an_agent_in_the_sexpr_action_space(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["tools"] == "sexpr" and metrics["overall"]["hits_at_1"] == 1.0
     assert metrics["config"]["toolset"] == "sexpr" and metrics["config"]["gate_low"] == 0.3
+
+
+def test_a_join_on_a_typed_literal_is_never_read_as_a_name():
+    from tests.test_toolset_sexpr import XSD, _films_nt
+
+    nt = _films_nt() + f'<{E}Other> <http://www.w3.org/2000/01/rdf-schema#label> "95" .\n'
+    graph = KGGraph(EmbeddedKG.from_ntriples(nt, get_profile("generic")))
+    row = _row("chain-1", f"(JOIN runtime 95^^{XSD}integer)", ["Beta"])
+    rows, rejected, _ = _oracle([row], graph)
+    assert rejected == [] and rows[0]["tool_calls"] == [
+        f"Find_relation [ 95^^{XSD}integer | runtime ]"
+    ]
+    assert rows[0]["predicted_answers"] == ["Beta"]

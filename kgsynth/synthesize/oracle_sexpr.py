@@ -153,10 +153,12 @@ class _Builder:
         return f"expression{len(self.calls)}"
 
     def operand(self, atom: str) -> str:
-        """An entity by name, or a literal as written plainly."""
+        """An entity by name, or a literal as the expression writes it (a typed literal is
+        never read as a name)."""
         iri = _atom_iri(atom)
         if iri is None:
-            return _plain_value(atom)
+            _plain_value(atom)  # a literal (else the form is unsupported)
+            return atom
         name = self.names.get(atom)
         if name is None and self.graph is not None:
             name = self.graph.label(iri)

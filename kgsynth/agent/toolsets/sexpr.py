@@ -320,7 +320,10 @@ class SExprTools:
             rels = relations_of(graph, [t.value for t in source.members if t.kind == "iri"])
         else:
             literal = literal_operand(operand)
+            typed = literal is not None and ("^^" in operand or operand.startswith('"'))
             try:
+                if typed:  # a typed or quoted literal is never a name
+                    raise ToolFailure(ErrorType.ENTITY_NOT_FOUND, operand)
                 entity, notes = env._entity(operand)
             except ToolFailure:
                 if literal is None:
