@@ -412,3 +412,20 @@ def test_a_join_on_a_typed_literal_is_never_read_as_a_name():
         f"Find_relation [ 95^^{XSD}integer | runtime ]"
     ]
     assert rows[0]["predicted_answers"] == ["Beta"]
+
+
+def test_copy_drills_of_a_sexpr_corpus_copy_its_results_in_its_syntax(kg, questions):
+    from kgsynth.train.drills import copy_drills
+
+    rows, _, _ = _oracle(questions[:12], KGGraph(kg))
+    drills = copy_drills([r["messages"] for r in rows], 9, seed=0)
+    assert len(drills) == 9
+    replies = [d[2]["content"] for d in drills]
+    calls = [r for r in replies if r.startswith("<kg-query>")]
+    assert calls and all(c.startswith("<kg-query>Find_relation [ ") for c in calls)
+    assert all("get_relations" not in r and "get_triples" not in r for r in replies)
+    shown = [d[1]["content"] for d in drills if d[1]["content"].startswith("<information>")]
+    assert shown and all(" result" in s and "(" not in s for s in shown)
+    observed = {n for r in rows for n in r["observed_entities"]}
+    copied = {n for r in replies if r.startswith("<answer>") for n in json.loads(r[8:-9])}
+    assert copied and copied <= observed

@@ -43,6 +43,9 @@ from kgsynth.agent.protocol import (
 
 DRILL_SYSTEM = "Copy the names exactly as they are written."
 _TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
+# the sexpr tool set's observations: "2 results: Juarez; Kismet", "Relations of expression1 …: r"
+_RESULTS = re.compile(r"^\d+ results?(?:, the first \d+)?: (.+)$")
+_SEXPR_RELATIONS = re.compile(r"^Relations of expression\d+ \([^)]*\): (.+)$")
 
 
 def _observed_triples(
@@ -50,7 +53,9 @@ def _observed_triples(
 ) -> tuple[list[str], list[str]]:
     """Entity names and relations of the triples shown in the corpus's observations, and the
     names in the rows of the query results they show (``ExecuteSPARQL``, ``sparql``: a header
-    line of ``?variables``, then one tab-separated row a line), each in first-seen order (``?``
+    line of ``?variables``, then one tab-separated row a line) and in the sexpr tool set's result
+    lines (``2 results: Juarez; Kismet``; its relation lists give the relations), each in
+    first-seen order (``?``
     placeholders and names a drill could not quote are left out)."""
     names: dict[str, None] = {}
     relations: dict[str, None] = {}
@@ -69,6 +74,12 @@ def _observed_triples(
                 if table and i and not line.startswith("[..."):
                     for cell in line.split("\t"):
                         add(cell)
+                found = _RESULTS.match(line.strip())
+                for name in found.group(1).split("; ") if found else ():
+                    add(name)
+                listed = _SEXPR_RELATIONS.match(line.strip())
+                for rel in listed.group(1).split(", ") if listed else ():
+                    relations.setdefault(rel, None)
                 t = _TRIPLE.match(line.strip())
                 if not t:
                     continue
@@ -90,6 +101,12 @@ def copy_drills(
     names, rels = _observed_triples(conversations)
     if n <= 0 or len(names) < 2:
         return []
+    # a corpus in the sexpr tool set's action space gets its tool-call drills in that syntax
+    sexpr = any(
+        m["role"] == "tool" and re.match(r"<information>expression\d+ = ", m["content"])
+        for conv in conversations
+        for m in conv
+    )
     rels = rels or ["related_to"]
     rng = random.Random(f"copy-drills|{seed}")
     out = []
@@ -104,12 +121,16 @@ def copy_drills(
             rel = rng.choice(rels)
             tails = rng.sample(names, min(len(names), rng.randint(1, 4)))
             lines = "\n".join(f"({head}, {rel}, {t})" for t in tails)
+            if sexpr:  # an expression's results, as the sexpr tool set shows them
+                lines = f"{len(tails)} result{'s' * (len(tails) > 1)}: {'; '.join(tails)}"
             user = render_observation(lines)
             reply = tagged(ANSWER, _q(tails))
         else:
             topic = rng.choice(names)
             user = f"Topic entities: {topic}"
-            if rng.random() < 0.5:
+            if sexpr:  # KBQA-R1's actions (the sexpr tool set)
+                reply = tagged(KG_QUERY, f"Find_relation [ {topic} | {rng.choice(rels)} ]")
+            elif rng.random() < 0.5:
                 reply = tagged(KG_QUERY, f"get_relations({json.dumps(topic, ensure_ascii=False)})")
             else:
                 rel = rng.choice(rels)
