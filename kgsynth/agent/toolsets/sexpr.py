@@ -1,23 +1,16 @@
 """KBQA-R1's action space (``sexpr``): S-expression actions that build a logical form step by
-step, each step executed on the KG.
+step, each step executed on the KG. One action per ``<kg-query>``, in KBQA-R1's bracket syntax,
+optionally numbered (``Action2: Merge [ expression1 | expression2 ]``), names case-insensitive:
 
-One action per ``<kg-query>``, in KBQA-R1's bracket syntax, optionally numbered
-(``Action2: Merge [ expression1 | expression2 ]``); action names are case-insensitive:
-
-``Find_relation [ Entity Name or expressionN | relation or (R relation) ]``
-  ``(JOIN relation X)``: the entities ``s`` with ``s relation x``; ``(JOIN (R relation) X)``:
-  the ``o`` with ``x relation o``, for ``x`` in X (an entity, resolved by name like every
-  tool's names, or an earlier expression; a typed literal ``1990^^xsd-IRI`` also works).
-``Merge [ expressionA | expressionB ]``
-  ``(AND A B)``; one side may be a class name (a type of the other side's members).
-``Order [ argmax or argmin | expressionN | attribute ]``
-  ``(ARGMAX N attribute)``: the members with the largest (smallest) value.
-``Compare [ lt, le, gt or ge | attribute | value ]``
-  ``(gt attribute value)``: every entity whose attribute value compares so (then Merge it).
-``Time_constraint [ attribute | year ]``
-  ``(TC latest attribute year)`` on the latest expression.
-``Count [ expressionN ]``
-  ``(COUNT N)``: how many members N has.
+- ``Find_relation [ Entity Name or expressionN | relation or (R relation) ]``: ``(JOIN
+  relation X)``, the ``s`` with ``s relation x``, or ``(JOIN (R relation) X)``, the ``o`` with
+  ``x relation o``, for ``x`` in X (an entity resolved by name like every tool's names, an
+  earlier expression, or a typed literal ``1990^^xsd-IRI``);
+- ``Merge [ expressionA | expressionB ]``: ``(AND A B)`` (one side may be a class name);
+- ``Order [ argmax or argmin | expressionN | attribute ]``: ``(ARGMAX N attribute)``;
+- ``Compare [ lt, le, gt or ge | attribute | value ]``: ``(gt attribute value)`` (then Merge);
+- ``Time_constraint [ attribute | year ]``: ``(TC latest attribute year)``;
+- ``Count [ expressionN ]``: ``(COUNT N)``.
 
 Each action that succeeds makes the next expression (``expression1``, ``expression2`` …: the
 episode's state, one :class:`Session` per :class:`~kgsynth.agent.tools.ToolEnvironment`, which
@@ -115,12 +108,16 @@ class Session:
         self.expressions: list[Expression] = []
 
     def snapshot(self) -> tuple[Expression, ...]:
+        """The expressions so far (immutable: a tree branch keeps its own)."""
         return tuple(self.expressions)
 
     def restore(self, state: tuple[Expression, ...] | None) -> None:
+        """Go back to a :meth:`snapshot` (None: no expression yet)."""
         self.expressions = list(state or ())
 
     def get(self, ref: str, *, need_set: bool = True) -> Expression:
+        """The expression ``ref`` (``expressionN``) names; ``wrong_arguments`` when there is
+        none, or (``need_set``) when it is a count."""
         n = expression_number(ref)
         if n is None:
             raise ToolFailure(ErrorType.WRONG_ARGUMENTS, f'"{ref}" is not an expressionN.')
@@ -139,6 +136,7 @@ class Session:
         return expr
 
     def latest(self) -> Expression | None:
+        """The latest set expression (what Time_constraint and Compare apply to)."""
         return next((e for e in reversed(self.expressions) if e.count is None), None)
 
 
@@ -180,7 +178,9 @@ class SExprTools:
         rows, _ = self._rows(self._compile(tree), 1)
         return int(rows[0]["count"].value) if rows and "count" in rows[0] else 0
 
-    def _make(self, tree: sx.SExpr, notes: tuple[str, ...], entities: tuple[str, ...] = ()):
+    def _make(
+        self, tree: sx.SExpr, notes: tuple[str, ...], entities: tuple[str, ...] = ()
+    ) -> ToolResult:
         """Run ``tree``; on results, record it as the next expression and observe it."""
         text = sx.to_text(tree)
         number = len(self.session.expressions) + 1
@@ -237,7 +237,9 @@ class SExprTools:
 
     # --- gating ----------------------------------------------------------------------------
 
-    def _gate(self, written: str, candidates: list[g.Candidate], where: str, what: str) -> Any:
+    def _gate(
+        self, written: str, candidates: list[g.Candidate], where: str, what: str
+    ) -> tuple[Any, tuple[str, ...]]:
         """The candidate's key to use, and a note when it was corrected; raises the gated
         list (no error: nothing ran) or ``relation_not_found``."""
         cfg = self.env.config
@@ -251,7 +253,7 @@ class SExprTools:
             is_exact=lambda c: c.text in exact_forms or key_matches(c.key, exact_forms),
         )
         extra = (result.note,) if result.note else ()
-        if result.band == g.EXACT:
+        if result.band == g.EXACT and result.chosen is not None:
             return result.chosen.key, extra
         if result.band == g.CORRECTED:
             c, sim = result.ranked[0]
@@ -308,6 +310,7 @@ class SExprTools:
     # --- the actions -----------------------------------------------------------------------
 
     def find_relation(self, operand: str, relation: str) -> ToolResult:
+        """``Find_relation [ X | rel ]``: ``(JOIN rel X)`` or ``(JOIN (R rel) X)``."""
         env, graph = self.env, self.env.graph
         if not operand or not relation:
             raise wrong("Find_relation")
@@ -347,6 +350,7 @@ class SExprTools:
         return self._make(join(graph.profile, rel, subject), (*notes, *more), entities)
 
     def merge(self, first: str, second: str) -> ToolResult:
+        """``Merge [ A | B ]``: ``(AND A B)``, one side an expression, the other one or a class."""
         if not first or not second:
             raise wrong("Merge")
         sides = [self.session.get(x) if is_expression(x) else None for x in (first, second)]
@@ -370,6 +374,7 @@ class SExprTools:
         return self._make(("AND", trees[0], trees[1]), notes)
 
     def order(self, mode: str, operand: str, attribute: str) -> ToolResult:
+        """``Order [ argmax|argmin | N | attribute ]``: ``(ARGMAX N attribute)``."""
         op = {"argmax": "ARGMAX", "argmin": "ARGMIN"}.get(mode.strip().casefold())
         if op is None or not operand or not attribute:
             raise wrong("Order")
@@ -378,6 +383,8 @@ class SExprTools:
         return self._make((op, source.tree, atom), notes)
 
     def compare(self, op: str, attribute: str, value: str) -> ToolResult:
+        """``Compare [ op | attribute | value ]``: ``(op attribute value)``, the attribute gated
+        against the latest expression's."""
         cmp = COMPARISONS.get(op.strip().casefold())
         if cmp is None or not attribute or not value:
             raise wrong("Compare")
@@ -396,6 +403,7 @@ class SExprTools:
         return self._make((cmp, atom, atom_value), notes)
 
     def time_constraint(self, attribute: str, year: str) -> ToolResult:
+        """``Time_constraint [ attribute | year ]``: ``(TC latest attribute year)``."""
         year_value = year_atom(year)
         if not attribute or year_value is None:
             raise wrong("Time_constraint")
@@ -409,6 +417,7 @@ class SExprTools:
         return self._make(("TC", latest.tree, atom, year_value), notes)
 
     def count(self, operand: str) -> ToolResult:
+        """``Count [ N ]``: ``(COUNT N)``."""
         if not operand:
             raise wrong("Count")
         return self._make(("COUNT", self.session.get(operand).tree), ())
