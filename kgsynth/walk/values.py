@@ -19,31 +19,9 @@ from dataclasses import dataclass
 
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph
-from kgsynth.kg.sexpr import SExprError, check_typed_value
+from kgsynth.kg.sexpr import NUMERIC_TYPES, XSD, SExprError, check_typed_value
 from kgsynth.kg.terms import Term
 
-XSD = "http://www.w3.org/2001/XMLSchema#"
-NUMERIC_TYPES = frozenset(
-    XSD + t
-    for t in (
-        "integer",
-        "decimal",
-        "double",
-        "float",
-        "int",
-        "long",
-        "short",
-        "byte",
-        "nonNegativeInteger",
-        "positiveInteger",
-        "negativeInteger",
-        "nonPositiveInteger",
-        "unsignedLong",
-        "unsignedInt",
-        "unsignedShort",
-        "unsignedByte",
-    )
-)
 DATE_FORMS = {
     XSD + "date": re.compile(r"\d{4}-\d{2}-\d{2}"),
     XSD + "dateTime": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?"),
