@@ -205,7 +205,13 @@ def synthesize_questions_cmd(
 def synthesize_trajectories_cmd(
     cfg: TrajectoryConfig,
     questions: Annotated[
-        Path, typer.Option("--questions", help="questions.parquet from `synthesize questions`.")
+        Path,
+        typer.Option(
+            "--questions",
+            help="questions.parquet from `synthesize questions`, or a benchmark's .json "
+            "(WebQSP, CWQ, GrailQA, GraphQuestions: its gold logical forms are the oracle's "
+            "and the references' actions).",
+        ),
     ],
     out_path: Annotated[Path, typer.Option("--out", help="Output trajectories.parquet.")],
     kg: KGOption = None,
@@ -226,8 +232,10 @@ def synthesize_trajectories_cmd(
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
     free rollouts, through the real KG tools."""
+    from kgsynth.benchmarks import read_benchmark
     from kgsynth.schema import QUESTION_SCHEMA, REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
     from kgsynth.synthesize import trajectories
+    from kgsynth.synthesize.benchmark_questions import benchmark_question_rows, is_benchmark_file
 
     started = time.perf_counter()
     inputs = {
@@ -240,19 +248,38 @@ def synthesize_trajectories_cmd(
     try:
         with StagedOutput(out_path, overwrite=overwrite, inputs=inputs) as staged:
             check_fraction("--max-failed-fraction", max_failed_fraction)
-            rows = read_rows(
-                questions,
-                "--questions",
-                trajectories.input_columns(cfg),
-                "kgsynth synthesize questions",
-                QUESTION_SCHEMA,
-            )
+            bench_info = None
+            if is_benchmark_file(questions):  # WebQSP, CWQ, GrailQA or GraphQuestions
+                graph = open_graph_option(kg, profile)
+                records = read_benchmark(questions)
+                rows, left_out = benchmark_question_rows(records, graph, cfg.toolset, cfg.mode)
+                bench_info = {
+                    "file": str(questions),
+                    "format": records[0].source_format if records else None,
+                    "questions": len(records),
+                    "usable": len(rows),
+                    "left_out": dict(left_out),
+                }
+                stdout.print(
+                    f"{len(rows):,} of {len(records):,} benchmark questions usable in "
+                    f"{cfg.mode} mode with --tools {cfg.toolset} (left out: {dict(left_out)})",
+                    highlight=False,
+                )
+            else:
+                rows = read_rows(
+                    questions,
+                    "--questions",
+                    trajectories.input_columns(cfg),
+                    "kgsynth synthesize questions",
+                    QUESTION_SCHEMA,
+                )
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
                 device=device,
             )  # fmt: skip
-            graph = open_graph_option(kg, profile)
+            if bench_info is None:
+                graph = open_graph_option(kg, profile)
             stored = None  # the prompt an hf checkpoint was trained with, unless --system-prompt
             if llm == "hf" and not _given_on_command_line("system_prompt"):
                 from kgsynth.agent.loop import stored_system_prompt
@@ -287,6 +314,7 @@ def synthesize_trajectories_cmd(
                 max_failed_fraction,
                 started,
                 kg=graph.kg.describe(),
+                benchmarks=bench_info,
             )
         stdout.print(
             f"{manifest['trajectories']:,} {cfg.mode} trajectories from "
