@@ -448,3 +448,31 @@ def test_copy_drills_of_a_sexpr_corpus_copy_its_results_in_its_syntax(kg, questi
     observed = {n for r in rows for n in r["observed_entities"]}
     copied = {n for r in replies if r.startswith("<answer>") for n in json.loads(r[8:-9])}
     assert copied and copied <= observed
+
+
+def test_reference_share_shows_the_reference_in_a_seeded_share_of_oracle_prompts(kg, questions):
+    graph = KGGraph(kg)
+    plain, _, _ = _oracle(questions, graph)
+    every, _, _ = _oracle(questions, graph, reference_share=1.0)
+    some, _, _ = _oracle(questions, graph, reference_share=0.5, seed=3)
+    again, _, _ = _oracle(questions, graph, reference_share=0.5, seed=3)
+    by_id = {q["question_id"]: q for q in questions}
+    assert not any("reference action sequence" in r["messages"][1]["content"] for r in plain)
+    for r in every:
+        prompt = r["messages"][1]["content"]
+        assert reference_text(by_id[r["question_id"]], "sexpr", graph) in prompt
+        assert r["mode"] == "oracle" and r["reference"] == ""  # shown, so nothing is stripped
+        # the assistant turns are the oracle's, unchanged by the prompt
+    assert [r["messages"][2:] for r in every] == [r["messages"][2:] for r in plain]
+    shown = [("reference action sequence" in r["messages"][1]["content"]) for r in some]
+    assert 0 < sum(shown) < len(shown)
+    assert shown == [("reference action sequence" in r["messages"][1]["content"]) for r in again]
+
+
+def test_reference_share_needs_oracle_mode():
+    from kgsynth.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--reference-share"):
+        TrajectoryConfig(agent=SEXPR, mode="free", reference_share=0.3)
+    with pytest.raises(ConfigError, match="within"):
+        TrajectoryConfig(agent=SEXPR, reference_share=1.5)

@@ -9,6 +9,7 @@ replayed in spawned processes over contiguous shards, with the same rows as one 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
 from kgsynth.prompts import render
 from kgsynth.stage import Progress, Reject, Rejected
-from kgsynth.synthesize.oracle import oracle_answers, replay
+from kgsynth.synthesize.oracle import oracle_answers, reference_text, replay
 from kgsynth.synthesize.oracle_sparql import (
     QUERY_KINDS,
     SPARQL_TOOLSETS,
@@ -44,6 +45,13 @@ from kgsynth.synthesize.trajectory_rows import trajectory_id, trajectory_row
 
 Outcomes = tuple[list[dict[str, Any]], list[Rejected]]
 """Trajectory rows accepted, and the questions turned down; both in question order."""
+
+
+def _shows_reference(cfg: TrajectoryConfig, row: dict[str, Any]) -> bool:
+    """The seeded draw of ``--reference-share``: whether this question's prompt shows its
+    reference."""
+    draw = random.Random(f"reference-share|{cfg.seed}|{row['question_id']}").random()
+    return draw < cfg.reference_share
 
 
 def _history_text(messages: list[dict[str, str]]) -> str:
@@ -115,12 +123,15 @@ def _episode(
     texts: list[str],
     sys_text: str,
     toolset: str = "graphwalker",
+    reference: str = "",
 ) -> dict[str, Any]:
     """The episode summary of a replay with its thoughts (``texts``: one per step, then the
-    answer's), its turns written in ``toolset``'s format."""
+    answer's), its turns written in ``toolset``'s format; with ``reference``, the user prompt
+    shows it (``--reference-share``)."""
+    prompt = user_prompt(row["question"], row["topic_names"], reference or None)
     messages = [
         {"role": "system", "content": sys_text},
-        {"role": "user", "content": user_prompt(row["question"], row["topic_names"])},
+        {"role": "user", "content": prompt},
     ]
     observed: list[str] = []
     for (c, result), thought in zip(steps, texts, strict=False):
@@ -219,7 +230,10 @@ def oracle_trajectories(
             bad = trajectory_row(row, int(p in trials), None, cfg, generator)
             results[i] = Rejected(bad, "thought_unusable")
             continue
-        episode = _episode(row, steps, texts, sys_text, cfg.toolset)  # type: ignore[arg-type]
+        reference = ""
+        if cfg.reference_share > 0 and p not in trials and _shows_reference(cfg, row):
+            reference = reference_text(row, cfg.toolset, graph)
+        episode = _episode(row, steps, texts, sys_text, cfg.toolset, reference)  # type: ignore[arg-type]
         if p in trials:
             out = trajectory_row(row, 1, episode, cfg, generator)
             out.update(

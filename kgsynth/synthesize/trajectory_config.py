@@ -61,6 +61,13 @@ class TrajectoryConfig:
         "with a relation the wrong way round or a wrong relation the SearchGraphPatterns "
         "observation showed, its empty or wrong rows, then the gold query; 0 writes none.",
     )
+    reference_share: float = option(
+        0.0,
+        "oracle: the share of questions (drawn per question with --seed) whose stored user "
+        "prompt also shows the gold action sequence, as --mode referenced shows it, so a policy "
+        "trained from scratch learns to read a reference before Referenced Rejection Sampling "
+        "(a pretrained LLM reads one without); 0 keeps every prompt plain.",
+    )
     stratify: str = option(
         "none",
         "With --limit: draw the K questions stratified by structure or hops (equal shares, "
@@ -99,6 +106,15 @@ class TrajectoryConfig:
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
                 f"--mode oracle and --tools knowcoder (got --mode {self.mode}, --tools {self.toolset})"
+            )
+        if not 0.0 <= self.reference_share <= 1.0:
+            raise ConfigError(
+                f"--reference-share must be within [0, 1] (got {self.reference_share})"
+            )
+        if self.reference_share > 0 and self.mode != "oracle":
+            raise ConfigError(
+                "--reference-share shows references in oracle trajectories: it needs --mode "
+                f"oracle (got --mode {self.mode})"
             )
         if self.follow not in ("walked", "first"):
             raise ConfigError(f"--follow must be walked or first (got {self.follow!r})")
