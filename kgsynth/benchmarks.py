@@ -52,7 +52,7 @@ from kgsynth.bench_sparql import (
 )
 from kgsynth.errors import InputFileError
 from kgsynth.metrics import entity_id
-from kgsynth.qafiles import QARecord
+from kgsynth.qarecord import QARecord
 
 log = logging.getLogger(__name__)
 

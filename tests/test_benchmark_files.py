@@ -303,7 +303,9 @@ def test_eval_scores_benchmark_answers_by_id_and_alias(graph):
     # CWQ gives its topics by id: the agent is told their names from the KG
     assert policy.prompts[cwq[0].question].endswith("Topic entities: Dead Ringers")
     assert policy.prompts[cwq[1].question].endswith("Topic entities: Jeremy Irons, Liam Neeson")
-    assert policy.prompts[grail_no_topic.question].endswith("Topic entities: ")
+    assert policy.prompts[grail_no_topic.question].endswith(
+        "Topic entities: none given (find them in the question)"
+    )
     assert rows[0]["question_id"] == "WebQTrn-9101_5b3e0c1a"
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from kgsynth.kg import sparql
 from kgsynth.kg.profiles import FREEBASE_NS, KGProfile
-from kgsynth.kg.sexpr import (
+from kgsynth.kg.sexpr_text import (
     DATE_TYPES,
     FREEBASE_ID_RE,
     NUMERIC_TYPES,

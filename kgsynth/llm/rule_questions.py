@@ -8,7 +8,7 @@ things X starred in", "the one X was directed by", …), conjunctions pick one w
 around the result. The forms are built only from the KG's own relation names (through
 :func:`~kgsynth.llm.relation_forms.relation_words`), so they work on any KG, and the draw is
 seeded by the generation seed and the walk id (:func:`walk_rng`): the same seed gives the same
-file. ``question_from_walk(row)`` without an rng still gives the single canonical form of
+file. ``path_question(row)`` without an rng still gives the single canonical form of
 ``rules-v1``.
 """
 
@@ -270,16 +270,12 @@ def paraphrase_question(row: dict[str, Any], rng: random.Random) -> str:
     return frame_question(top, rng)
 
 
-def question_from_walk(row: dict[str, Any], rng: random.Random | None = None) -> str:
+def path_question(row: dict[str, Any], rng: random.Random | None = None) -> str:
     """A question for a walk (chain, 2I, IP or PI) naming topics and relations only.
 
     Without ``rng`` the one canonical form ("What is the genre of X?"); with it, forms drawn
-    from the paraphrase families. Constraint walks (count, superlative, comparative, time) are
-    put into words by :mod:`kgsynth.llm.constraint_questions`."""
-    from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES, constraint_question
-
-    if row.get("structure") in CONSTRAINT_STRUCTURES:
-        return constraint_question(row, rng)
+    from the paraphrase families. (Constraint walks: :mod:`kgsynth.llm.constraint_questions`;
+    :func:`kgsynth.llm.template.question_from_walk` picks between the two.)"""
     if rng is None:
         return _canonical_question(row)
     return paraphrase_question(row, rng)

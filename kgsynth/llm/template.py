@@ -11,11 +11,13 @@ each oracle action (:func:`template_thought`), and a word-overlap order for a re
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES, constraint_question
 from kgsynth.llm.relation_forms import (
     Phrase,
     RelationForm,
@@ -31,10 +33,19 @@ from kgsynth.llm.rule_questions import (
     frame_question,
     hop_phrase,
     paraphrase_question,
-    question_from_walk,
+    path_question,
     shared_forms,
     walk_rng,
 )
+
+
+def question_from_walk(row: dict[str, Any], rng: random.Random | None = None) -> str:
+    """The template question of a walk: a constraint walk's (count, superlative, comparative,
+    time: :mod:`kgsynth.llm.constraint_questions`), else its path's
+    (:func:`~kgsynth.llm.rule_questions.path_question`); canonical without ``rng``."""
+    if row.get("structure") in CONSTRAINT_STRUCTURES:
+        return constraint_question(row, rng)
+    return path_question(row, rng)
 
 
 def rule_relation_order(question: str, relations: Sequence[str]) -> list[int]:
