@@ -47,6 +47,23 @@ def fixture_nt_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_fixture_nt(tmp_path_factory.mktemp("fixture-kg") / "kg.nt")
 
 
+@pytest.fixture(scope="session")
+def fb_small_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Freebase-schema benchmark fixture KG (``tests/fixtures/benchmarks/fb_small.nt``)
+    imported as `kgsynth kg import --profile freebase` does."""
+    from typer.testing import CliRunner
+
+    from kgsynth.cli import app
+
+    nt = Path(__file__).resolve().parent / "fixtures" / "benchmarks" / "fb_small.nt"
+    out = tmp_path_factory.mktemp("fb-small") / "kg"
+    res = CliRunner().invoke(
+        app, ["kg", "import", str(nt), "--out", str(out), "--profile", "freebase"]
+    )
+    assert res.exit_code == 0, res.output
+    return out
+
+
 def _record_startup(config: pytest.Config, name: str, seconds: float) -> None:
     config.stash.setdefault(_STARTUP_TIMES, {})[name] = seconds
 

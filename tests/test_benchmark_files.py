@@ -33,13 +33,8 @@ GRAPHQ_GRAIL = FIXTURES / "graphquestions_grailqa_style.json"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    """fb_small.nt imported as `kgsynth kg import --profile freebase` does."""
-    out = tmp_path_factory.mktemp("fb-small") / "kg"
-    args = ["kg", "import", str(FIXTURES / "fb_small.nt"), "--out", str(out)]
-    res = CliRunner().invoke(app, [*args, "--profile", "freebase"])
-    assert res.exit_code == 0, res.output
-    return out
+def store(fb_small_store) -> Path:
+    return fb_small_store
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.bench_sparql import SparqlSyntaxError, parse_sparql, predicate_paths
-from kgsynth.cli import app
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.open import open_kg
 from kgsynth.metrics import normalize_answer
@@ -30,12 +28,8 @@ NS = "http://rdf.freebase.com/ns/"
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory) -> KGGraph:
-    out = tmp_path_factory.mktemp("fb-small") / "kg"
-    args = ["kg", "import", str(FIXTURES / "fb_small.nt"), "--out", str(out)]
-    res = CliRunner().invoke(app, [*args, "--profile", "freebase"])
-    assert res.exit_code == 0, res.output
-    return KGGraph(open_kg(out))
+def graph(fb_small_store) -> KGGraph:
+    return KGGraph(open_kg(fb_small_store))
 
 
 def questions(name: str) -> dict[str, object]:

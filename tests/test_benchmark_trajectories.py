@@ -21,12 +21,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fb-small-traj") / "kg"
-    args = ["kg", "import", str(FIXTURES / "fb_small.nt"), "--out", str(out)]
-    res = CliRunner().invoke(app, [*args, "--profile", "freebase"])
-    assert res.exit_code == 0, res.output
-    return out
+def store(fb_small_store) -> Path:
+    return fb_small_store
 
 
 def _oracle(store: Path, tmp: Path, name: str, tools: str, mode: str = "oracle") -> Path:

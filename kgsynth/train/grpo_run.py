@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgsynth.agent.rewards import Gold
 from kgsynth.errors import InputFileError
 from kgsynth.train.core import store_system_prompt
 from kgsynth.train.grpo_config import (
@@ -42,6 +43,16 @@ class RLQuestion:
     # predicted id or alias as the answer it names
     answer_ids: tuple[str | None, ...] = ()
     aliases: tuple[tuple[str, ...], ...] = ()
+
+    def gold(self) -> Gold:
+        """What a rollout of this question is scored against."""
+        return Gold(
+            answers=self.answers,
+            question=self.question,
+            topic_names=self.topic_names,
+            answer_ids=self.answer_ids,
+            aliases=self.aliases,
+        )
 
 
 def read_rl_questions(path: str | Path) -> list[RLQuestion]:

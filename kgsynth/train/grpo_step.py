@@ -88,7 +88,6 @@ def rollout_and_update(
     """This rank's groups of the step rolled out, scored and trained on: its share of the
     step's facts (for the metrics) and the update's statistics."""
     from kgsynth.agent.loop import EpisodeTask
-    from kgsynth.agent.rewards import Gold
     from kgsynth.agent.rollout import check_alignment, run_rollouts
     from kgsynth.agent.tools import ToolEnvironment
 
@@ -116,13 +115,7 @@ def rollout_and_update(
     results = []
     for k, r in enumerate(rollouts):
         q = batch[mine[k // g]]
-        gold = Gold(
-            answers=q.answers,
-            question=q.question,
-            topic_names=q.topic_names,
-            answer_ids=q.answer_ids,
-            aliases=q.aliases,
-        )
+        gold = q.gold()
         results.append(run.rspec.score(r.episode, gold, st.reward_state, distance=run.distance))
     per_token_adv, skipped = step_advantages(
         rollouts, results, g, turn_advantage=cfg.turn_advantage,

@@ -123,7 +123,6 @@ def tree_rollout_and_update(
     of the step's facts (the flat keys over the leaves' episodes, plus ``tree``) and the
     update's statistics."""
     from kgsynth.agent.loop import EpisodeTask
-    from kgsynth.agent.rewards import Gold
     from kgsynth.agent.rewards.tree import score_tree
     from kgsynth.agent.rollout import check_alignment
     from kgsynth.agent.tools import ToolEnvironment
@@ -149,13 +148,7 @@ def tree_rollout_and_update(
     groups = skipped = 0
     for gi, tree in zip(mine, trees, strict=True):
         q = batch[gi]
-        gold = Gold(
-            answers=q.answers,
-            question=q.question,
-            topic_names=q.topic_names,
-            answer_ids=q.answer_ids,
-            aliases=q.aliases,
-        )
+        gold = q.gold()
         leaves = tree.leaves
         for i in leaves:
             check_alignment(tree.nodes[i].rollout)
