@@ -79,13 +79,14 @@ def sample_walks(
     def rng_of(attempt: int) -> random.Random:
         return random.Random(f"{rng_prefix}/{attempt}")
 
-    def round_of(first: int, open_structures: list[str], weights: list[int]) -> list:
-        """The coming attempts from ``first`` as ``(id, structure, rng, seed)``, their
-        structures drawn with the weights as they are now: about as many as the open quotas
-        still need, at the rate seen so far (with workers, a block for each: fewer rounds for
-        them to wait on)."""
+    def sample_ahead(first: int, open_structures: list[str], weights: list[int]) -> None:
+        """Sample the coming attempts side by side with the structure weights as they are now.
+        An attempt is taken from here only when it picks the same structure when its turn
+        comes (accepted walks change the weights); it is sampled alone otherwise."""
+        # about as many attempts as the open quotas still need, at the rate seen so far
         done = state.next_attempt - first_attempt
         rate = (done + 1) / (sum(state.accepted.values()) - accepted_before + 1)
+        # with workers, a round holds a block for each (fewer rounds for them to wait on)
         most = MAX_BLOCK * cfg.workers
         size = min(most, max(MIN_BLOCK, math.ceil(sum(weights) * rate * 1.1)))
         batch = []
@@ -93,43 +94,20 @@ def sample_walks(
             rng = rng_of(k)
             structure = rng.choices(open_structures, weights=weights, k=1)[0]
             batch.append((k, structure, rng, seed_of(k)))
-        return batch
-
-    def submit(batch: list, open_structures: list[str], weights: list[int]) -> tuple:
-        # each worker makes an attempt's random stream again from its number (cheaper than
-        # sending 512 generators' states each round)
-        assert pool is not None
-        attempts = [(k, structure, seed) for k, structure, _, seed in batch]
-        return batch, pool.submit(attempts, (rng_prefix, open_structures, weights))
-
-    in_flight: list[tuple] = []  # the workers' round after this one: (batch, Round)
-
-    def sample_ahead(first: int, open_structures: list[str], weights: list[int]) -> None:
-        """Sample the coming attempts side by side with the structure weights as they are now.
-        An attempt is taken from here only when it picks the same structure when its turn
-        comes (accepted walks change the weights); it is sampled alone otherwise. With
-        workers, the round after this one is sent out before this one is taken in, so the
-        workers sample while the parent checks and writes (an outcome depends only on its
-        attempt's number, structure and seed, so the walks are the same)."""
         ahead.clear()
         answers_ahead.clear()
-        if pool is None:
-            batch = round_of(first, open_structures, weights)
-            outcomes = sampler.sample_many(batch)
-            ahead.update({k: (structure, outcomes[k]) for k, structure, _, _ in batch})
-            return
-        if in_flight and in_flight[0][0][0][0] == first:
-            batch, pending = in_flight.pop()
-        else:
-            in_flight.clear()  # sent from another attempt than this one: dropped
-            batch, pending = submit(
-                round_of(first, open_structures, weights), open_structures, weights
+        if pool is not None:
+            # each worker makes an attempt's random stream again from its number (cheaper
+            # than sending 512 generators' states each round)
+            found = pool.sample(
+                [(k, structure, seed) for k, structure, _, seed in batch],
+                (rng_prefix, open_structures, weights),
             )
-        nxt = first + len(batch)
-        in_flight.append(submit(round_of(nxt, open_structures, weights), open_structures, weights))
-        found = pending.result()
-        ahead.update({k: (structure, found[k][0]) for k, structure, _, _ in batch})
-        answers_ahead.update({k: found[k][1] for k, _, _, _ in batch})
+            ahead.update({k: (structure, found[k][0]) for k, structure, _, _ in batch})
+            answers_ahead.update({k: found[k][1] for k, _, _, _ in batch})
+            return
+        outcomes = sampler.sample_many(batch)
+        ahead.update({k: (structure, outcomes[k]) for k, structure, _, _ in batch})
 
     accepted_before = sum(state.accepted.values())
     first_attempt = state.next_attempt

@@ -65,21 +65,6 @@ def _worker_sample(
     return out
 
 
-class Round:
-    """Attempts out in the workers: ``result()`` waits for every share and merges them."""
-
-    def __init__(self, futures: list) -> None:
-        self.futures = futures
-
-    def result(
-        self,
-    ) -> dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]]:
-        out: dict = {}
-        for f in self.futures:
-            out.update(f.result())
-        return out
-
-
 class _WorkerPool:
     """``n`` processes sampling attempts side by side (spawned: a forked RocksDB handle or
     HTTP connection is not safe to share)."""
@@ -113,15 +98,12 @@ class _WorkerPool:
     ) -> dict[int, tuple[Outcome, list[tuple[str, str]] | str | KGSynthError | None]]:
         """Sample ``(id, structure, seed)`` attempts, whose random streams ``streams`` says
         how to make."""
-        return self.submit(attempts, streams).result()
-
-    def submit(self, attempts: list[tuple[int, str, str]], streams: Streams) -> Round:
-        """Start sampling ``attempts`` in the workers; the returned round's ``result()`` waits
-        for them. The parent goes on meanwhile (with one round in flight, the workers sample
-        the next round while the parent takes in this one)."""
         # interleaved shares: neighbouring attempts cost alike, so the shares do too
         shares = [s for s in (attempts[i :: self.n] for i in range(self.n)) if s]
-        return Round([self.pool.submit(_worker_sample, share, streams) for share in shares])
+        out: dict = {}
+        for part in self.pool.map(_worker_sample, shares, [streams] * len(shares)):
+            out.update(part)
+        return out
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
