@@ -220,13 +220,8 @@ def _webqsp(q: _Question) -> QARecord:
         where = f"{at}Answers[{i}]."
         kind = q.text(a, "AnswerType", where)
         arg = q.text(a, "AnswerArgument", where)
-        if kind == "Entity":
-            name = q.text(a, "EntityName", where, need=False) or arg
-            answers.append((name, entity_id(arg) or arg, []))
-        elif kind == "Value":
-            answers.append((arg, None, []))
-        else:
-            q.fail(where + "AnswerType", f"must be Entity or Value, got {kind!r}")
+        name = q.text(a, "EntityName", where, need=False)
+        answers.append(_typed_answer(q, kind, arg, name, where + "AnswerType"))
     mid = q.text(p, "TopicEntityMid", at, need=False)
     name = q.text(p, "TopicEntityName", at, need=False)
     chain = q.get(p, "InferentialChain", at, list, need=False)
@@ -284,14 +279,21 @@ def _grail_answers(q: _Question, e: dict[str, Any]) -> list[tuple[str, str | Non
         where = f"answer[{i}]."
         kind = q.text(a, "answer_type", where)
         arg = str(q.get(a, "answer_argument", where, (str, int, float), need=True)).strip()
-        if kind == "Entity":
-            name = q.text(a, "entity_name", where, need=False) or arg
-            answers.append((name, entity_id(arg) or arg, []))
-        elif kind == "Value":
-            answers.append((arg, None, []))
-        else:
-            q.fail(where + "answer_type", f"must be Entity or Value, got {kind!r}")
+        name = q.text(a, "entity_name", where, need=False)
+        answers.append(_typed_answer(q, kind, arg, name, where + "answer_type"))
     return answers
+
+
+def _typed_answer(
+    q: _Question, kind: str, arg: str, name: str | None, kind_field: str
+) -> tuple[str, str | None, list[str]]:
+    """An ``Entity`` answer (its name, else its id; its id) or a ``Value`` (the value, no id),
+    as WebQSP's and GrailQA's answer lists type them."""
+    if kind == "Entity":
+        return (name or arg, entity_id(arg) or arg, [])
+    if kind != "Value":
+        q.fail(kind_field, f"must be Entity or Value, got {kind!r}")
+    return (arg, None, [])
 
 
 def _graph_topics(q: _Question, e: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -132,3 +132,22 @@ def tiny_agent_model(root, vocab_size: int):
         '<answer>["William Dieterle"]</answer> who directed Kismet Juarez Jezebel Bette Davis',
     ] * 4
     return build_tiny_model(texts, root, vocab_size=vocab_size, seed=0)
+
+
+def run_make(target: str, **variables: str):
+    """``make -o .venv/.installed TARGET SMOKE=1 VAR=value …`` in the repository, as a user runs
+    it (torch on one thread); the finished process, its output captured."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    args = ["make", "-o", ".venv/.installed", target, "SMOKE=1"]
+    args += [f"{k}={v}" for k, v in variables.items()]
+    return subprocess.run(
+        args,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )

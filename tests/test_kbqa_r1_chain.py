@@ -6,31 +6,22 @@ questions -> stage2 -> rl --preset kbqa-r1 -> eval with the same tools -> compar
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.kgfixtures import run_make
+
 ACTIONS = ("Find_relation", "Merge", "Order", "Compare", "Time_constraint", "Count")
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_kbqa_r1_runs_the_chain(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = tmp_path / "kbqa"
-    res = subprocess.run(
-        ["make", "-o", ".venv/.installed", "kbqa-r1", "SMOKE=1", f"KBQA_RUN={run}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    res = run_make("kbqa-r1", KBQA_RUN=str(run))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     walks = pq.read_table(run / "walks.parquet").to_pylist()
     structures = Counter(w["structure"] for w in walks)

@@ -6,15 +6,14 @@ preset -> eval with the same tools -> compare)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.kgfixtures import run_make
+
 FIRST_CALL = {"knowcoder": "SearchGraphPatterns(", "isp": "<node>"}
 LAST_CALL = {"knowcoder": "ExecuteSPARQL(", "isp": "<SPARQL>"}
 
@@ -22,16 +21,8 @@ LAST_CALL = {"knowcoder": "ExecuteSPARQL(", "isp": "<SPARQL>"}
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 @pytest.mark.parametrize("tools", ["knowcoder", "isp"])
 def test_the_chain_runs_for_the_tool_set(tmp_path: Path, tools: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = tmp_path / "runs"
-    res = subprocess.run(
-        ["make", "-o", ".venv/.installed", f"sparql-agent-{tools}", "SMOKE=1", f"SPARQL_RUN={run}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    res = run_make(f"sparql-agent-{tools}", SPARQL_RUN=str(run))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = run / tools
     traj = pq.read_table(out / "trajectories.parquet").to_pylist()

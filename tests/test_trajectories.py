@@ -404,16 +404,16 @@ def test_per_turn_metadata_is_stored(kg):
     assert turns[1]["format_error"] == "missing <think> block" and turns[1]["tool"] is None
 
 
-def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
-    from kgsynth.synthesize.trajectories import replay
-
+def _dee_films(extra: tuple[str, str, str], film: str, language: str) -> tuple:
+    """Three films Dee directed, two with a language, plus ``extra``; and the chain-2 row
+    "which languages are the films Dee directed in" walked through ``film`` to ``language``."""
     facts = [
         ("Film A", "directed_by", "Dee"),
         ("Film B", "directed_by", "Dee"),
         ("Film C", "directed_by", "Dee"),
         ("Film A", "in_language", "French"),
         ("Film B", "in_language", "Italian"),
-        ("Film D", "directed_by", "Eve"),  # Film C has no language: passed over
+        extra,
     ]
     graph = KGGraph(EmbeddedKG.from_ntriples(movie_ntriples(facts), get_profile("generic")))
     row = {
@@ -421,13 +421,21 @@ def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
         "topic_names": ["Dee"],
         "branches": [
             [
-                {"relation": "directed_by", "inverse": True, "entity": "Film A"},
-                {"relation": "in_language", "inverse": False, "entity": "French"},
+                {"relation": "directed_by", "inverse": True, "entity": film},
+                {"relation": "in_language", "inverse": False, "entity": language},
             ]
         ],
         "merge_at": [2],
         "answer_names": ["French", "Italian"],
     }
+    return graph, row
+
+
+def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
+    from kgsynth.synthesize.trajectories import replay
+
+    # Film C has no language: passed over
+    graph, row = _dee_films(("Film D", "directed_by", "Eve"), "Film A", "French")
     steps = replay(row, ToolEnvironment(graph, row["question"], ToolConfig()), fan_out=4)
     calls = [c.call for c, _ in steps]
     assert calls == [
@@ -533,27 +541,8 @@ def test_oracle_workers_give_the_one_process_files(tmp_path):
 def test_follow_first_goes_on_from_the_first_shown_entity_that_leads_on():
     from kgsynth.synthesize.trajectories import replay
 
-    facts = [
-        ("Film A", "directed_by", "Dee"),
-        ("Film B", "directed_by", "Dee"),
-        ("Film C", "directed_by", "Dee"),
-        ("Film A", "in_language", "French"),
-        ("Film B", "in_language", "Italian"),
-        ("Film C", "has_genre", "Drama"),  # no language: passed over
-    ]
-    graph = KGGraph(EmbeddedKG.from_ntriples(movie_ntriples(facts), get_profile("generic")))
-    row = {
-        "question": "which languages are the films Dee directed in",
-        "topic_names": ["Dee"],
-        "branches": [
-            [
-                {"relation": "directed_by", "inverse": True, "entity": "Film B"},
-                {"relation": "in_language", "inverse": False, "entity": "Italian"},
-            ]
-        ],
-        "merge_at": [2],
-        "answer_names": ["French", "Italian"],
-    }
+    # Film C has no language: passed over
+    graph, row = _dee_films(("Film C", "has_genre", "Drama"), "Film B", "Italian")
     env = ToolEnvironment(graph, row["question"], ToolConfig())
     steps = replay(row, env, follow="first")
     shown = [e for e in steps[1][1].entities if e != "Dee"]

@@ -248,9 +248,9 @@ def synthesize_trajectories_cmd(
     try:
         with StagedOutput(out_path, overwrite=overwrite, inputs=inputs) as staged:
             check_fraction("--max-failed-fraction", max_failed_fraction)
+            graph = open_graph_option(kg, profile)
             bench_info = None
             if is_benchmark_file(questions):  # WebQSP, CWQ, GrailQA or GraphQuestions
-                graph = open_graph_option(kg, profile)
                 records = read_benchmark(questions)
                 rows, left_out = benchmark_question_rows(records, graph, cfg.toolset, cfg.mode)
                 bench_info = {
@@ -278,8 +278,6 @@ def synthesize_trajectories_cmd(
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
                 device=device,
             )  # fmt: skip
-            if bench_info is None:
-                graph = open_graph_option(kg, profile)
             stored = None  # the prompt an hf checkpoint was trained with, unless --system-prompt
             if llm == "hf" and not _given_on_command_line("system_prompt"):
                 from kgsynth.agent.loop import stored_system_prompt

@@ -17,45 +17,38 @@ from kgsynth.kg.graph import KGGraph
 log = logging.getLogger(__name__)
 
 
+def _kept(path: str | Path, flag: str, what: str, wanted: list[str], kept: list[str]) -> None:
+    """Fail when the KG holds none of ``wanted`` (the benchmark's ``what``); log what it lacks."""
+    if not kept:
+        shown = ", ".join(wanted[:5]) or "none"
+        raise InputFileError(
+            path, f"{flag}: none of the {len(wanted)} {what} is in the KG (e.g. {shown})"
+        )
+    if len(kept) < len(wanted):
+        log.warning(
+            "%s: %d of %d %s of %s are not in the KG; walking the other %d",
+            flag,
+            len(wanted) - len(kept),
+            len(wanted),
+            what,
+            path,
+            len(kept),
+        )
+
+
 def benchmark_relation_set(
     path: str | Path, graph: KGGraph, known: Callable[[str], bool]
 ) -> set[str]:
     """The relation names of the benchmark's gold SPARQL that ``known`` says the KG has."""
-    names = benchmark_relations(path, graph.profile.relation_name)
-    present = {n for n in names if known(n)}
-    if not present:
-        shown = ", ".join(names[:5]) or "none"
-        raise InputFileError(
-            path,
-            f"--relations-from: none of the {len(names)} relations its gold SPARQL uses is in "
-            f"the KG (e.g. {shown})",
-        )
-    if len(present) < len(names):
-        log.warning(
-            "--relations-from: %d of %d relations of %s are not in the KG; walking the other %d",
-            len(names) - len(present),
-            len(names),
-            path,
-            len(present),
-        )
-    return present
+    names = list(benchmark_relations(path, graph.profile.relation_name))
+    present = [n for n in names if known(n)]
+    _kept(path, "--relations-from", "relations its gold SPARQL uses", names, present)
+    return set(present)
 
 
 def benchmark_seed_iris(path: str | Path, graph: KGGraph) -> list[str]:
     """The IRIs (sorted) of the benchmark's topic entities that are named entities of the KG."""
-    ids = benchmark_seed_ids(path)
-    iris = sorted({graph.profile.entity_iri(i) for i in ids})
+    iris = sorted({graph.profile.entity_iri(i) for i in benchmark_seed_ids(path)})
     named = [iri for iri in iris if graph.label(iri) is not None]
-    if not named:
-        raise InputFileError(
-            path,
-            f"--seeds-from: none of its {len(iris)} topic entities is a named entity of the KG",
-        )
-    if len(named) < len(iris):
-        log.warning(
-            "--seeds-from: %d of %d topic entities of %s are not named entities of the KG",
-            len(iris) - len(named),
-            len(iris),
-            path,
-        )
+    _kept(path, "--seeds-from", "topic entities", iris, named)
     return named
