@@ -216,13 +216,45 @@ def test_parse_answer(text, expected):
     assert parse_answer(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("words", "stem"),
+    [
+        ("director directors directed directing", "direct"),
+        ("writer writers written write", "writ"),
+        ("starred stars starring star", "star"),
+        ("actor actors acted", "act"),
+        ("genre genres", "genr"),
+        ("release released releases", "releas"),
+        ("by is has the", None),  # three letters or fewer stay as they are
+    ],
+)
+def test_stem_joins_a_relation_word_with_its_question_forms(words, stem):
+    from kgsynth.agent.stemming import stem as stem_of
+
+    stems = {stem_of(w) for w in words.split()}
+    assert stems == ({stem} if stem else set(words.split()))
+
+
+def test_bm25_ranks_by_stems(graph):
+    """ "the directors of" and "the cast's actors" name directed_by and starred_actors by
+    other forms of their words: stemmed, BM25 ranks them first (unstemmed, no word is shared
+    and the store's order stays)."""
+    rels = graph.relations(graph.resolve("Kismet").entity.iri)
+    for question, first in [
+        ("who are the directors of Kismet", "directed_by"),
+        ("the actor who starred in Kismet", "starred_actors"),
+        ("when was Kismet released", "release_year"),
+    ]:
+        assert rank_relations(question, rels)[0].name == first, question
+
+
 def test_hybrid_ranking_orders_relations_by_meaning(graph):
-    """BM25 sees no shared word between "acted" and starred_actors; the bundled sentence
-    encoder does. A shared word still wins, and bm25 stays the default."""
+    """BM25 sees no shared word (or stem) between "performed" and starred_actors; the bundled
+    sentence encoder does. A shared word still wins, and bm25 stays the default."""
     from kgsynth.agent.relrank import shared_scorer
 
     hybrid = ToolConfig(relation_ranking="hybrid")
-    question = "who acted in Kismet"
+    question = "who performed in Kismet"
     bm25_first = ToolEnvironment(graph, question).execute('get_relations("Kismet")')
     assert bm25_first.text.splitlines()[1] != "(Kismet, starred_actors, ?)"  # the store's order
     lines = ToolEnvironment(graph, question, hybrid).execute('get_relations("Kismet")').text

@@ -452,6 +452,33 @@ def test_a_chain_hop_is_followed_from_every_entity_the_previous_hop_reached():
     assert [c.call for c, _ in alone] == calls[:4]
 
 
+def test_look_ahead_lists_an_answer_s_relations_before_answering(kg, questions):
+    """--look-ahead: after its last hop, each replay lists the relations of the first gold
+    answer shown, then answers the same as without it (copied from the hop before)."""
+    graph = KGGraph(kg)
+    plain, _, _ = synthesize_trajectories(
+        questions, TrajectoryConfig(), graph=graph, llm=TemplateLLM()
+    )
+    ahead, _, _ = synthesize_trajectories(
+        questions, TrajectoryConfig(look_ahead=True), graph=graph, llm=TemplateLLM()
+    )
+    assert [r["question_id"] for r in ahead] == [r["question_id"] for r in plain]
+    checked = 0
+    for before, after in zip(plain, ahead, strict=True):
+        assert after["predicted_answers"] == before["predicted_answers"]
+        assert after["tool_calls"][: len(before["tool_calls"])] == before["tool_calls"]
+        if len(after["tool_calls"]) == len(before["tool_calls"]) + 1:
+            checked += 1
+            shown = before["turns"][-2]["entities"]
+            gold = {normalize_answer(a) for a in before["gold_answers"]}
+            first = next(e for e in shown if normalize_answer(e) in gold)
+            assert after["tool_calls"][-1] == f"get_relations({json.dumps(first)})"
+            assert after["num_turns"] == before["num_turns"] + 1
+    assert checked > len(ahead) * 0.9
+    with pytest.raises(ConfigError, match="--look-ahead"):
+        TrajectoryConfig(look_ahead=True, mode="free")
+
+
 def test_the_split_is_part_of_the_config_and_its_manifest(kg, questions, tmp_path):
     import pyarrow as pa
     from typer.testing import CliRunner

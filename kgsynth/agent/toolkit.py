@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from rank_bm25 import BM25Okapi
 
+from kgsynth.agent.stemming import stem
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 
 
@@ -63,6 +64,12 @@ def tokenize(text: str) -> list[str]:
     return [t.lower() for t in _TOKEN_RE.findall(text)]
 
 
+def ranking_terms(text: str) -> list[str]:
+    """The words BM25 ranks relations by: :func:`tokenize`'s, stemmed
+    (:func:`~kgsynth.agent.stemming.stem`), so "directors" meets ``directed_by``."""
+    return [stem(t) for t in tokenize(text)]
+
+
 def relation_words(rel: Relation) -> str:
     """A relation's name as words (``film.film.directed_by`` -> ``film film directed by``)."""
     return " ".join(tokenize(rel.name)) or rel.name
@@ -71,13 +78,14 @@ def relation_words(rel: Relation) -> str:
 def rank_relations(
     question: str, relations: Sequence[Relation], dense: DenseScorer | None = None
 ) -> list[Relation]:
-    """Relations sorted by BM25 score of their name against the question (stable on ties).
+    """Relations sorted by BM25 score of their name against the question (stable on ties),
+    both as stemmed words (:func:`ranking_terms`).
     With ``dense`` (``hybrid`` ranking), each score is BM25 scaled to [0, 1] by the best one
     plus the cosine of the question and the relation's words (see ``kgsynth.agent.relrank``)."""
-    query = tokenize(question)
+    query = ranking_terms(question)
     if not query or len(relations) < 2:
         return list(relations)
-    bm25 = BM25Okapi([tokenize(r.name) or ["_"] for r in relations])
+    bm25 = BM25Okapi([ranking_terms(r.name) or ["_"] for r in relations])
     scores = [float(s) for s in bm25.get_scores(query)]
     if dense is not None:
         top = max(scores)

@@ -78,7 +78,7 @@ def template_thought(
     trial and error): what the query before got wrong (kind, wrong and right relation, rows)."""
     # Short on purpose: every token of a thought is trained on, and a thought names only what
     # the next action uses (the entity it starts from, the relation it follows).
-    if kind == "relations":
+    if kind in ("relations", "check"):  # check: graphwalker's look-ahead (same action)
         return f"I list the relations of {entity}."
     if kind == "triples" and hop is not None:
         words = relation_words(hop["relation"])

@@ -125,7 +125,12 @@ _LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
 
 
 def replay(
-    row: dict[str, Any], env: ToolEnvironment, *, fan_out: int = 1, follow: str = "walked"
+    row: dict[str, Any],
+    env: ToolEnvironment,
+    *,
+    fan_out: int = 1,
+    follow: str = "walked",
+    look_ahead: bool = False,
 ) -> list[tuple[OracleCall, Any]]:
     """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
     :class:`~kgsynth.stage.Reject` when a gold relation is not among the relations shown (same BM25
@@ -147,7 +152,14 @@ def replay(
     ``fan_out`` entities in all; those without the relation are passed over), so the replay
     observes the whole answer set instead of the part reached through the walked entity.
     The default (1) replays the walk alone: on the tiny CPU recipe, fan-out 4 made the agent
-    go on after 1-hop answers and copy worse (benchmarks/README.md, learning sweep)."""
+    go on after 1-hop answers and copy worse (benchmarks/README.md, learning sweep).
+
+    With ``look_ahead`` (graphwalker), the last hop is followed by a ``get_relations`` of the
+    first gold answer it shows (a step of kind ``check``; none when that answer is a value the
+    tool cannot list). Every hop then ends the same way, with the relations of an entity it
+    reached: after an inner hop the agent follows the next relation from that list, after the
+    last it answers. Whether to go on is decided where the list is in the context, ranked by
+    the question, instead of from the question alone."""
     toolset = env.config.toolset
     calls = oracle_calls(row, toolset)
     continues_from = {c.entity for c in calls}
@@ -204,7 +216,23 @@ def replay(
             if entity not in seen and len(others) < fan_out - 1:
                 others.append(entity)
             seen.add(entity)
+    if look_ahead and steps and steps[-1][0].kind == "triples":
+        check = _check_call(row, steps[-1][1], topics)
+        if check is not None:
+            got = env.execute(check.call)
+            if got.error is None:
+                steps.append((check, got))
     return steps
+
+
+def _check_call(row: dict[str, Any], result: Any, topics: set[str]) -> OracleCall | None:
+    """The look-ahead after the last hop: ``get_relations`` of the first gold answer
+    ``result`` shows (not a topic), or None when it shows none."""
+    gold = {normalize_answer(a) for a in row["answer_names"]}
+    for name in result.entities:
+        if name not in topics and normalize_answer(name) in gold:
+            return OracleCall("check", f"get_relations({_q(name)})", name, None)
+    return None
 
 
 def _shown_substitute(

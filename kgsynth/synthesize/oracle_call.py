@@ -10,7 +10,8 @@ from typing import Any
 @dataclass(frozen=True)
 class OracleCall:
     # relations | triples (graphwalker, kgr1); types | patterns | execute (knowcoder);
-    # node | sparql (isp: kgsynth.synthesize.oracle_sparql); retry (oracle_trial)
+    # node | sparql (isp: kgsynth.synthesize.oracle_sparql); retry (oracle_trial); check
+    # (graphwalker with --look-ahead: the relations of an answer, listed before answering)
     kind: str
     call: str
     entity: str  # the entity the call is about (the type name for types)

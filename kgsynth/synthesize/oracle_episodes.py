@@ -138,8 +138,9 @@ def _episode(
         messages.append({"role": "assistant", "content": query_turn(thought, c.call, toolset)})
         messages.append({"role": "tool", "content": render_observation(result.text)})
         observed.extend(result.entities)
-    # the SPARQL tool sets answer from their query's rows, in the order the rows show them
-    last = steps[-1] if steps else None
+    # the SPARQL tool sets answer from their query's rows, in the order the rows show them;
+    # a look-ahead's relations (kind check) come after the hop the answers are copied from
+    last = next((s for s in reversed(steps) if s[0].kind != "check"), None)
     if last and last[0].kind in QUERY_KINDS:
         shown = query_answers(last[1])
     else:
@@ -204,7 +205,9 @@ def oracle_trajectories(
             elif cfg.toolset in SPARQL_TOOLSETS:
                 steps = replay_sparql(row, env)
             else:
-                steps = replay(row, env, fan_out=cfg.fan_out, follow=cfg.follow)
+                steps = replay(
+                    row, env, fan_out=cfg.fan_out, follow=cfg.follow, look_ahead=cfg.look_ahead
+                )
         except Reject as rej:
             results.append(Rejected(trajectory_row(row, 0, None, cfg, generator), rej.reason))
             continue

@@ -54,6 +54,13 @@ class TrajectoryConfig:
         "goes on from the first shown one, so which entity the agent follows is a rule it can "
         "read from the observation.",
     )
+    look_ahead: bool = option(
+        False,
+        "oracle with --tools graphwalker: after the last hop, list the relations of the first "
+        "answer shown before answering, so every hop ends with the relations of an entity it "
+        "reached and the agent decides to go on or answer with that list, ranked by the "
+        "question, in its context.",
+    )
     trial_and_error: float = option(
         0.0,
         "oracle with --tools knowcoder: the share of questions (drawn per question with --seed) "
@@ -118,6 +125,11 @@ class TrajectoryConfig:
             )
         if self.follow not in ("walked", "first"):
             raise ConfigError(f"--follow must be walked or first (got {self.follow!r})")
+        if self.look_ahead and (self.mode != "oracle" or self.toolset != "graphwalker"):
+            raise ConfigError(
+                "--look-ahead changes the graphwalker oracle's replays: it needs --mode oracle "
+                f"and --tools graphwalker (got --mode {self.mode}, --tools {self.toolset})"
+            )
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")
         if self.stratify not in STRATA:
