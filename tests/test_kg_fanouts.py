@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgsynth.kg.embedded import EmbeddedKG
-from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable, TooMany
+from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable, TooMany, _distinct
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.profiles import get_profile
@@ -311,6 +311,36 @@ def test_follow_stops_at_too_many_or_gives_the_whole_union(metaqa):
                 assert len(whole) > bound
             else:
                 assert len(whole) <= bound and np.array_equal(part, whole)
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), max_size=300))
+def test_distinct_is_np_unique(values):
+    ids = np.array(values, dtype=np.uint32)
+    got = _distinct(ids)
+    assert got.dtype == np.uint32 and np.array_equal(got, np.unique(ids))
+
+
+def test_batched_table_fanouts_are_the_query_fanouts_in_order(metaqa):
+    """Fan-outs read for many entities at once (their rows put in relation order as arrays)
+    are the fan-out queries', relation for relation in the same order; each relation's held
+    row is the table's row; an IRI in no fact has none."""
+    graph = KGGraph(metaqa)
+    plain = KGGraph(EmbeddedKG(metaqa.store, metaqa.profile))
+    nobody = "http://kgsynth.org/entity/nobody"
+    iris = [GENRE, nobody, *random.Random(2).sample(all_iris(metaqa), 300)]
+    graph.prefetch_lookups(fanouts=iris)
+    table = metaqa.fanout_table
+    checked = 0
+    for iri in iris:
+        got = graph.fanouts(iri)
+        assert list(got.items()) == list(plain.fanouts(iri).items())
+        found = table.rows([iri])[iri]
+        rows = {(p, d): row for p, d, _, row in (found[0] if found else [])}
+        for rel in got:
+            row = rows[(rel.path[0], rel.direction)]
+            assert graph._table_row(iri, rel) == (row if row >= 0 else None)
+            checked += 1
+    assert graph.fanouts(nobody) == {} and checked > 300
 
 
 TRICKY_NT = """

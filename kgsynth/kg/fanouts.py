@@ -146,14 +146,25 @@ class FanoutTable:
         for start in range(0, len(todo), _SQL_BATCH):
             chunk = todo[start : start + _SQL_BATCH]
             marks = ",".join("?" * len(chunk))
-            for iri, eid in self._con.execute(
+            rows = self._con.execute(
                 f"SELECT iri, id FROM entity WHERE iri IN ({marks})", chunk
-            ):
-                out[iri] = known[iri] = (eid, self._labels[eid].as_py())
+            ).fetchall()
+            # the names in one take: a scalar read each costs more than the query
+            take = pa.array([eid for _, eid in rows], type=pa.int64())
+            for (iri, eid), name in zip(rows, self._labels.take(take).to_pylist(), strict=True):
+                out[iri] = known[iri] = (eid, name)
         return out
 
     def iri(self, eid: int) -> str:
-        return str(self._iris[eid].as_py())
+        """The IRI of an entity id, remembered with its id and name: the walker asks for the
+        entity a pick reached (its name, its fan-outs) next, and :meth:`entities` then needs
+        no query."""
+        iri = str(self._iris[eid].as_py())
+        if iri not in self._known:
+            if len(self._known) >= _ID_CACHE:
+                self._known.clear()
+            self._known[iri] = (eid, self._labels[eid].as_py())
+        return iri
 
     def named_iris(self) -> NamedIRIs:
         """The named entities' IRIs in sorted order (only when ``has_labels``)."""
@@ -191,6 +202,20 @@ class FanoutTable:
                 label,
             )
         return out
+
+    def relation_rows(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The rows of entity ids, in table order, as arrays: ``(entity, code, count, row)``
+        with ``entity`` the position in ``ids``, ``code`` ``predicate << 1 | direction``
+        (direction 1: in) and ``row`` -1 where its targets are not held. What :meth:`rows`
+        lists, for many entities in a few array operations."""
+        ids = np.asarray(ids, dtype=np.int64)
+        lo, hi = self._offsets[ids], self._offsets[ids + 1]
+        n = hi - lo
+        index = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()), dtype=np.int64)
+        entity = np.repeat(np.arange(len(ids)), n)
+        code = (self._row_key[index] & np.uint64((1 << self._key_shift) - 1)).astype(np.int64)
+        row = np.where(self._target_start[index] >= 0, index, -1)
+        return entity, code, np.asarray(self._count[index], dtype=np.int64), row
 
     def has_targets(self, row: int) -> bool:
         """Whether ``row``'s targets are held (all of them IRIs)."""
@@ -231,31 +256,40 @@ class FanoutTable:
         pid = self._predicate_id.get(predicate)
         if pid is None or not len(ids):
             return np.zeros(0, dtype=np.uint32)
+        inverse = direction == "in"
         if len(ids) <= 16:  # most hops start from a few entities: no array arithmetic
             parts = []
             for eid in np.asarray(ids).tolist():
-                part = self._follow_one(eid, pid, direction == "in", more_than)
+                part = self._follow_one(eid, pid, inverse, more_than)
                 if part is None:
                     return None
                 parts.append(part)
-            return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+            return parts[0] if len(parts) == 1 else _distinct(np.concatenate(parts))
         if more_than is not None and len(ids) > 256:
             # a growing union, chunk by chunk: too many shows after the first chunks (what a
             # query read row by row stops at), and the result is the same union otherwise
             reached = np.zeros(0, dtype=np.uint32)
             start, size = 0, 256
             while start < len(ids):
-                part = self.follow(ids[start : start + size], predicate, direction)
+                # a chunk's row with more targets than more_than: the union would hold too
+                # many, so it is not built (a chunk with a literal row still gives None first)
+                part = self._follow_rows(ids[start : start + size], pid, inverse, more_than)
                 if part is None:
                     return None
-                reached = np.union1d(reached, part)
+                reached = _distinct(np.concatenate([reached, part]))
                 if len(reached) > more_than:
                     raise TooMany
                 start, size = start + size, size * 4
             return reached
+        return self._follow_rows(ids, pid, inverse, more_than)
+
+    def _follow_rows(
+        self, ids: np.ndarray, pid: int, inverse: bool, more_than: int | None
+    ) -> np.ndarray | None:
+        """:meth:`follow` from many ids at once, in array operations."""
         ids = np.asarray(ids, dtype=np.uint64)
         base = (ids << np.uint64(self._key_shift)) | np.uint64(pid << 1)
-        keys = base | np.uint64(direction == "in")
+        keys = base | np.uint64(inverse)
         pos = np.searchsorted(self._row_key, keys)
         inside = pos < len(self._row_key)
         hit = np.zeros(len(keys), dtype=bool)
@@ -271,7 +305,7 @@ class FanoutTable:
         index = np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
         found = np.asarray(self._targets[index], dtype=np.uint32)
         looped = ids[np.isin(base, self._loops)].astype(np.uint32) if len(self._loops) else ids[:0]
-        return np.unique(np.concatenate([found, looped]))
+        return _distinct(np.concatenate([found, looped]))
 
     def _follow_one(
         self, eid: int, pid: int, inverse: bool, more_than: int | None
@@ -292,7 +326,7 @@ class FanoutTable:
             found = np.asarray(self._targets[start : start + count])
         loop = int(np.searchsorted(self._loops, np.uint64(base)))
         if loop < len(self._loops) and int(self._loops[loop]) == base:
-            return np.unique(np.append(found, np.uint32(eid)))
+            return _distinct(np.append(found, np.uint32(eid)))
         return found  # a row's targets are sorted and distinct
 
     def iris(self, ids: np.ndarray) -> list[tuple[str, str | None]]:
@@ -304,3 +338,16 @@ class FanoutTable:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` (sorted, distinct) by a sort and one comparison: 3-4x faster on
+    the unions :meth:`FanoutTable.follow` builds, which np.unique hashes element by element
+    before it sorts the distinct ones."""
+    values = np.sort(values)
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]

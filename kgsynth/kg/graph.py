@@ -17,6 +17,8 @@ import hashlib
 import logging
 from collections.abc import Iterator, Sequence
 
+import numpy as np
+
 from kgsynth.kg import sparql
 from kgsynth.kg.base import KG
 from kgsynth.kg.fanouts import FanoutTable
@@ -66,6 +68,8 @@ class KGGraph(BatchPrefetch):
         )
         # entity -> its relations whose targets the table holds, with their rows
         self._table_rows = LRU(cache_size)
+        # by table row code: its relation and rank in relation order (BatchPrefetch)
+        self._table_codes: tuple[np.ndarray, np.ndarray] | None = None
         # (predicate IRI, direction) -> its Relation, or None for a hidden one
         self._relation_of: dict[tuple[str, str], Relation | None] = {}
         labels = " ".join(sparql.iri(p) for p in self.profile.label_predicates)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+import numpy as np
+
 from kgsynth.kg import sparql
 from kgsynth.kg.records import Relation, term_value
 from kgsynth.kg.terms import Term
@@ -77,25 +79,61 @@ class BatchPrefetch:
     def _table_fanouts(self, iris: list[str]) -> dict[str, dict[Relation, int]]:
         """Fan-outs of ``iris`` from the fan-out table into the relations cache, the rows
         holding their relations' targets into ``_table_rows``, and their names (when the table
-        holds them) into the label cache. An IRI the table does not hold is in no fact."""
+        holds them) into the label cache. An IRI the table does not hold is in no fact.
+
+        The rows of all of them are read and put in relation order in a few array operations
+        (each relation's rank among the table's is known once): per entity, only its dicts
+        are built in Python."""
+        table = self._table
+        iris = list(dict.fromkeys(iris))
+        found = table.entities(iris)
+        ids = np.fromiter((found[i][0] for i in iris if i in found), dtype=np.int64)
+        entity, code, count, row = table.relation_rows(ids)
+        relation_of, rank_of = self._table_relations()
+        rank = rank_of[code]
+        shown = rank >= 0  # hidden relations left out
+        entity, code, count, row = entity[shown], code[shown], count[shown], row[shown]
+        order = np.lexsort((rank[shown], entity))
+        entity, code, count, row = entity[order], code[order], count[order], row[order]
+        bounds = np.searchsorted(entity, np.arange(len(ids) + 1)).tolist()
+        rels, counts = relation_of[code].tolist(), count.tolist()
+        held = row >= 0  # its targets are held
+        held_bounds = np.searchsorted(entity[held], np.arange(len(ids) + 1)).tolist()
+        held_rels, held_rows = relation_of[code[held]].tolist(), row[held].tolist()
+        labels = table.has_labels
         out: dict[str, dict[Relation, int]] = {}
-        for iri, found in self._table.rows(iris).items():
-            fanouts: dict[Relation, int] = {}
-            held: dict[Relation, int] = {}
-            rows, label = found if found is not None else ([], None)
-            for predicate, direction, n, row in rows:
-                rel = self._relation(predicate, direction)
-                if rel is None:
-                    continue
-                fanouts[rel] = n
-                if row >= 0:  # its targets are held
-                    held[rel] = row
-            out[iri] = self._relation_order(fanouts)
+        k = 0
+        for iri in iris:
+            if iri not in found:
+                out[iri] = {}
+                self._relations_cache.put(iri, out[iri])
+                self._table_rows.put(iri, {})
+                continue
+            a, b = bounds[k], bounds[k + 1]
+            c, d = held_bounds[k], held_bounds[k + 1]
+            k += 1
+            out[iri] = dict(zip(rels[a:b], counts[a:b], strict=True))
             self._relations_cache.put(iri, out[iri])
-            self._table_rows.put(iri, held)
-            if found is not None and self._table.has_labels:
-                self._label_cache.put(iri, label)
+            self._table_rows.put(iri, dict(zip(held_rels[c:d], held_rows[c:d], strict=True)))
+            if labels:
+                self._label_cache.put(iri, found[iri][1])
         return out
+
+    def _table_relations(self) -> tuple[np.ndarray, np.ndarray]:
+        """By the table's row code ``predicate << 1 | direction``: its relation (None when
+        hidden), and its rank in relation order (-1 when hidden)."""
+        if self._table_codes is None:
+            table = self._table
+            relation_of = np.empty(2 * len(table.predicates), dtype=object)
+            for code in range(len(relation_of)):
+                predicate, direction = table.predicates[code >> 1], ("out", "in")[code & 1]
+                relation_of[code] = self._relation(predicate, direction)
+            shown = [c for c in range(len(relation_of)) if relation_of[c] is not None]
+            rank_of = np.full(len(relation_of), -1, dtype=np.int64)
+            ordered = self._relation_order({relation_of[c]: c for c in shown})
+            rank_of[list(ordered.values())] = np.arange(len(ordered))
+            self._table_codes = (relation_of, rank_of)
+        return self._table_codes
 
     def _table_row(self, iri: str, relation: Relation) -> int | None:
         """The table row holding the targets of ``(iri, relation)``, or None (no table, or a
