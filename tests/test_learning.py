@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from kgsynth.agent.loop import system_prompt, user_prompt
+from kgsynth.errors import ConfigError
 from kgsynth.schema import TRAJECTORY_SCHEMA
 from kgsynth.tiny import build_tiny_model
 from kgsynth.train.probe import copy_char_spans, copy_loss, copy_targets
@@ -218,3 +220,30 @@ def test_a_copy_warm_up_that_misses_its_target_starts_again_from_the_initial_wei
         plain["tries"] == 1
         and plain["loss_last_tenth_per_try"] == reached["loss_last_tenth_per_try"]
     )
+
+
+def test_a_copy_warm_up_above_its_target_drills_on_up_to_its_step_limit(tmp_path):
+    """--copy-warmup-max-steps: a warm-up still above the target after its steps goes on, in
+    tenths of its steps, to the limit (an unreachable target) or stops at the first check at
+    the target; without a target it runs its steps exactly."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kgsynth.train.drills import copy_drills, warm_up
+
+    rng = random.Random(0)
+    train = [trajectory(rng) for _ in range(40)]
+    folder = build_tiny_model(
+        [m["content"] for c in train for m in c], tmp_path / "tiny", vocab_size=300, seed=0
+    )
+    tok = AutoTokenizer.from_pretrained(folder)
+    drills = copy_drills(train, 40, 0)
+
+    def run(**options):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        return warm_up(model, tok, drills, steps=10, batch_size=4, **options)
+
+    assert run(target=1e-9, max_steps=25)["steps"] == 25
+    assert run(target=100.0, max_steps=25)["steps"] == 10
+    assert run(max_steps=25)["steps"] == 10
+    with pytest.raises(ConfigError, match="copy_warmup_max_steps"):
+        SFTConfig(model="tiny", copy_warmup_steps=10, copy_warmup_max_steps=5)

@@ -153,13 +153,19 @@ def warm_up(
     *,
     steps: int,
     batch_size: int = 32,
-    lr: float = 5e-3,
+    lr: float = 2.5e-3,
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
+    target: float | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place on copy drills for ``steps`` AdamW steps (batches of
     ``batch_size`` drills, loss on the assistant turn only, linear warmup over the first 5 %),
-    before the trajectories. Returns what it did, for the run's summary."""
+    before the trajectories. With ``target`` and ``max_steps``, a warm-up whose loss over the
+    last tenth of ``steps`` is still above ``target`` goes on, checked every tenth of
+    ``steps``, until it is at the target or ``max_steps`` steps are done (the loss falls
+    steadily, faster on some drill orders than on others). Returns what it did, for the run's
+    summary."""
     import time
 
     import torch
@@ -177,7 +183,13 @@ def warm_up(
     started = time.perf_counter()
     tokens = 0
     losses: list[float] = []
-    for step in range(steps):
+    tenth = max(1, steps // 10)
+    limit = max(steps, max_steps or 0) if target is not None else steps
+    step = 0
+    while step < limit:
+        checked = target is not None and step >= steps and step % tenth == 0
+        if checked and sum(losses[-tenth:]) / tenth <= target:  # type: ignore[operator]
+            break
         batch = [samples[rng.randrange(len(samples))] for _ in range(batch_size)]
         width = max(len(s.input_ids) for s in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -197,12 +209,13 @@ def warm_up(
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(out.loss.detach()))
+        step += 1
         if progress:
-            progress(step + 1, losses[-1])
+            progress(step, losses[-1])
     elapsed = time.perf_counter() - started
-    tail = losses[-max(1, steps // 10) :]
+    tail = losses[-tenth:]
     return {
-        "steps": steps,
+        "steps": step,
         "batch_size": batch_size,
         "lr": lr,
         "drills": len(samples),

@@ -204,6 +204,8 @@ def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConf
             batch_size=cfg.copy_warmup_batch_size,
             lr=cfg.copy_warmup_lr,
             seed=cfg.seed + attempt,
+            target=cfg.copy_warmup_target,
+            max_steps=cfg.copy_warmup_max_steps,
         )
         losses.append(stats["loss_last_tenth"])
         target = cfg.copy_warmup_target
