@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 FANOUTS_DIR = "fanouts"
 FORMAT_VERSION = 3
 _ARRAYS = ("offsets", "row_key", "loops", "count", "target_start", "targets", "named")
-_DIRECTIONS = ("out", "in")
+DIRECTIONS = ("out", "in")
 _SQL_BATCH = 500
 _ID_CACHE = 200_000  # IRIs whose id and name are kept (cleared when full)
 
@@ -101,7 +101,6 @@ class FanoutTable:
         self.predicates: list[str] = list(self.meta["predicates"])
         self._predicate_id = {p: i for i, p in enumerate(self.predicates)}
         self._key_shift = int(self.meta["predicate_bits"]) + 1
-        self._predicate_mask = np.uint64((1 << self._key_shift) - 2)
         self.profile: str = self.meta["profile"]
         self.has_labels: bool = bool(self.meta["labels"])
         self._con = sqlite3.connect(
@@ -181,34 +180,22 @@ class FanoutTable:
         fact)."""
         iris = list(dict.fromkeys(iris))
         found = self.entities(iris)
-        preds, dirs = self.predicates, _DIRECTIONS
-        out: dict[str, tuple[list[tuple[str, str, int, int]], str | None] | None] = {}
-        for iri in iris:
-            if iri not in found:
-                out[iri] = None
-                continue
-            eid, label = found[iri]
-            lo, hi = int(self._offsets[eid]), int(self._offsets[eid + 1])
-            keys = self._row_key[lo:hi]
-            p = ((keys & self._predicate_mask) >> 1).tolist()
-            d = (keys & 1).tolist()
-            n = self._count[lo:hi].tolist()
-            held = (self._target_start[lo:hi] >= 0).tolist()
-            out[iri] = (
-                [
-                    (preds[p[i]], dirs[d[i]], n[i], lo + i if held[i] else -1)
-                    for i in range(hi - lo)
-                ],
-                label,
-            )
-        return out
+        held = [i for i in iris if i in found]
+        entity, code, count, row = (
+            a.tolist() for a in self.relation_rows(np.array([found[i][0] for i in held]))
+        )
+        lists: list[list[tuple[str, str, int, int]]] = [[] for _ in held]
+        for e, c, n, r in zip(entity, code, count, row, strict=True):
+            lists[e].append((self.predicates[c >> 1], DIRECTIONS[c & 1], n, r))
+        by_iri = dict(zip(held, lists, strict=True))
+        return {i: (by_iri[i], found[i][1]) if i in found else None for i in iris}
 
     def relation_rows(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
         """The rows of entity ids, in table order, as arrays: ``(entity, code, count, row)``
         with ``entity`` the position in ``ids``, ``code`` ``predicate << 1 | direction``
-        (direction 1: in) and ``row`` -1 where its targets are not held. What :meth:`rows`
-        lists, for many entities in a few array operations."""
-        ids = np.asarray(ids, dtype=np.int64)
+        (direction 1: in) and ``row`` -1 where its targets are not held (:meth:`rows` lists
+        the same per IRI)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         lo, hi = self._offsets[ids], self._offsets[ids + 1]
         n = hi - lo
         index = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()), dtype=np.int64)

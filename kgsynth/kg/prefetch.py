@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from kgsynth.kg import sparql
+from kgsynth.kg.fanouts import DIRECTIONS
 from kgsynth.kg.records import Relation, term_value
 from kgsynth.kg.terms import Term
 
@@ -126,7 +127,7 @@ class BatchPrefetch:
             table = self._table
             relation_of = np.empty(2 * len(table.predicates), dtype=object)
             for code in range(len(relation_of)):
-                predicate, direction = table.predicates[code >> 1], ("out", "in")[code & 1]
+                predicate, direction = table.predicates[code >> 1], DIRECTIONS[code & 1]
                 relation_of[code] = self._relation(predicate, direction)
             shown = [c for c in range(len(relation_of)) if relation_of[c] is not None]
             rank_of = np.full(len(relation_of), -1, dtype=np.int64)

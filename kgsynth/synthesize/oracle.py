@@ -228,11 +228,11 @@ def replay(
 def _check_call(row: dict[str, Any], result: Any, topics: set[str]) -> OracleCall | None:
     """The look-ahead after the last hop: ``get_relations`` of the first gold answer
     ``result`` shows (not a topic), or None when it shows none."""
-    gold = {normalize_answer(a) for a in row["answer_names"]}
-    for name in result.entities:
-        if name not in topics and normalize_answer(name) in gold:
-            return OracleCall("check", f"get_relations({_q(name)})", name, None)
-    return None
+    shown = [e for e in result.entities if e not in topics]
+    first = next(iter(oracle_answers(row, shown, fallback=False)), None)
+    return (
+        None if first is None else OracleCall("check", f"get_relations({_q(first)})", first, None)
+    )
 
 
 def _shown_substitute(
