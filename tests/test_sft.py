@@ -585,3 +585,21 @@ def test_resume_passes_over_a_checkpoint_a_kill_cut_short(tmp_path: Path) -> Non
             (folder / "trainer_state.json").write_text("{}")
     (ckpts / "checkpoint-99.tmp").mkdir()
     assert last_complete_checkpoint(ckpts) == str(ckpts / "checkpoint-12")
+
+
+def test_checkpointing_option_follows_the_installed_transformers():
+    """5.2x names it activation_checkpointing; older 5.x (the GPU image's 5.17) only
+    gradient_checkpointing, which TrainingArguments there refuses the new name for."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from kgsynth.train.sft_trainer import _checkpointing_field
+
+    @dataclasses.dataclass
+    class Older:
+        gradient_checkpointing: bool = False
+
+    assert _checkpointing_field(Older) == "gradient_checkpointing"
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert _checkpointing_field(TrainingArguments) in names

@@ -5,6 +5,7 @@ system prompt kept in every checkpoint. Built lazily
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -29,6 +30,18 @@ def load_tokenizer(model_path: Path) -> Any:
         # the renderer fell back to ChatML; the saved folder must render the same way
         tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
+
+
+def _checkpointing_field(arguments: type) -> str:
+    """The name transformers gives activation recomputation: ``activation_checkpointing`` from
+    5.2x (``gradient_checkpointing`` stays as its deprecated alias there), only
+    ``gradient_checkpointing`` before (5.17 on the GPU image of 2026-11-26)."""
+    names = {f.name for f in dataclasses.fields(arguments)}
+    return (
+        "activation_checkpointing"
+        if "activation_checkpointing" in names
+        else "gradient_checkpointing"
+    )
 
 
 def training_arguments(
@@ -69,7 +82,7 @@ def training_arguments(
         # gloo only for a distributed CPU run: naming a backend makes accelerate start one
         ddp_backend="gloo" if use_cpu and "WORLD_SIZE" in os.environ else None,
         deepspeed=ds_config,
-        activation_checkpointing=cfg.gradient_checkpointing,
+        **{_checkpointing_field(TrainingArguments): cfg.gradient_checkpointing},
         train_sampling_strategy="random" if cfg.packing else "group_by_length",
         remove_unused_columns=False,
         dataloader_num_workers=0,
