@@ -24,7 +24,12 @@ class InputFileError(KGSynthError):
         where = f"{path}:{line}" if line is not None else f"{path}"
         super().__init__(f"{where}: {message}")
         self.path = path
+        self.message = message
         self.line = line
+
+    def __reduce__(self) -> tuple[type, tuple[object, str, int | None]]:
+        # rebuilt from its parts (an import's conversion raises it in a child process)
+        return (type(self), (self.path, self.message, self.line))
 
 
 class KGError(KGSynthError):

@@ -64,6 +64,7 @@ class DelimitedResult:
     entity_iris: list[str] = field(default_factory=list)
     entity_names: pl.Series | None = None  # by id; null: unnamed
     predicate_iris: list[str] = field(default_factory=list)
+    table_seconds: float = 0.0  # the fan-out table's build, when it was built from these
 
 
 def percent_encode(values: pl.Series) -> pl.Series:
@@ -225,7 +226,7 @@ def _convert(
             df = df.with_columns(pl.all().str.strip_chars(PY_WHITESPACE))
             if df.select(pl.any_horizontal(pl.all().str.len_bytes() == 0).any()).item():
                 raise NeedsLineReader("an empty subject, relation or object")
-            for rel in df["r"].unique().to_list():
+            for rel in df["r"].unique(maintain_order=True).to_list():
                 if rel not in relation_nt:
                     try:
                         iri = profile.relation_iri(rel)

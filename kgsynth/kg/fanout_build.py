@@ -198,12 +198,12 @@ def table_from_store(store: Any, dest: Path, *, profile: str) -> dict[str, Any] 
                     .struct.rename_fields(["s", "p", "o"])
                     .struct.unnest()
                 )
-                terms = pl.concat([spo["s"], spo["o"]]).unique().to_list()
+                terms = pl.concat([spo["s"], spo["o"]]).unique(maintain_order=True).to_list()
                 block = pl.DataFrame(
                     {"t": terms, "id": [term_ids.setdefault(t, len(term_ids)) for t in terms]},
                     schema={"t": pl.String, "id": pl.UInt32},
                 )
-                for pred in spo["p"].unique().to_list():
+                for pred in spo["p"].unique(maintain_order=True).to_list():
                     pred_ids.setdefault(pred, len(pred_ids))
                 parts.append(
                     {

@@ -11,31 +11,35 @@ place only when complete, so a failed import leaves nothing half-written.
 from __future__ import annotations
 
 import gc
-import gzip
 import hashlib
-import io
 import json
 import logging
 import os
 import shutil
 import time
-import zlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import pyoxigraph as ox
 
 from kgsynth import __version__
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.kg import sparql
-from kgsynth.kg.arrow_import import DelimitedResult, NeedsLineReader, delimited_to_ntriples
+from kgsynth.kg.arrow_import import DelimitedResult
+from kgsynth.kg.delimited import (
+    Conversion,
+    convert,
+    open_bytes,
+    read_delimited,
+    read_names,
+    text_lines,
+)
 from kgsynth.kg.embedded import META_FILE, NAMES_FILE, STORE_SUBDIR, is_store_dir
-from kgsynth.kg.fanout_build import table_from_store, write_fanout_table
+from kgsynth.kg.fanout_build import table_from_store
 from kgsynth.kg.fanouts import FANOUTS_DIR
-from kgsynth.kg.names import NameIndexWriter, build_name_index
-from kgsynth.kg.profiles import KGProfile, get_profile, guess_profile_from_relations
+from kgsynth.kg.names import build_name_index
+from kgsynth.kg.profiles import get_profile, guess_profile_from_relations
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ class ImportReport:
     named_entities: int
     seconds: float
     store_bytes: int
+    # the fan-out table's share of ``seconds`` when the conversion built it (else None)
+    table_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,40 +77,6 @@ def detect_format(path: Path) -> ImportFormat:
     return "tsv"
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
-def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a UTF-8 text file (optionally gzipped); a file that is not
-    UTF-8 text, or a broken gzip stream, is an :class:`InputFileError` naming the line."""
-    try:
-        with _open_text(path) as fh:
-            yield from enumerate(fh, 1)
-    except UnicodeDecodeError:
-        # the text layer decodes in chunks, so find the line again byte by byte
-        with _open_bytes(path) as raw:
-            for lineno, data in enumerate(raw, 1):
-                try:
-                    data.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    bad = data[exc.start : exc.start + 1].hex()
-                    raise InputFileError(
-                        path,
-                        f"not UTF-8 text (byte 0x{bad} cannot be decoded); a binary file?",
-                        lineno,
-                    ) from None
-        raise InputFileError(path, "not UTF-8 text; a binary file?") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise InputFileError(path, f"not a readable gzip file: {exc}") from None
-
-
-def _open_bytes(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-
-
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -114,7 +86,7 @@ def file_sha256(path: Path) -> str:
 
 
 def _sniff_delimiter(path: Path) -> str:
-    for _, line in _text_lines(path):
+    for _, line in text_lines(path):
         line = line.rstrip("\r\n")
         if not line.strip():
             continue
@@ -126,99 +98,6 @@ def _sniff_delimiter(path: Path) -> str:
     return "\t"
 
 
-def read_names(path: Path) -> dict[str, str]:
-    """An ``id<TAB>name`` file as a dict; malformed lines are an error naming the line."""
-    names: dict[str, str] = {}
-    if not path.is_file():
-        raise InputFileError(path, "--names: no such file")
-    for lineno, line in _text_lines(path):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        key, sep, name = line.partition("\t")
-        if not sep or not key.strip() or not name.strip():
-            raise InputFileError(path, "expected 'id<TAB>name'", lineno)
-        names.setdefault(key.strip(), name.strip())
-    return names
-
-
-def read_delimited(path: Path, delimiter: str) -> Iterator[tuple[int, str, str, str]]:
-    """``(line number, subject, relation, object)`` for each non-blank line."""
-    for lineno, line in _text_lines(path):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        parts = line.split(delimiter)
-        if len(parts) != 3:
-            raise InputFileError(
-                path,
-                f"expected 3 fields separated by {delimiter!r}, found {len(parts)}",
-                lineno,
-            )
-        s, r, o = (p.strip() for p in parts)
-        if not s or not r or not o:
-            raise InputFileError(path, "empty subject, relation or object", lineno)
-        yield lineno, s, r, o
-
-
-def _literal_nt(text: str, lang: str | None) -> str:
-    return sparql.literal(text, lang)
-
-
-def _delimited_to_ntriples(
-    src: Path,
-    dest: Path,
-    delimiter: str,
-    profile: KGProfile,
-    names: dict[str, str] | None,
-) -> None:
-    label_pred = sparql.iri(profile.label_predicate)
-    labelled: set[str] = set()
-    with open(dest, "w", encoding="utf-8") as out:
-        for lineno, s, r, o in read_delimited(src, delimiter):
-            try:
-                s_iri, o_iri = profile.entity_iri(s), profile.entity_iri(o)
-                triple = f"{sparql.iri(s_iri)} {sparql.iri(profile.relation_iri(r))} "
-                out.write(f"{triple}{sparql.iri(o_iri)} .\n")
-                for key, iri in ((s, s_iri), (o, o_iri)):
-                    if iri in labelled:
-                        continue
-                    labelled.add(iri)
-                    name = names.get(key) if names is not None else key
-                    if name is not None:
-                        out.write(
-                            f"{sparql.iri(iri)} {label_pred} {_literal_nt(name, profile.label_lang)} .\n"
-                        )
-            except ValueError as exc:
-                raise InputFileError(src, f"cannot be written as RDF: {exc}", lineno) from None
-
-
-def _convert_delimited(
-    src: Path,
-    dest: Path,
-    delimiter: str,
-    profile: KGProfile,
-    names: dict[str, str] | None,
-    names_index: Path,
-) -> DelimitedResult | None:
-    """Convert in Arrow batches, writing the name index as it goes; a file that needs the
-    line-by-line reader (see :mod:`kgsynth.kg.arrow_import`) is converted by it and None is
-    returned (the counts and names then come from the store)."""
-    writer = NameIndexWriter(names_index)
-    try:
-        result = delimited_to_ntriples(src, dest, delimiter, profile, names, writer.add)
-    except NeedsLineReader as why:
-        writer.discard()
-        log.info("%s: converting line by line (%s)", src, why)
-        _delimited_to_ntriples(src, dest, delimiter, profile, names)
-        return None
-    except BaseException:
-        writer.discard()
-        raise
-    writer.close()
-    return result
-
-
 def _sample_relations(src: Path, fmt: ImportFormat, delimiter: str) -> list[str]:
     rels: list[str] = []
     if fmt == "tsv":
@@ -227,7 +106,7 @@ def _sample_relations(src: Path, fmt: ImportFormat, delimiter: str) -> list[str]
             if i >= 1000:
                 break
         return rels
-    for i, line in _text_lines(src):
+    for i, line in text_lines(src):
         parts = line.split()
         if len(parts) >= 3 and parts[1].startswith("<"):
             rels.append(parts[1].strip("<>"))
@@ -284,8 +163,8 @@ def import_kg(
     prof = get_profile(
         profile or guess_profile_from_relations(_sample_relations(src, fmt, delimiter or "\t"))
     )
-    names = read_names(Path(names_file)) if names_file else None
-
+    if names_file and fmt != "tsv":
+        read_names(Path(names_file))  # checked (a delimited file's conversion reads it)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.importing-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -295,30 +174,25 @@ def import_kg(
         fast: DelimitedResult | None = None
         if fmt == "tsv":
             nt = tmp / "import.nt"
-            fast = _convert_delimited(src, nt, delimiter or "\t", prof, names, tmp / NAMES_FILE)
-            if fast is not None and fast.fact_ids is not None and not prof.flatten_unnamed:
-                # before bulk_load: the ids are freed before the engine's own peak. The names
-                # are every entity's only name unless a fact of the file is a name triple too
-                complete = not fast.relation_iris & set(prof.label_predicates)
-                table_started = time.perf_counter()
-                write_fanout_table(
-                    tmp / FANOUTS_DIR,
-                    fast.fact_ids,
-                    fast.entity_iris,
-                    fast.predicate_iris,
-                    profile=prof.name,
-                    labels=fast.entity_names if complete else None,
-                )
-                log.info("fan-out table in %.1fs", time.perf_counter() - table_started)
-            if fast is not None:
-                fast.fact_ids, fast.entity_iris, fast.entity_names = None, [], None
-                gc.collect()
+            job = Conversion(
+                src=src,
+                nt=nt,
+                delimiter=delimiter or "\t",
+                profile=prof.name,
+                names_file=Path(names_file) if names_file else None,
+                names_index=tmp / NAMES_FILE,
+                table_dir=None if prof.flatten_unnamed else tmp / FANOUTS_DIR,
+            )
+            # before bulk_load, and for a large file in a child process: the conversion's
+            # memory is gone before the engine's own peak
+            fast = convert(job)
+            gc.collect()
             store.bulk_load(path=str(nt), format=ox.RdfFormat.N_TRIPLES)
             nt.unlink()
         else:
             rdf_format = ox.RdfFormat.N_TRIPLES if fmt == "nt" else ox.RdfFormat.TURTLE
             try:
-                with _open_bytes(src) as fh:
+                with open_bytes(src) as fh:
                     store.bulk_load(fh, rdf_format)
             except SyntaxError as exc:
                 raise InputFileError(src, f"{fmt} syntax error: {exc.msg}", exc.lineno) from None
@@ -418,4 +292,5 @@ def import_kg(
         named_entities=named,
         seconds=round(time.perf_counter() - started, 3),
         store_bytes=_dir_bytes(out),
+        table_seconds=round(fast.table_seconds, 3) if fast else None,
     )
