@@ -371,3 +371,16 @@ def test_table_from_an_n_triples_store_with_escapes_and_non_ascii(tmp_path):
     assert counts[("http://x/Germinal", "http://x/wrote", "in")] == 2
     # rows reaching a literal or a blank node are listed by queries; the others are held
     assert targets_and_names_agree(kg, iris) == len(counts) - 3
+
+
+def test_entity_names_are_read_from_the_mapped_file_not_copied():
+    """The IRIs and names stay in the memory-mapped entities.arrow (issue 20: a walk's heap
+    must not grow with the KG); a column of several chunks is joined."""
+    import pyarrow as pa
+
+    from kgsynth.kg.fanouts import _one_array
+
+    one = pa.chunked_array([pa.array(["a", "bc"], pa.large_string())])
+    assert _one_array(one).buffers()[2].address == one.chunk(0).buffers()[2].address
+    two = pa.chunked_array([["a"], ["bc"]], pa.large_string())
+    assert _one_array(two).to_pylist() == ["a", "bc"]

@@ -79,6 +79,13 @@ class NamedIRIs(Sequence[str]):
             yield from self._table._iris.take(pa.array(named[start : start + 100_000])).to_pylist()
 
 
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it lies in the memory-mapped file (the
+    import writes one), not a copy (``combine_chunks`` copied 74 MB of IRIs and names onto
+    the heap at 10 M facts)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 class FanoutTable:
     """The read side: fan-outs, targets and names of entities, memory-mapped."""
 
@@ -108,8 +115,8 @@ class FanoutTable:
         )
         self._con.execute("SELECT 1 FROM entity LIMIT 1")
         frame = pa.ipc.open_file(pa.memory_map(str(path / "entities.arrow"))).read_all()
-        self._iris = frame.column("iri").combine_chunks()
-        self._labels = frame.column("label").combine_chunks()
+        self._iris = _one_array(frame.column("iri"))
+        self._labels = _one_array(frame.column("label"))
         if len(self._iris) + 1 != len(self._offsets):
             raise ValueError("entities.arrow does not match offsets.npy")
         # entities looked up so far: a walk asks for the same ones again and again
