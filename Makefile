@@ -95,13 +95,14 @@ all: install
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
-# `make learn`: the same chain with a 4-layer policy (STAGE1_ARGS), in runs/learn. Its stage 1
-# alone took 1,783 s here and scored dev Hits@1 0.73 / 0.29 / 0.16 against the 2-layer
-# recipe's 0.71 / 0.09 / 0.15 (benchmarks/README.md, "four layers"); the whole chain was not
-# run end to end when it was added.
+# `make learn`: the same chain with a 4-layer policy (STAGE1_ARGS), in $(LEARN_RUN). On
+# 2026-11-26 it took 2,963 s here (stage 1 1,797 s); dev Hits@1 1-/2-/3-hop stage1 0.73 / 0.29 /
+# 0.16, stage2 0.69 / 0.32 / 0.13, rl 0.71 / 0.24 / 0.17, against the 2-layer recipe's 2-hop
+# 0.09 (README, "What the tiny agent learns").
 STAGE1_ARGS ?=
+LEARN_RUN ?= runs/learn
 learn:
-	$(MAKE) all RUN=runs/learn STAGE1_ARGS="--tiny-layers 4"
+	$(MAKE) all RUN=$(LEARN_RUN) STAGE1_ARGS="--tiny-layers 4"
 
 # The SPARQL-writing agents (issue 17) end to end on the shipped KB, one run per tool set:
 # oracle trajectories in the tool set's action space -> filter -> stage1 -> rl (the paper's

@@ -43,37 +43,40 @@ KGSYNTH = [PY, "-m", "kgsynth.cli"]
 SIZES = {"metaqa": 0, "1m": 1_000_000, "10m": 10_000_000}
 
 
-def tree_rss_mb(pid: int) -> float:
-    """RSS of a process and all its descendants now (MB), from /proc."""
-    total, todo = 0, [pid]
+def tree_rss_mb(pid: int) -> tuple[float, float]:
+    """RSS of a process and all its descendants now, and its anonymous part (heap, not
+    mapped files), in MB, from /proc."""
+    total, anon, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
         try:
             status = Path(f"/proc/{p}/status").read_text()
             total += int(status.split("VmRSS:")[1].split()[0])
+            anon += int(status.split("RssAnon:")[1].split()[0])
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, IndexError, ValueError):
             continue  # it ended meanwhile
-    return total / 1024
+    return total / 1024, anon / 1024
 
 
-def run_measured(cmd: list[str], **kw: Any) -> tuple[float, float, str]:
+def run_measured(cmd: list[str], **kw: Any) -> tuple[float, tuple[float, float], str]:
     """Wall seconds, the peak RSS (MB) of the child's process tree (the sum over its
-    processes, sampled every 50 ms: a conversion child and the engine count together), and
-    stdout."""
+    processes, sampled every 50 ms: a conversion child and the engine count together) and
+    the peak of its anonymous part, and stdout."""
     import threading
 
     started = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw
     )
-    peak = [0.0]
+    peak = [0.0, 0.0]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.05):
-            peak[0] = max(peak[0], tree_rss_mb(proc.pid))
+            rss, anon = tree_rss_mb(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], anon)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -83,7 +86,7 @@ def run_measured(cmd: list[str], **kw: Any) -> tuple[float, float, str]:
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{errs[-3000:]}")
-    return wall, peak[0], out
+    return wall, (peak[0], peak[1]), out
 
 
 BULK_LOAD = """
@@ -164,8 +167,8 @@ def bench_size(name: str, work: Path, n_walks: int) -> dict[str, Any]:
     imp = json.loads(text)
     # the import's process tree (a conversion child and the engine together): the sampled sum,
     # or a single process's exact peak where that is higher (a spike between two samples)
-    imp["rss_tree_sampled_mb"] = tree
-    imp["rss_mb"] = max(tree, imp["rss_self_mb"], imp["rss_children_mb"])
+    imp["rss_tree_sampled_mb"], imp["anon_tree_sampled_mb"] = tree
+    imp["rss_mb"] = max(tree[0], imp["rss_self_mb"], imp["rss_children_mb"])
     out["import"] = imp
     nt = work / f"{name}.nt"
     run_measured([PY, "-c", CONVERT, str(src), str(nt)])
@@ -180,8 +183,10 @@ def bench_size(name: str, work: Path, n_walks: int) -> dict[str, Any]:
     out["bulk_load"]["triples_per_s"] = int(triples) / float(secs)
     out["import_ratio"] = out["import"]["triples_per_s"] / out["bulk_load"]["triples_per_s"]
     for workers in (1, 2):
-        _, _, text = run_measured([PY, "-c", WALK, str(store), str(n_walks), str(workers)])
+        _, tree, text = run_measured([PY, "-c", WALK, str(store), str(n_walks), str(workers)])
         walk = json.loads(text)
+        # the anonymous part: the heap, without the memory-mapped table's (reclaimable) pages
+        walk["rss_tree_sampled_mb"], walk["anon_tree_sampled_mb"] = tree
         walk["attempts_per_s"] = walk["attempts"] / walk["total_s"]
         walk["walks_per_s"] = walk["walks"] / walk["total_s"]
         walk["sampling_attempts_per_s"] = walk["attempts"] / walk["sampling_s"]
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  walk x1: {w1['walks']} walks {w1['attempts']} attempts {w1['total_s']:.1f}s "
                 f"({w1['walks_per_s']:.0f} walks/s, {w1['attempts_per_s']:.0f} attempts/s; sampling "
                 f"alone {w1['sampling_attempts_per_s']:.0f}/s, {w1['attempts_per_cpu_s']:.0f} per "
-                f"CPU-s; peak {w1['rss_self_mb']:,.0f} MB)\n"
+                f"CPU-s; peak {w1['rss_self_mb']:,.0f} MB, of it heap {w1['anon_tree_sampled_mb']:,.0f} MB)\n"
                 f"  walk x2: {w2['total_s']:.1f}s, speed-up {res['speedup_w2']:.2f}, same walks "
                 f"{res['same_walks_w1_w2']}; peak {w2['rss_self_mb']:,.0f} MB + workers "
                 f"{w2['rss_children_mb']:,.0f} MB",

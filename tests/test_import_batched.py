@@ -157,3 +157,20 @@ def test_vectorized_quote_and_normalize_match_python(values):
 def test_vectorized_freebase_ids_match_python(values):
     series = pl.Series(values, dtype=pl.String)
     assert arrow_import.freebase_ids(series).to_list() == [freebase_id(v) for v in values]
+
+
+def test_relation_counts_from_the_table_equal_the_stores(tmp_path):
+    """kg.json's triples per predicate come from the fan-out table (no scan of the store):
+    repeated facts once, self loops counted, the name triples under the label predicate."""
+    lines = ["A|likes|A", "A|likes|B", "A|likes|B", "B|likes|A", "B|born|1950", "C|born|1950"]
+    src = tmp_path / "kb.txt"
+    src.write_text("\n".join(lines) + "\n", "utf-8")
+    import_kg(src, tmp_path / "kg")
+    meta = json.loads((tmp_path / "kg" / "kg.json").read_text())
+    store = ox.Store.read_only(str(tmp_path / "kg" / STORE_SUBDIR))
+    counted = {
+        s["p"].value: int(s["n"].value)
+        for s in store.query("SELECT ?p (COUNT(*) AS ?n) WHERE { ?s ?p ?o } GROUP BY ?p")
+    }
+    assert meta["relation_triples"] == counted
+    assert sorted(counted.values()) == [2, 3, 4]  # born 2; likes 3 (one a loop); 4 names

@@ -65,6 +65,8 @@ class DelimitedResult:
     entity_names: pl.Series | None = None  # by id; null: unnamed
     predicate_iris: list[str] = field(default_factory=list)
     table_seconds: float = 0.0  # the fan-out table's build, when it was built from these
+    # the store's triples per predicate IRI, when the table counted them (else None)
+    relation_triples: dict[str, int] | None = None
 
 
 def percent_encode(values: pl.Series) -> pl.Series:

@@ -210,7 +210,7 @@ def _run(job: Conversion) -> DelimitedResult | None:
         # triple too
         complete = not result.relation_iris & set(profile.label_predicates)
         started = time.perf_counter()
-        write_fanout_table(
+        meta = write_fanout_table(
             job.table_dir,
             result.fact_ids,
             result.entity_iris,
@@ -219,6 +219,14 @@ def _run(job: Conversion) -> DelimitedResult | None:
             labels=result.entity_names if complete else None,
         )
         result.table_seconds = time.perf_counter() - started
+        if meta is not None and complete:
+            # the store's triples per predicate: the facts' (the table counted them) and one
+            # name triple per named entity
+            result.relation_triples = dict(
+                zip(result.predicate_iris, meta["predicate_facts"], strict=True)
+            )
+            if result.names_written:
+                result.relation_triples[profile.label_predicate] = result.names_written
         log.info("fan-out table in %.1fs", result.table_seconds)
     result.fact_ids, result.entity_iris, result.entity_names = None, [], None
     return result

@@ -107,6 +107,17 @@ def write_fanout_table(
     last = targets[starts + count.astype(np.int64) - 1] if len(starts) else targets[:0]
     target_start = np.where(last < n_iri, starts, -1).astype(np.int64)
     entity = (keys >> (sh_e - sh_d)).astype(np.int64)
+    # distinct facts per predicate: each outgoing row counts its distinct objects, each self
+    # loop one (the store's own count of the predicate's triples, without scanning it)
+    pred_mask = np.uint64((1 << b_p) - 1)
+    outgoing = (keys & np.uint64(1)) == 0
+    predicate_facts = np.bincount(
+        ((keys[outgoing] >> np.uint64(1)) & pred_mask).astype(np.int64),
+        weights=count[outgoing],
+        minlength=len(predicates),
+    ) + np.bincount(
+        ((loops >> np.uint64(1)) & pred_mask).astype(np.int64), minlength=len(predicates)
+    )
     arrays = {
         "offsets": np.searchsorted(entity, np.arange(n_iri + 1, dtype=np.int64)),
         "row_key": keys,
@@ -135,6 +146,7 @@ def write_fanout_table(
         "entities": n_iri,
         "rows": len(keys),
         "edges": len(targets),
+        "predicate_facts": [int(n) for n in predicate_facts],
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     shutil.rmtree(dest, ignore_errors=True)

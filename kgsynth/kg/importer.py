@@ -245,7 +245,7 @@ def import_kg(
             named = build_name_index(tmp / NAMES_FILE, pairs)
         # what every walk run reads first (relation frequencies): one scan here instead of
         # one per run
-        relation_triples = {
+        relation_triples = (fast.relation_triples if fast is not None else None) or {
             sol["p"].value: int(sol["n"].value)
             for sol in store.query("SELECT ?p (COUNT(*) AS ?n) WHERE { ?s ?p ?o } GROUP BY ?p")
         }
