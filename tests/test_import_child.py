@@ -26,7 +26,7 @@ def fanout_files(store: Path) -> dict[str, object]:
 
 
 @pytest.fixture
-def child_pools(monkeypatch) -> list[int]:
+def children(monkeypatch) -> list[int]:
     """Counts the child processes run; every file counts as large once ``CHILD_MIN_BYTES`` is 0."""
     made: list[int] = []
     real = delimited.spawn
@@ -39,16 +39,16 @@ def child_pools(monkeypatch) -> list[int]:
     return made
 
 
-def test_a_child_conversion_gives_the_same_store_and_table(tmp_path, monkeypatch, child_pools):
+def test_a_child_conversion_gives_the_same_store_and_table(tmp_path, monkeypatch, children):
     rels = ("directed_by", "starred_actors")
     lines = [f"Film {i % 23}|{rels[i % 2]}|Person {i % 17}" for i in range(300)]
     src = tmp_path / "kb.txt"
     src.write_text("\n".join(lines) + "\n", "utf-8")
     here = import_kg(src, tmp_path / "here")
-    assert not child_pools  # a small file is converted in process
+    assert not children  # a small file is converted in process
     monkeypatch.setattr(delimited, "CHILD_MIN_BYTES", 0)
     child = import_kg(src, tmp_path / "child")
-    assert child_pools == [1]
+    assert children == [1]
     assert here.table_seconds is not None and child.table_seconds is not None
     timings = {"seconds": 0, "store": "", "store_bytes": 0, "table_seconds": 0}
     assert here.as_dict() | timings == child.as_dict() | timings
@@ -57,7 +57,7 @@ def test_a_child_conversion_gives_the_same_store_and_table(tmp_path, monkeypatch
     assert fanout_files(tmp_path / "here") == fanout_files(tmp_path / "child")
 
 
-def test_errors_in_the_child_name_the_file_and_line(tmp_path, monkeypatch, child_pools):
+def test_errors_in_the_child_name_the_file_and_line(tmp_path, monkeypatch, children):
     monkeypatch.setattr(delimited, "CHILD_MIN_BYTES", 0)
     src = tmp_path / "kb.tsv"
     src.write_text("m1\tdirected_by\tp1\nm2\tdirected_by\tp2\n", "utf-8")
@@ -66,7 +66,7 @@ def test_errors_in_the_child_name_the_file_and_line(tmp_path, monkeypatch, child
     out = tmp_path / "kg"
     with pytest.raises(InputFileError, match=r"names\.tsv:2: expected 'id<TAB>name'") as err:
         import_kg(src, out, names_file=names)
-    assert err.value.line == 2 and child_pools
+    assert err.value.line == 2 and children
     # a line the batched reader leaves to the line-by-line one, which names it
     bad = tmp_path / "bad.txt"
     bad.write_text("a|r|b\nc|r|d|e\n", "utf-8")
