@@ -148,15 +148,13 @@ class Conversion:
     table_dir: Path | None  # the fan-out table's folder; None: the profile keeps no table
 
 
-def convert(job: Conversion, *, child: bool | None = None) -> DelimitedResult | None:
-    """Run ``job``, in a child process when ``child`` (default: when the source file is at
-    least :data:`CHILD_MIN_BYTES`). Returns what the Arrow conversion saw, without the facts,
-    IRIs and names it held (they stay in the process that built the table), or None when the
-    file needed the line-by-line reader (the counts, names and table then come from the
-    store). Errors are raised here as the conversion raised them."""
-    if child is None:
-        child = job.src.stat().st_size >= CHILD_MIN_BYTES
-    if not child:
+def convert(job: Conversion) -> DelimitedResult | None:
+    """Run ``job``, in a child process when the source file is at least
+    :data:`CHILD_MIN_BYTES`. Returns what the Arrow conversion saw, without the facts, IRIs
+    and names it held (they stay in the process that built the table), or None when the file
+    needed the line-by-line reader (the counts, names and table then come from the store).
+    Errors are raised here as the conversion raised them."""
+    if job.src.stat().st_size < CHILD_MIN_BYTES:
         return _run(job)
     started = time.perf_counter()
     # a fresh interpreter calling :func:`child`, not multiprocessing: a spawned process
