@@ -424,3 +424,64 @@ def test_killed_rl_run_resumes_to_the_same_weights(task: Path, sft: Path, tmp_pa
     got, want = load_file(out / "model.safetensors"), load_file(ref / "model.safetensors")
     worst = max(float((got[k] - want[k]).abs().max()) for k in want)
     assert rewards[0] == rewards[1] and worst <= 1e-6, (worst, rewards)
+
+
+def test_select_questions_keeps_the_best_weights_on_validation(task: Path, sft: Path):
+    """--select-questions: the starting model, each checkpoint and the last weights answer the
+    validation questions greedily; the run's weights are those with the best Hits@1 (a tie
+    goes to the later), and the last weights stay on disk as a checkpoint."""
+    import hashlib
+
+    out = task / "rl_select"
+    res = _rl(
+        task, out, "--init", str(sft), "--max-steps", "6", "--group-size", "8",
+        "--questions-per-step", "6", "--lr", "3e-4", "--micro-batch-size", "48",
+        "--temperature", "0.7", "--save-steps", "3",
+        "--select-questions", str(task / "questions.parquet"), "--select-limit", "5",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    sel = json.loads((out / "selection.json").read_text())
+    assert [s["step"] for s in sel["scores"]] == [0, 3, 6]
+    assert sel["evaluated"] == 5 and sel["last_step"] == 6
+    assert all(0.0 <= s["hits_at_1"] <= 1.0 for s in sel["scores"])
+    best = max(s["hits_at_1"] for s in sel["scores"])
+    assert sel["chosen_step"] == max(s["step"] for s in sel["scores"] if s["hits_at_1"] == best)
+    assert f"kept the weights of step {sel['chosen_step']}" in res.output
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    folder = {0: sft, 3: out / "checkpoints" / "step-3", 6: out / "checkpoints" / "step-6"}
+    if sel["chosen_step"] != 6:  # the last weights are kept beside the chosen ones
+        assert (folder[6] / "model.safetensors").is_file()
+        assert sha(folder[6] / "model.safetensors") != sha(out / "model.safetensors")
+    else:
+        assert not folder[6].exists()
+    if sel["chosen_step"] != 6:
+        chosen = folder[sel["chosen_step"]] / "model.safetensors"
+        assert sha(out / "model.safetensors") == sha(chosen)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["selection"]["chosen_step"] == sel["chosen_step"]
+    summary = json.loads((out / "rl_summary.json").read_text())
+    assert summary["selection"] == sel
+    # the chosen weights are what an evaluation of the run answers with
+    res = runner.invoke(
+        app,
+        ["eval", "--questions", str(task / "questions.parquet"), "--kg", str(task / "kg"),
+         "--model", str(out), "--out", str(task / "ev_select"), "--max-turns", str(MAX_TURNS),
+         "--max-tokens", "40", "--limit", "5"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ev = json.loads((task / "ev_select" / "metrics.json").read_text())
+    assert ev["overall"]["hits_at_1"] == pytest.approx(sel["chosen_hits_at_1"])
+
+
+def test_select_questions_needs_a_file_and_whole_weights(task: Path, sft: Path):
+    res = _rl(task, task / "rl_nosel", "--init", str(sft), "--select-questions", "nope.parquet")
+    assert res.exit_code != 0 and "nope.parquet" in res.output
+    res = _rl(
+        task, task / "rl_nosel", "--init", str(sft), "--lora-r", "4",
+        "--select-questions", str(task / "questions.parquet"),
+    )  # fmt: skip
+    assert res.exit_code != 0 and "LoRA" in res.output
+    assert not (task / "rl_nosel").exists()

@@ -244,6 +244,16 @@ def rl_cmd(
         f"(equal rewards) → {out_dir}",
         highlight=False,
     )
+    sel = manifest.get("selection")
+    if sel:
+        last = next(s["hits_at_1"] for s in sel["scores"] if s["step"] == sel["last_step"])
+        start = sel["scores"][0]["hits_at_1"]
+        stdout.print(
+            f"rl: kept the weights of step {sel['chosen_step']} (validation Hits@1 "
+            f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start {start:.3f}, "
+            f"last step {last:.3f})",
+            highlight=False,
+        )
 
 
 @train_app.command("merge")

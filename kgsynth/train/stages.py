@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import shlex
 import sys
 import time
@@ -216,6 +217,7 @@ def run_rl(
             ("--init", cfg.init),
             ("--config", config_path),
             ("--phase2-questions", cfg.phase2_questions),
+            ("--select-questions", cfg.select_questions),
         ],
     )
     with staged:
@@ -235,6 +237,9 @@ def run_rl(
             if launched is None:  # a torchrun node other than rank 0's
                 return None
             summary = launched
+        if cfg.select_questions:
+            summary["selection"] = _select(spec, cfg, staged.staging, notify)
+            (staged.staging / SUMMARY).write_text(json.dumps(summary, indent=2))
         manifest = staged.write_manifest(
             "train rl",
             cfg,
@@ -251,6 +256,19 @@ def run_rl(
         )
         staged.commit()
     return manifest
+
+
+def _select(spec: Any, cfg: Any, run_dir: Path, notify: Callable[[str], None] | None) -> dict:
+    """Early stopping on the validation questions (:mod:`kgsynth.train.select`)."""
+    from kgsynth.kg.graph import KGGraph
+    from kgsynth.kg.open import open_kg
+    from kgsynth.train.select import select_weights
+
+    graph = KGGraph(open_kg(spec.kg, profile=spec.profile))
+    return select_weights(
+        run_dir, cfg.init, cfg.max_steps, cfg.select_questions, cfg.select_limit, graph,
+        cfg.agent, batch_size=cfg.rollout_batch_size, notify=notify,
+    )  # fmt: skip
 
 
 def run_merge(run: Path, out_dir: Path, *, overwrite: bool) -> dict[str, Any]:

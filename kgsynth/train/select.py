@@ -1,0 +1,107 @@
+"""Early stopping for GRPO (``kgsynth train rl --select-questions``): once training is done,
+the starting model, every checkpoint and the last weights answer the same validation
+questions greedily, as ``kgsynth eval`` would, and the run keeps the weights with the best
+Hits@1 (a tie goes to the later). Every candidate stays on disk: the last weights are also
+saved as ``checkpoints/step-N`` before the chosen ones replace them, and ``selection.json``
+(and ``rl_summary.json``'s ``selection``) lists each candidate's score.
+
+The validation questions must be questions the run never trains on (``make all`` draws them
+from walks with another seed); selecting on the benchmark itself would tune against it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kgsynth.errors import ConfigError
+from kgsynth.modelio import is_adapter
+
+SELECTION = "selection.json"
+WEIGHTS = "model.safetensors"
+# what a checkpoint folder needs to be loaded as a model on its own
+MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS)
+
+
+def candidates(run_dir: Path, init: str | Path, steps: int) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every model the run passed through, in order: the starting model
+    (step 0), each whole checkpoint, and the run's last weights (``steps``)."""
+    found = [(0, Path(init))]
+    for ckpt in (run_dir / "checkpoints").glob("step-*"):
+        step = ckpt.name.removeprefix("step-")
+        if step.isdigit() and 0 < int(step) < steps and (ckpt / WEIGHTS).is_file():
+            found.append((int(step), ckpt))
+    found.append((steps, run_dir))
+    return sorted(found)
+
+
+def _score(folder: Path, records: list[Any], graph: Any, agent: Any, batch_size: int) -> float:
+    """Greedy Hits@1 of the model in ``folder`` on ``records``, as ``kgsynth eval`` scores it."""
+    from kgsynth.eval import EvalConfig, evaluate
+    from kgsynth.llm import make_llm
+
+    cfg = EvalConfig(agent=agent).for_policy("hf", str(folder))
+    llm = make_llm("hf", model=str(folder), batch_size=batch_size)
+    try:
+        _, metrics = evaluate(records, llm, graph, cfg)
+    finally:
+        llm.close()
+    return float(metrics["overall"]["hits_at_1"])
+
+
+def select_weights(
+    run_dir: Path,
+    init: str | Path,
+    steps: int,
+    questions: str | Path,
+    limit: int,
+    graph: Any,
+    agent: Any,
+    *,
+    batch_size: int = 64,
+    notify: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Score every candidate on the first ``limit`` of ``questions``; leave the best weights in
+    ``run_dir`` and return what ``selection.json`` records."""
+    from kgsynth.eval import load_questions
+
+    cands = candidates(run_dir, init, steps)
+    lacking = [str(folder) for _, folder in cands if not (folder / WEIGHTS).is_file()]
+    if lacking or is_adapter(run_dir):
+        raise ConfigError(
+            "--select-questions needs whole weights (model.safetensors) in every candidate, "
+            f"not a LoRA adapter: {', '.join(lacking) or run_dir}"
+        )
+    records = load_questions(Path(questions), limit=limit)
+    scores: list[dict[str, Any]] = []
+    for step, folder in cands:
+        hits = _score(folder, records, graph, agent, batch_size)
+        scores.append({"step": step, "hits_at_1": round(hits, 6)})
+        if notify:
+            notify(f"select: step {step}: validation Hits@1 {hits:.3f} ({len(records)} questions)")
+    best = max(scores, key=lambda s: (s["hits_at_1"], s["step"]))
+    if best["step"] != steps:
+        # keep the last weights as a checkpoint of their own, then put the chosen ones in place
+        last = run_dir / "checkpoints" / f"step-{steps}"
+        last.mkdir(parents=True, exist_ok=True)
+        for name in MODEL_FILES:
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, last / name)
+        chosen = dict(cands)[best["step"]]
+        tmp = run_dir / f".{WEIGHTS}.tmp"
+        shutil.copy2(chosen / WEIGHTS, tmp)
+        tmp.replace(run_dir / WEIGHTS)
+    record = {
+        "questions": str(questions),
+        "limit": limit,
+        "evaluated": len(records),
+        "metric": "hits_at_1",
+        "scores": scores,
+        "chosen_step": best["step"],
+        "chosen_hits_at_1": best["hits_at_1"],
+        "last_step": steps,
+    }
+    (run_dir / SELECTION).write_text(json.dumps(record, indent=2))
+    return record
