@@ -463,7 +463,8 @@ def test_select_questions_keeps_the_best_weights_on_validation(task: Path, sft: 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["selection"]["chosen_step"] == sel["chosen_step"]
     summary = json.loads((out / "rl_summary.json").read_text())
-    assert summary["selection"] == sel
+    assert summary["selection"] == sel and summary["selected_step"] == sel["chosen_step"]
+    assert summary["start_val_hits_at_1"] == sel["scores"][0]["hits_at_1"]
     # the chosen weights are what an evaluation of the run answers with
     res = runner.invoke(
         app,

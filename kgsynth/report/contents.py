@@ -18,6 +18,7 @@ PIPELINE: tuple[tuple[str, str], ...] = (
     ("stage2_data", "Stage-2 data (rejection sampling)"),
     ("corpus_stage2", "Filter: stage-2 corpus"),
     ("stage2", "Stage 2: SFT"),
+    ("val", "Validation questions (RL's early stopping)"),
     ("rl", "RL (GRPO)"),
     ("eval", "Evaluations"),
     ("summary", "Evaluation comparison"),

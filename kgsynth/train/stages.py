@@ -238,7 +238,12 @@ def run_rl(
                 return None
             summary = launched
         if cfg.select_questions:
-            summary["selection"] = _select(spec, cfg, staged.staging, notify)
+            sel = _select(spec, cfg, staged.staging, notify)
+            summary["selection"] = sel
+            # the scalars a report's summary table shows
+            summary["selected_step"] = sel["chosen_step"]
+            summary["selected_val_hits_at_1"] = sel["chosen_hits_at_1"]
+            summary["start_val_hits_at_1"] = sel["scores"][0]["hits_at_1"]
             (staged.staging / SUMMARY).write_text(json.dumps(summary, indent=2))
         manifest = staged.write_manifest(
             "train rl",
