@@ -62,6 +62,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--walks", type=int, default=1500)
     ap.add_argument(
+        "--tiny-layers", type=int, default=None, help="layers of the policy (make learn: 4)"
+    )
+    ap.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "trainer_flops.json"
     )
     args = ap.parse_args()
@@ -89,7 +92,8 @@ def main() -> None:
              str(t / "questions.parquet"), "--kg", str(t / "kg"), "--mode", "oracle", "--llm",
              "template", "--out", str(t / "traj.parquet")], env)  # fmt: skip
         run([K, "train", "stage1", "--config", str(cfg), "--corpus", str(t / "traj.parquet"),
-             "--model", "tiny", "--out", str(t / "s1"), "--max-steps", str(args.steps)], env)  # fmt: skip
+             "--model", "tiny", "--out", str(t / "s1"), "--max-steps", str(args.steps),
+             *(["--tiny-layers", str(args.tiny_layers)] if args.tiny_layers else [])], env)  # fmt: skip
         summary = json.loads((t / "s1" / "train_summary.json").read_text())
         config = json.loads((t / "s1" / "config.json").read_text())
     peak_after = matmul_peak(args.threads)
