@@ -246,12 +246,11 @@ def rl_cmd(
     )
     sel = manifest.get("selection")
     if sel:
-        last = next(s["hits_at_1"] for s in sel["scores"] if s["step"] == sel["last_step"])
-        start = sel["scores"][0]["hits_at_1"]
+        last = sel["scores"][-1]["hits_at_1"]  # in step order: the last weights come last
         stdout.print(
             f"rl: kept the weights of step {sel['chosen_step']} (validation Hits@1 "
-            f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start {start:.3f}, "
-            f"last step {last:.3f})",
+            f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start "
+            f"{manifest['start_val_hits_at_1']:.3f}, last step {last:.3f})",
             highlight=False,
         )
 

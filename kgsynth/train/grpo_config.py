@@ -36,6 +36,10 @@ SUMMARY = "rl_summary.json"
 CHECKPOINTS = "checkpoints"
 PLOT = "rl.png"
 RL_CONFIG = "rl_config.json"
+# what launched workers read (kgsynth.train.launch)
+RL_SPEC = "rl_spec.json"
+# the run's own files beside its model's (every other top-level file is the model's)
+RUN_FILES = (METRICS, SUMMARY, PLOT, RL_CONFIG, RL_SPEC)
 # in checkpoints/step-N beside the weights, written last: optimizer, scheduler, question order,
 # curriculum state, metrics so far (and a LoRA run's adapter); see grpo_resume
 RESUME_STATE = "resume_state.pt"

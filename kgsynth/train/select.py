@@ -18,18 +18,17 @@ from typing import Any
 
 from kgsynth.errors import ConfigError
 from kgsynth.modelio import is_adapter
+from kgsynth.train.grpo_config import CHECKPOINTS, RUN_FILES
 
 SELECTION = "selection.json"
 WEIGHTS = "model.safetensors"
-# what a checkpoint folder needs to be loaded as a model on its own
-MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS)
 
 
 def candidates(run_dir: Path, init: str | Path, steps: int) -> list[tuple[int, Path]]:
     """``(step, folder)`` of every model the run passed through, in order: the starting model
     (step 0), each whole checkpoint, and the run's last weights (``steps``)."""
     found = [(0, Path(init))]
-    for ckpt in (run_dir / "checkpoints").glob("step-*"):
+    for ckpt in (run_dir / CHECKPOINTS).glob("step-*"):
         step = ckpt.name.removeprefix("step-")
         if step.isdigit() and 0 < int(step) < steps and (ckpt / WEIGHTS).is_file():
             found.append((int(step), ckpt))
@@ -83,12 +82,13 @@ def select_weights(
             notify(f"select: step {step}: validation Hits@1 {hits:.3f} ({len(records)} questions)")
     best = max(scores, key=lambda s: (s["hits_at_1"], s["step"]))
     if best["step"] != steps:
-        # keep the last weights as a checkpoint of their own, then put the chosen ones in place
-        last = run_dir / "checkpoints" / f"step-{steps}"
+        # keep the last weights as a checkpoint of their own (a model folder: weights, config,
+        # tokenizer, system prompt), then put the chosen ones in place
+        last = run_dir / CHECKPOINTS / f"step-{steps}"
         last.mkdir(parents=True, exist_ok=True)
-        for name in MODEL_FILES:
-            if (run_dir / name).is_file():
-                shutil.copy2(run_dir / name, last / name)
+        for f in run_dir.iterdir():
+            if f.is_file() and f.name not in RUN_FILES and not f.name.startswith("."):
+                shutil.copy2(f, last / f.name)
         chosen = dict(cands)[best["step"]]
         tmp = run_dir / f".{WEIGHTS}.tmp"
         shutil.copy2(chosen / WEIGHTS, tmp)

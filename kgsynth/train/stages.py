@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.errors import KGSynthError
+from kgsynth.train.grpo_config import RL_SPEC
 from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
 
 Progress = Callable[[int, int, dict], None]
-RL_SPEC = "rl_spec.json"
 
 
 @dataclass(frozen=True)
