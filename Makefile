@@ -53,8 +53,10 @@ format: install
 # rejection sampling (free rollouts of stage1 on held-back questions, several samples at
 # temperature, kept by outcome and evidence grounding, plus oracle replays of those questions)
 # -> stage2 -> validation questions (walks with another seed; nothing trains on them) -> GRPO,
-# keeping the checkpoint with the best validation Hits@1 (early stopping) -> eval of the
-# untrained model, stage1 (+ no-tools), stage2 and rl on 300 MetaQA dev questions -> summary with 95 % CIs -> report.html (the whole run on one page).
+# keeping the checkpoint with the best validation Hits@1 if it beats the stage-2 weights beyond
+# chance (early stopping) -> eval of the untrained model, stage1 (+ no-tools), stage2 and rl on
+# 300 MetaQA dev questions -> summary with 95 % CIs and each stage against the one before it
+# (paired, on the same questions) -> report.html (the whole run on one page).
 # The recipe, every setting of every step, is pipelines/metaqa_default.yaml (one section per
 # step); this file passes only paths, LLM clients and, with SMOKE=1, the smaller sizes CI can
 # afford. Every stage refuses to replace an existing output unless --overwrite: `make all`

@@ -303,6 +303,19 @@ def bootstrap_interval(
     return float(stats[cut]), float(stats[resamples - 1 - cut])
 
 
+def sign_test_p(better: int, worse: int) -> float:
+    """Exact two-sided sign test: the chance, if a change were as likely to help as to hurt,
+    of a split between ``better`` and ``worse`` at least this uneven (McNemar's exact test for
+    paired 0/1 scores). 1.0 when nothing changed; 6 better, 0 worse -> 0.03125."""
+    if better < 0 or worse < 0:
+        raise ValueError(f"counts must be >= 0 (got {better}, {worse})")
+    n = better + worse
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def mean_interval(
     groups: Sequence[Sequence[float]],
     *,

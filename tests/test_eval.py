@@ -32,9 +32,10 @@ from kgsynth.eval import (
     union_answers,
     untrained_model,
 )
+from kgsynth.eval.paired import paired_markdown, paired_rows
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion
-from kgsynth.metrics import score
+from kgsynth.metrics import bootstrap_interval, score
 from kgsynth.qafiles import QARecord, hops_of_qtype, read_questions
 from tests.kgfixtures import movie_kg, movie_ntriples
 
@@ -441,6 +442,50 @@ A mean without an interval: its metrics.json predates intervals.
 """
 
 
+def _predictions(folder: Path, hits: dict[str, list[float]], system: str = "model") -> None:
+    """predictions.parquet with ``system``'s Hits@1 of each question over its runs."""
+    import polars as pl
+
+    rows = [
+        {"system": system, "question_id": q, "run": i, "hits_at_1": h}
+        for q, runs in hits.items()
+        for i, h in enumerate(runs)
+    ]
+    pl.DataFrame(rows).write_parquet(folder / "predictions.parquet")
+
+
+def test_paired_differences_count_questions_that_changed(tmp_path):
+    """stage2 - stage1 on the same 8 questions: 3 better, 1 worse, one half better over two
+    runs; rl has no predictions.parquet, so rl - stage2 is skipped with the reason."""
+    one = _metrics_dir(tmp_path / "stage1", "stage1", [r for r in hand_rows() if r["run"] == 0])
+    two = _metrics_dir(tmp_path / "stage2", "stage2", hand_rows())
+    three = _metrics_dir(tmp_path / "rl", "rl", hand_rows())
+    before = {f"q{i}": [1.0] if i < 4 else [0.0] for i in range(8)}
+    after = {**before, "q0": [0.0], "q4": [1.0], "q5": [1.0], "q6": [1.0], "q7": [1.0, 0.0]}
+    _predictions(one, before)
+    _predictions(two, {**after, "q9": [1.0]})  # a question stage1 did not answer: not paired
+    paired = paired_rows(compare_runs([one, two, three]))
+    assert paired[0] == {
+        "earlier": "stage1",
+        "later": "stage2",
+        "questions": 8,
+        "difference": 0.3125,  # (-1 + 3 + 0.5) / 8
+        "ci95": paired[0]["ci95"],
+        "better": 4,
+        "worse": 1,
+        "same": 3,
+        "sign_test_p": 0.375,  # 2 * (1 + 5) / 32
+    }
+    # the percentile bootstrap over the 8 questions' differences, as eval's own intervals
+    diffs = [-1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.5]
+    lo, hi = bootstrap_interval([[d] for d in diffs], resamples=2000, seed=0)
+    assert paired[0]["ci95"] == [round(lo, 6), round(hi, 6)] and lo < 0.3125 < hi
+    assert paired[1]["later"] == "rl" and "no predictions.parquet" in paired[1]["skipped"]
+    md = "\n".join(paired_markdown(paired))
+    assert "| stage2 − stage1 | 8 | +0.312 [" in md and "0.375 |" in md
+    assert "- rl − stage2: skipped, no predictions.parquet" in md
+
+
 def test_compare_table_reads_folders_and_nested_eval(tmp_path):
     one = _metrics_dir(tmp_path / "stage1", "stage1", [r for r in hand_rows() if r["run"] == 0])
     two = _metrics_dir(tmp_path / "stage2", "stage2", hand_rows(), nested=True)
@@ -558,9 +603,17 @@ def test_cli_evaluates_a_tiny_checkpoint_with_baselines(tmp_path, tiny_stage1, o
     assert manifest["stage"] == "eval" and manifest["input"]["rows"] == 2
     assert (out / "eval.png").read_bytes()[:4] == b"\x89PNG"
 
-    res = CliRunner().invoke(app, ["eval", "--compare", str(out)])
+    res = CliRunner().invoke(app, ["eval", "--compare", str(out), "--out", str(tmp_path / "s")])
     assert res.exit_code == 0, res.output
     assert "stage1 · untrained" in res.output
+    # each baseline against its model, question by question, from predictions.parquet
+    paired = json.loads((tmp_path / "s" / "paired.json").read_text())
+    assert [(e["earlier"], e["later"]) for e in paired] == [
+        ("stage1 · untrained", "stage1"),
+        ("stage1 · no-tools", "stage1"),
+    ]
+    assert all(e["questions"] == 2 and e["better"] + e["worse"] + e["same"] == 2 for e in paired)
+    assert "Stage against stage" in (tmp_path / "s" / "compare.md").read_text()
 
 
 def test_cli_bad_question_file_is_one_line_naming_file_and_row(tmp_path):

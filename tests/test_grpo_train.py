@@ -429,7 +429,8 @@ def test_killed_rl_run_resumes_to_the_same_weights(task: Path, sft: Path, tmp_pa
 def test_select_questions_keeps_the_best_weights_on_validation(task: Path, sft: Path):
     """--select-questions: the starting model, each checkpoint and the last weights answer the
     validation questions greedily; the run's weights are those with the best Hits@1 (a tie
-    goes to the later), and the last weights stay on disk as a checkpoint."""
+    goes to the later; --select-alpha 1: no significance asked of 5 questions), and the last
+    weights stay on disk as a checkpoint."""
     import hashlib
 
     out = task / "rl_select"
@@ -438,10 +439,13 @@ def test_select_questions_keeps_the_best_weights_on_validation(task: Path, sft: 
         "--questions-per-step", "6", "--lr", "3e-4", "--micro-batch-size", "48",
         "--temperature", "0.7", "--save-steps", "3",
         "--select-questions", str(task / "questions.parquet"), "--select-limit", "5",
+        "--select-alpha", "1",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     sel = json.loads((out / "selection.json").read_text())
-    assert [s["step"] for s in sel["scores"]] == [0, 3, 6]
+    assert [s["step"] for s in sel["scores"]] == [0, 3, 6] and sel["alpha"] == 1.0
+    for s in sel["scores"][1:]:  # each checkpoint against the start, question by question
+        assert s["better"] + s["worse"] <= 5 and 0.0 < s["sign_test_p"] <= 1.0
     assert sel["evaluated"] == 5 and sel["last_step"] == 6
     assert all(0.0 <= s["hits_at_1"] <= 1.0 for s in sel["scores"])
     best = max(s["hits_at_1"] for s in sel["scores"])

@@ -18,6 +18,7 @@ from kgsynth.metrics import (
     relaxed_match,
     rhits_at_1,
     score,
+    sign_test_p,
     wilson_interval,
 )
 
@@ -186,3 +187,23 @@ def test_mean_interval_uses_wilson_for_binary_questions():
     split = [[1.0, 0.0]] + [[1.0]] * 4 + [[0.0]] * 5
     assert mean_interval(split) == bootstrap_interval(split)
     assert mean_interval([[0.5], [1.0]]) == bootstrap_interval([[0.5], [1.0]]) == (0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("better", "worse", "p"),
+    [
+        (0, 0, 1.0),  # nothing changed
+        (6, 0, 0.03125),  # 2 / 2^6
+        (0, 6, 0.03125),  # two-sided: the mirror is as unlikely
+        (4, 8, 0.387695),  # 2 * (1 + 12 + 66 + 220 + 495) / 4096
+        (14, 4, 0.030884),  # 2 * sum C(18, k), k <= 4, / 2^18
+        (5, 5, 1.0),  # capped at 1
+    ],
+)
+def test_sign_test_known_values(better, worse, p):
+    assert sign_test_p(better, worse) == pytest.approx(p, abs=1e-6)
+
+
+def test_sign_test_bad_input():
+    with pytest.raises(ValueError, match="counts"):
+        sign_test_p(-1, 3)

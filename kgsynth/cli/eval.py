@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from kgsynth.cli.common import fail, open_graph_option, progress_bar, stderr, stdout
-from kgsynth.cli.eval_tables import print_compare, print_results
+from kgsynth.cli.eval_tables import print_compare, print_paired, print_results
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import (
     ApiKeyOption,
@@ -255,11 +255,13 @@ def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) ->
 
     result = run_compare(dirs)
     print_compare(result.accepted)
+    print_paired(result.stats["paired"])
     if out_dir is not None:
         with compare_output(out_dir, dirs, overwrite=overwrite) as staged:
             write_compare(staged, result, dirs)
         stdout.print(
-            f"→ {out_dir / 'compare.md'}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}"
+            f"→ {out_dir / 'compare.md'}, {out_dir / 'compare.png'}, {out_dir / 'compare.json'}, "
+            f"{out_dir / 'paired.json'}"
         )
 
 

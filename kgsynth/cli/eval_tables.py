@@ -109,3 +109,39 @@ def print_compare(rows: list[dict[str, Any]]) -> None:
     stdout.print(table)
     if hops:
         stdout.print(by_hop)
+
+
+def print_paired(paired: list[dict[str, Any]]) -> None:
+    """Each evaluation against the one before it, and each baseline against its model, on the
+    same questions (:mod:`kgsynth.eval.paired`)."""
+    from rich.table import Column, Table
+
+    from kgsynth.eval.paired import p_cell
+
+    if not paired:
+        return
+    table = Table(
+        Column("later − earlier", no_wrap=True),
+        "questions",
+        "Hits@1 difference [95 % CI]",
+        "better",
+        "worse",
+        "sign test p",
+        title="stage against stage (paired, same questions)",
+        caption="an interval that holds 0 does not tell the two apart",
+    )
+    for e in paired:
+        name = f"{e['later']} − {e['earlier']}"
+        if "skipped" in e:
+            table.add_row(name, "–", f"skipped: {e['skipped']}", "–", "–", "–")
+            continue
+        lo, hi = e["ci95"]
+        table.add_row(
+            name,
+            str(e["questions"]),
+            f"{e['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+            str(e["better"]),
+            str(e["worse"]),
+            p_cell(e["sign_test_p"]),
+        )
+    stdout.print(table)

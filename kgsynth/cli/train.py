@@ -247,10 +247,18 @@ def rl_cmd(
     sel = manifest.get("selection")
     if sel:
         last = sel["scores"][-1]["hits_at_1"]  # in step order: the last weights come last
+        best = max(sel["scores"], key=lambda s: (s["hits_at_1"], s["step"]))
+        why = ""
+        if best["step"] != sel["chosen_step"]:
+            why = (
+                f"; the best, step {best['step']} at {best['hits_at_1']:.3f}, was "
+                f"{best['better']} better and {best['worse']} worse than the start: sign test p "
+                f"{best['sign_test_p']:.3f}, not below {sel['alpha']}"
+            )
         stdout.print(
             f"rl: kept the weights of step {sel['chosen_step']} (validation Hits@1 "
             f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start "
-            f"{manifest['start_val_hits_at_1']:.3f}, last step {last:.3f})",
+            f"{manifest['start_val_hits_at_1']:.3f}, last step {last:.3f}{why})",
             highlight=False,
         )
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.eval.config import METRIC_LEGEND, METRIC_NAMES, SHOWN_METRICS, UNION_LABEL
+from kgsynth.eval.paired import MODEL_SYSTEM, paired_markdown, paired_rows
 from kgsynth.eval.scoring import sorted_groups
 from kgsynth.stage import StageResult
 
@@ -41,11 +42,12 @@ def _shown_ci(ci: dict[str, Any] | None) -> dict[str, list[float]]:
     return {k: list(ci[k]) for k in SHOWN_METRICS if k in (ci or {})}
 
 
-def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
+def _table_row(label: str, m: dict[str, Any], source: str, system: str) -> dict[str, Any]:
     hops = m.get("breakdowns", {}).get("hops", {})
     return {
         "label": label,
         "source": source,
+        "system": system,
         "questions": m["counts"]["questions"],
         "runs": m["counts"]["runs"],
         **{k: m["overall"].get(k) for k in SHOWN_METRICS},
@@ -61,7 +63,8 @@ def _table_row(label: str, m: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def compare_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
-    """One table row per evaluation (and per baseline it ran): label, every shown metric
+    """One table row per evaluation (and per baseline it ran): label, source (its
+    metrics.json), system (``model``, or the baseline's name), every shown metric
     overall with its 95 % interval (``ci95``, empty for an older metrics.json without them;
     a metric that file lacks is None), KG-R1's N-run union Hits@1 where there were several
     runs, and the shown metrics (with ``ci95``) by hops."""
@@ -71,22 +74,24 @@ def compare_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         label = m.get("label") or Path(path).name
         if any(r["label"] == label for r in rows):
             label = f"{label} ({path})"
-        rows.append(_table_row(label, m, str(find_metrics(path))))
+        rows.append(_table_row(label, m, str(find_metrics(path)), MODEL_SYSTEM))
         for name, base in (m.get("baselines") or {}).items():
-            rows.append(_table_row(f"{label} · {name}", base, str(find_metrics(path))))
+            rows.append(_table_row(f"{label} · {name}", base, str(find_metrics(path)), name))
     return rows
 
 
 def run_compare(folders: Sequence[Path]) -> StageResult[list[dict[str, Any]]]:
     """The ``eval --compare`` stage: ``accepted`` holds one table row per evaluation folder
-    (and per baseline it ran, see :func:`compare_runs`)."""
+    (and per baseline it ran, see :func:`compare_runs`); ``stats["paired"]`` each evaluation
+    against the one before it and each baseline against its model, on the same questions
+    (:mod:`kgsynth.eval.paired`)."""
     if not folders:
         raise ConfigError("--compare needs evaluation folders: kgsynth eval --compare DIR DIR …")
     for d in folders:
         if not d.exists():
             raise InputFileError(d, "no such folder")
     rows = compare_runs(folders)
-    return StageResult(accepted=rows, stats={"rows": len(rows)})
+    return StageResult(accepted=rows, stats={"rows": len(rows), "paired": paired_rows(rows)})
 
 
 def hop_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -110,11 +115,12 @@ def _md_table(head: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(cells) + " |" for cells in body]
 
 
-def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
+def compare_markdown(rows: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]] = ()) -> str:
     """The comparison in markdown: every shown metric overall as a ``mean [95 % CI]`` cell
     (and KG-R1's N-run union Hits@1), then Hits@1 by hops with its 95 % CI, then every shown
-    metric by hops, then how the intervals were computed and what each metric means. Rows from
-    a metrics.json without intervals show the mean alone."""
+    metric by hops, then how the intervals were computed and what each metric means, then the
+    ``paired`` differences (:mod:`kgsynth.eval.paired`). Rows from a metrics.json without
+    intervals show the mean alone."""
     hops = hop_columns(rows)
     with_union = any(r["union_hits_at_1"] is not None for r in rows)
     head = ["run", "questions", "runs", *(METRIC_NAMES[k] for k in SHOWN_METRICS)]
@@ -158,4 +164,6 @@ def compare_markdown(rows: Sequence[dict[str, Any]]) -> str:
     lines += ["", METRIC_LEGEND]
     if any(not r.get("ci95") for r in rows):
         lines += ["", "A mean without an interval: its metrics.json predates intervals."]
+    if paired:
+        lines += ["", *paired_markdown(paired)]
     return "\n".join(lines) + "\n"

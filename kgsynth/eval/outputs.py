@@ -1,7 +1,8 @@
 """Where ``kgsynth eval`` writes, through :class:`kgsynth.stage_io.StagedOutput` (all files
 committed together): an evaluation's folder (``predictions.parquet``, ``metrics.json``,
 ``eval.png``, ``manifest.json``, and a ``tensorboard``/``wandb`` folder with ``--report-to``)
-and a comparison's (``compare.md``, ``compare.png``, ``compare.json``, ``manifest.json``)."""
+and a comparison's (``compare.md``, ``compare.png``, ``compare.json``, ``paired.json``,
+``manifest.json``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ EVAL_FILES = {
     "tensorboard",
     "wandb",
 }
-COMPARE_FILES = {"compare.md", "compare.png", "compare.json", "manifest.json"}
+COMPARE_FILES = {"compare.md", "compare.png", "compare.json", "paired.json", "manifest.json"}
 
 
 def eval_output(
@@ -161,15 +162,17 @@ def write_compare(staged: StagedOutput, result: StageResult, folders: Sequence[P
     sources = "\n".join(f"- {r['label']}: `{r['source']}`" for r in rows)
     staged.path("compare.md").write_text(
         "# Evaluations compared\n\nMeans over runs; cells by hop read EM / F1 / Hits@1.\n\n"
-        + compare_markdown(rows)
+        + compare_markdown(rows, result.stats.get("paired", ()))
         + f"\n![compare](compare.png)\n\nSources:\n\n{sources}\n"
     )
     compare_png(rows, staged.path("compare.png"))
     staged.path("compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+    paired = result.stats.get("paired", [])
+    staged.path("paired.json").write_text(json.dumps(paired, indent=2) + "\n")
     write_manifest(
         staged.path("manifest.json"),
         stage="eval compare",
         input={"folders": [str(d) for d in folders]},
-        output={"markdown": str(md), "rows": len(rows)},
+        output={"markdown": str(md), "rows": len(rows), "paired": paired},
     )
     staged.commit()

@@ -180,10 +180,17 @@ class GRPOConfig:
         None,
         "Early stopping: validation questions (a file as --questions; none the run trains on). "
         "After training, the starting model, each checkpoint and the last weights answer them "
-        "greedily and the run keeps the weights with the best Hits@1 (a tie: the later); "
+        "greedily and the run keeps the weights with the best Hits@1 (a tie: the later) if they "
+        "beat the starting ones beyond chance (--select-alpha), else the starting ones; "
         "selection.json lists every score. \\[default: keep the last weights]",
     )
     select_limit: int = option(150, "--select-questions: how many of them (the first N).")
+    select_alpha: float = option(
+        0.05,
+        "--select-questions: the best checkpoint replaces the starting weights only if an exact "
+        "sign test on the validation questions the two answer differently gives p below this "
+        "(1: always the best).",
+    )
     logging_steps: int = option(1, "Write metrics every N steps.")
     seed: int = option(0, HELP["seed"])
     deepspeed: str | None = option(None, HELP["deepspeed"])
@@ -197,6 +204,7 @@ class GRPOConfig:
             need(value is None or value >= low, f"{name} must be >= {low} (got {value})")
         need(c.max_steps >= 1, f"max_steps must be >= 1 (got {c.max_steps})")
         need(c.select_limit >= 1, f"select_limit must be >= 1 (got {c.select_limit})")
+        need(0 < c.select_alpha <= 1, f"select_alpha must be in (0, 1] (got {c.select_alpha})")
         need(c.lr is None or 0 < c.lr < 1, f"lr must be in (0, 1) (got {c.lr})")
         need(c.kl_coef >= 0, f"kl_coef must be >= 0 (got {c.kl_coef})")
         need(c.warmup_steps >= 0, f"warmup_steps must be >= 0 (got {c.warmup_steps})")
