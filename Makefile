@@ -102,12 +102,10 @@ all: install
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
 # `make learn`: the same chain with a 4-layer policy (STAGE1_ARGS), in $(LEARN_RUN). On
-# 2026-11-26 the chain took 3,034 s (stage 1 1,896 s) before early stopping existed; the
-# validation questions, GRPO with early stopping, its eval and the summary then took 961 s,
-# both with other jobs on the cores;
-# dev Hits@1 1-/2-/3-hop stage1 0.73 / 0.29 / 0.16, stage2 0.69 / 0.32 / 0.13, and rl kept the
-# stage-2 weights (early stopping), against the 2-layer recipe's 2-hop 0.09 (README, "What the
-# tiny agent learns").
+# 2026-11-26 it took 2,785 s with little else on the machine (stage 1 1,623 s); dev Hits@1
+# 1-/2-/3-hop stage1 0.73 / 0.29 / 0.16, stage2 0.69 / 0.32 / 0.13, and rl kept the stage-2
+# weights (early stopping), against the 2-layer recipe's 2-hop 0.09 (README, "What the tiny
+# agent learns").
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:
