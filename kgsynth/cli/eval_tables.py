@@ -116,7 +116,7 @@ def print_paired(paired: list[dict[str, Any]]) -> None:
     same questions (:mod:`kgsynth.eval.paired`)."""
     from rich.table import Column, Table
 
-    from kgsynth.eval.paired import p_cell
+    from kgsynth.eval.paired import difference_cell, p_cell
 
     if not paired:
         return
@@ -135,11 +135,10 @@ def print_paired(paired: list[dict[str, Any]]) -> None:
         if "skipped" in e:
             table.add_row(name, "–", f"skipped: {e['skipped']}", "–", "–", "–")
             continue
-        lo, hi = e["ci95"]
         table.add_row(
             name,
             str(e["questions"]),
-            f"{e['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+            difference_cell(e),
             str(e["better"]),
             str(e["worse"]),
             p_cell(e["sign_test_p"]),

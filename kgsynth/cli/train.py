@@ -247,7 +247,7 @@ def rl_cmd(
     sel = manifest.get("selection")
     if sel:
         last = sel["scores"][-1]["hits_at_1"]  # in step order: the last weights come last
-        best = max(sel["scores"], key=lambda s: (s["hits_at_1"], s["step"]))
+        best = next(s for s in sel["scores"] if s["step"] == sel["best_step"])
         why = ""
         if best["step"] != sel["chosen_step"]:
             why = (

@@ -158,16 +158,16 @@ def write_compare(staged: StagedOutput, result: StageResult, folders: Sequence[P
     from kgsynth.manifest import write_manifest
 
     rows = result.accepted
+    paired = result.stats.get("paired", [])
     md = staged.out / "compare.md"
     sources = "\n".join(f"- {r['label']}: `{r['source']}`" for r in rows)
     staged.path("compare.md").write_text(
         "# Evaluations compared\n\nMeans over runs; cells by hop read EM / F1 / Hits@1.\n\n"
-        + compare_markdown(rows, result.stats.get("paired", ()))
+        + compare_markdown(rows, paired)
         + f"\n![compare](compare.png)\n\nSources:\n\n{sources}\n"
     )
     compare_png(rows, staged.path("compare.png"))
     staged.path("compare.json").write_text(json.dumps(rows, indent=2) + "\n")
-    paired = result.stats.get("paired", [])
     staged.path("paired.json").write_text(json.dumps(paired, indent=2) + "\n")
     write_manifest(
         staged.path("manifest.json"),

@@ -16,7 +16,6 @@ moved) and pairs without a question in common are listed as skipped, with the re
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -30,9 +29,9 @@ MODEL_SYSTEM = "model"
 METRIC = "hits_at_1"
 
 
-def question_scores(predictions: Path, system: str) -> dict[str, float] | None:
-    """``{question_id: mean Hits@1 over runs}`` of ``system``'s rows in ``predictions``; None
-    when the file is missing or holds no such rows."""
+def question_scores(predictions: Path) -> dict[str, dict[str, float]] | None:
+    """``{system: {question_id: mean Hits@1 over runs}}`` of ``predictions`` (the model's
+    rows and each baseline's); None when the file is missing or unreadable."""
     if not predictions.is_file():
         return None
     import polars as pl
@@ -41,10 +40,21 @@ def question_scores(predictions: Path, system: str) -> dict[str, float] | None:
         frame = pl.read_parquet(predictions, columns=["system", "question_id", METRIC])
     except Exception:  # an unreadable or foreign file: the pair is skipped, with the reason
         return None
-    by_question: dict[str, list[float]] = defaultdict(list)
-    for row in frame.filter(pl.col("system") == system).iter_rows(named=True):
-        by_question[row["question_id"]].append(float(row[METRIC] or 0.0))
-    return {q: sum(v) / len(v) for q, v in by_question.items()} or None
+    means = frame.group_by("system", "question_id").agg(pl.col(METRIC).fill_null(0.0).mean())
+    out: dict[str, dict[str, float]] = {}
+    for system, question, score in means.iter_rows():
+        out.setdefault(system, {})[question] = float(score)
+    return out
+
+
+def sign_split(earlier: dict[str, float], later: dict[str, float]) -> tuple[int, int, float]:
+    """``(better, worse, p)`` over the questions both answered: how many ``later`` scores
+    above and below ``earlier``, and the exact two-sided sign test's p of that split (also
+    what GRPO's early stopping asks of a checkpoint against its start)."""
+    common = set(earlier) & set(later)
+    better = sum(later[q] > earlier[q] for q in common)
+    worse = sum(later[q] < earlier[q] for q in common)
+    return better, worse, sign_test_p(better, worse)
 
 
 def paired_difference(earlier: dict[str, float], later: dict[str, float]) -> dict[str, Any]:
@@ -53,8 +63,7 @@ def paired_difference(earlier: dict[str, float], later: dict[str, float]) -> dic
     and the exact sign test's two-sided p of better against worse."""
     common = sorted(set(earlier) & set(later))
     diffs = [later[q] - earlier[q] for q in common]
-    better = sum(d > 0 for d in diffs)
-    worse = sum(d < 0 for d in diffs)
+    better, worse, p = sign_split(earlier, later)
     lo, hi = bootstrap_interval(
         [[d] for d in diffs], resamples=CI_RESAMPLES, seed=CI_SEED, level=CI_LEVEL
     )
@@ -65,7 +74,7 @@ def paired_difference(earlier: dict[str, float], later: dict[str, float]) -> dic
         "better": better,
         "worse": worse,
         "same": len(common) - better - worse,
-        "sign_test_p": round(sign_test_p(better, worse), 6),
+        "sign_test_p": round(p, 6),
     }
 
 
@@ -84,14 +93,18 @@ def _pairs(rows: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[st
 def paired_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per pair of compared rows (see the module's docstring): ``earlier``,
     ``later`` and :func:`paired_difference`'s figures, or ``skipped`` with the reason."""
+    read: dict[str, dict[str, dict[str, float]] | None] = {}  # each file once
     out: list[dict[str, Any]] = []
     for earlier, later in _pairs(rows):
         entry: dict[str, Any] = {"earlier": earlier["label"], "later": later["label"]}
         scores = []
         for row in (earlier, later):
-            found = question_scores(Path(row["source"]).parent / PREDICTIONS, row["system"])
-            if found is None:
-                entry["skipped"] = f"no {PREDICTIONS} beside {row['source']}"
+            source = row["source"]
+            if source not in read:
+                read[source] = question_scores(Path(source).parent / PREDICTIONS)
+            found = (read[source] or {}).get(row["system"])
+            if not found:
+                entry["skipped"] = f"no {PREDICTIONS} beside {source}"
                 break
             scores.append(found)
         if "skipped" not in entry:
@@ -101,6 +114,12 @@ def paired_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 entry["skipped"] = "no question in common"
         out.append(entry)
     return out
+
+
+def difference_cell(entry: dict[str, Any]) -> str:
+    """``+0.033 [+0.007, +0.063]``: a pair's difference and its interval."""
+    lo, hi = entry["ci95"]
+    return f"{entry['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
 def p_cell(p: float) -> str:
@@ -122,11 +141,9 @@ def paired_markdown(paired: Sequence[dict[str, Any]]) -> list[str]:
             "|---|---|---|---|---|---|",
         ]
         for e in done:
-            lo, hi = e["ci95"]
             lines.append(
-                f"| {e['later']} − {e['earlier']} | {e['questions']} | "
-                f"{e['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {e['better']} | "
-                f"{e['worse']} | {p_cell(e['sign_test_p'])} |"
+                f"| {e['later']} − {e['earlier']} | {e['questions']} | {difference_cell(e)} | "
+                f"{e['better']} | {e['worse']} | {p_cell(e['sign_test_p'])} |"
             )
         lines += [
             "",

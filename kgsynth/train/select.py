@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.errors import ConfigError
-from kgsynth.metrics import sign_test_p
 from kgsynth.modelio import is_adapter
 from kgsynth.train.grpo_config import CHECKPOINTS, RUN_FILES
 
@@ -61,14 +60,6 @@ def _score(
     }
 
 
-def beats_start(start: dict[str, float], other: dict[str, float]) -> tuple[int, int, float]:
-    """``(better, worse, p)``: the questions ``other`` answers better and worse than ``start``,
-    and the exact two-sided sign test's p of that split."""
-    better = sum(other[q] > start[q] for q in start)
-    worse = sum(other[q] < start[q] for q in start)
-    return better, worse, sign_test_p(better, worse)
-
-
 def select_weights(
     run_dir: Path,
     init: str | Path,
@@ -86,6 +77,7 @@ def select_weights(
     ``run_dir`` (the starting ones unless the best beats them at ``alpha``) and return what
     ``selection.json`` records."""
     from kgsynth.eval import load_questions
+    from kgsynth.eval.paired import sign_split
 
     cands = candidates(run_dir, init, steps)
     lacking = [str(folder) for _, folder in cands if not (folder / WEIGHTS).is_file()]
@@ -104,20 +96,19 @@ def select_weights(
         if step == 0:
             start = per_question
         else:
-            better, worse, p = beats_start(start, per_question)
+            better, worse, p = sign_split(start, per_question)
             entry.update(better=better, worse=worse, sign_test_p=round(p, 6))
             said += f", {better} better and {worse} worse than the start (p {p:.3f})"
         scores.append(entry)
         if notify:
             notify(said)
-    best = max(scores, key=lambda s: (s["hits_at_1"], s["step"]))
+    top = max(scores, key=lambda s: (s["hits_at_1"], s["step"]))
     significant = (
-        best["step"] == 0
+        top["step"] == 0
         or alpha >= 1
-        or (best["better"] > best["worse"] and best["sign_test_p"] < alpha)
+        or (top["better"] > top["worse"] and top["sign_test_p"] < alpha)
     )
-    if not significant:
-        best = scores[0]
+    best = top if significant else scores[0]
     if best["step"] != steps:
         # keep the last weights as a checkpoint of their own (a model folder: weights, config,
         # tokenizer, system prompt), then put the chosen ones in place
@@ -137,6 +128,7 @@ def select_weights(
         "metric": "hits_at_1",
         "alpha": alpha,
         "scores": scores,
+        "best_step": top["step"],
         "chosen_step": best["step"],
         "chosen_hits_at_1": best["hits_at_1"],
         "last_step": steps,
