@@ -67,3 +67,20 @@ def test_builtin_template_when_the_tokenizer_has_none(tokenizer):
     r = render_messages(bare, MESSAGES)
     assert r.text.startswith("<|im_start|>system\n") and sum(r.loss_mask) > 0
     assert masked_text(bare, r) == masked_text(tokenizer, render_messages(tokenizer, MESSAGES))
+
+
+def test_chatml_fast_path_matches_rendering_every_prefix(tokenizer):
+    """The built-in ChatML template is rendered in Python; the same template in any other
+    spelling goes through jinja prefix by prefix, and both give the same ids and mask."""
+    import copy
+
+    from kgsynth.agent.render import CHATML_TEMPLATE, assistant_spans
+
+    assert tokenizer.chat_template == CHATML_TEMPLATE  # the tiny model takes the fast path
+    slow = copy.deepcopy(tokenizer)
+    slow.chat_template = CHATML_TEMPLATE + "{# the same template, spelled differently #}"
+    longer = [*MESSAGES[:4], *MESSAGES[2:4], MESSAGES[4]]
+    for messages in (MESSAGES, longer, MESSAGES[:3]):
+        assert assistant_spans(tokenizer, messages) == assistant_spans(slow, messages)
+        fast_r, slow_r = render_messages(tokenizer, messages), render_messages(slow, messages)
+        assert (fast_r.input_ids, fast_r.loss_mask) == (slow_r.input_ids, slow_r.loss_mask)

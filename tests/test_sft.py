@@ -199,7 +199,9 @@ def test_collator_pads_with_ignored_labels_and_counts_tokens():
     )
     assert batch["input_ids"].shape == (2, 16)
     assert batch["labels"][0].tolist() == [-100, 6, 7] + [-100] * 13
-    assert batch["position_ids"][0].tolist() == [0, 1, 2, *range(13)]
+    # padding continues the row's positions: one sample per row is a plain causal batch
+    assert batch["position_ids"][0].tolist() == list(range(16))
+    assert batch["position_ids"][1].tolist() == list(range(16))
     assert (int(batch["num_real_tokens"]), int(batch["num_padded_tokens"])) == (13, 32)
     assert "attention_mask" not in batch
 
@@ -282,6 +284,10 @@ def test_packed_samples_do_not_attend_to_each_other(tiny_dir, tokenizer):
     after_c = token_logprobs([PackedRow([c, a]), PackedRow([b])], 0, len(c), a)
     assert torch.allclose(alone, after_b, atol=1e-4)
     assert torch.allclose(alone, after_c, atol=1e-4)
+    # a row padded to a longer neighbour: its padding continues its positions, and the real
+    # tokens before it read the same
+    padded = token_logprobs([PackedRow([a]), PackedRow([b, c])], 0, 0, a)
+    assert torch.allclose(alone, padded, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -81,8 +81,10 @@ def assistant_spans(
     templates render a conversation as the concatenation of its turns); inside an assistant
     segment the span runs from its content to the end of the end-of-turn token after it."""
     msgs = for_template(messages)
-    text = chat_text(tokenizer, msgs)
     eos = getattr(tokenizer, "eos_token", None) or ""
+    if chat_template(tokenizer) == CHATML_TEMPLATE:
+        return _chatml_spans(msgs, eos)
+    text = chat_text(tokenizer, msgs)
     spans: list[tuple[int, int]] = []
     prev = 0
     for i, m in enumerate(msgs):
@@ -99,6 +101,27 @@ def assistant_spans(
             spans.append((start, end))
         prev = len(upto)
     return text, spans
+
+
+def _chatml_spans(msgs: list[dict[str, str]], eos: str) -> tuple[str, list[tuple[int, int]]]:
+    """:func:`assistant_spans` for :data:`CHATML_TEMPLATE`, whose rendering is known: each turn
+    is ``<|im_start|>ROLE\\nCONTENT<|im_end|>\\n``, so the text is built once instead of
+    rendering every prefix through jinja (the same text and spans; tests compare the two)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for m in msgs:
+        head = f"{IM_START}{m['role']}\n"
+        turn = f"{head}{m['content']}{IM_END}\n"
+        if m["role"] == "assistant":
+            start = pos + len(head)
+            end = start + len(m["content"])
+            if eos and turn.startswith(eos, end - pos):
+                end += len(eos)
+            spans.append((start, end))
+        parts.append(turn)
+        pos += len(turn)
+    return "".join(parts), spans
 
 
 def render_messages(tokenizer: Any, messages: Sequence[dict[str, Any]]) -> Rendered:

@@ -146,6 +146,36 @@ def copy_drills(
     return out
 
 
+def _process_group() -> tuple[int, int]:
+    """This process's rank and the number of processes of a launched run (0, 1 alone)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _all_reduce(t: Any, world: int) -> None:
+    """Sum ``t`` over the processes, in place (nothing alone)."""
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+
+
+def _all_reduce_grads(model: Any, world: int) -> None:
+    """Sum every gradient over the processes, in one flat buffer."""
+    import torch
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    _all_reduce(flat, world)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def warm_up(
     model: Any,
     tokenizer: Any,
@@ -173,6 +203,7 @@ def warm_up(
     from kgsynth.train.data import IGNORE_INDEX, to_sample
 
     samples = [to_sample(tokenizer, d) for d in drills]
+    rank, world = _process_group()
     rng = random.Random(f"warm-up|{seed}")
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -191,24 +222,34 @@ def warm_up(
         if checked and sum(losses[-tenth:]) / tenth <= target:  # type: ignore[operator]
             break
         batch = [samples[rng.randrange(len(samples))] for _ in range(batch_size)]
+        batch = batch[rank::world]  # every process draws the same batch and takes its share
         width = max(len(s.input_ids) for s in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
-        attn = torch.zeros((len(batch), width), dtype=torch.long)
         for j, s in enumerate(batch):
             ids[j, : len(s.input_ids)] = torch.tensor(s.input_ids)
             labels[j, : len(s.labels)] = torch.tensor(s.labels)
-            attn[j, : len(s.input_ids)] = 1
-        tokens += int(attn.sum())
-        out = model(
-            input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)
+        # right padding and no attention mask: causal attention keeps the real tokens from
+        # the padding after them, and the unmasked kernel is the faster one
+        counts = torch.tensor(
+            [sum(len(s.input_ids) for s in batch), int((labels[:, 1:] != IGNORE_INDEX).sum())],
+            dtype=torch.float64,
         )
-        out.loss.backward()
+        _all_reduce(counts, world)
+        tokens += int(counts[0])
+        out = model(input_ids=ids.to(device), labels=labels.to(device))
+        # the mean over the whole batch's labelled tokens, whichever process holds them
+        share = float((labels[:, 1:] != IGNORE_INDEX).sum()) / max(1.0, float(counts[1]))
+        (out.loss * share).backward()
+        loss = (out.loss.detach() * share).to(torch.float64).reshape(1).cpu()
+        if world > 1:
+            _all_reduce_grads(model, world)
+        _all_reduce(loss, world)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(out.loss.detach()))
+        losses.append(float(loss))
         step += 1
         if progress:
             progress(step, losses[-1])

@@ -41,7 +41,9 @@ class LaunchConfig:
     nnodes: int = option(1, "Nodes.")
     node_rank: int = option(0, "This node's rank (torchrun).")
     master_addr: str = option("127.0.0.1", "Address of the rank-0 node.")
-    master_port: int = option(29500, "Port of the rank-0 node.")
+    master_port: int = option(
+        29500, "Port of the rank-0 node; 0: a free port of this machine (one node only)."
+    )
     launcher: str = option(
         "auto",
         "auto (none for one process, deepspeed with --deepspeed, else torchrun), none, torchrun "
@@ -59,7 +61,7 @@ def resolve_launcher(launch: LaunchConfig, deepspeed: bool) -> str:
     for name, value, low in (
         ("nproc_per_node", launch.nproc_per_node, 1),
         ("nnodes", launch.nnodes, 1),
-        ("master_port", launch.master_port, 1),
+        ("master_port", launch.master_port, 0),
     ):
         if value < low:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= {low} (got {value})")
@@ -67,6 +69,8 @@ def resolve_launcher(launch: LaunchConfig, deepspeed: bool) -> str:
         raise ConfigError(
             f"--node-rank must be in [0, {launch.nnodes - 1}] (got {launch.node_rank})"
         )
+    if launch.master_port == 0 and launch.nnodes > 1:
+        raise ConfigError("--master-port 0 (a free port) is for one node; name the port")
     if launch.launcher not in LAUNCHERS:
         raise ConfigError(
             f"--launcher must be one of {', '.join(LAUNCHERS)} (got {launch.launcher!r})"

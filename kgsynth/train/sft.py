@@ -81,6 +81,7 @@ from kgsynth.train.sft_config import (
     SUMMARY,
     TINY_INIT,
     SFTConfig,
+    check_batch_split,
     resolve_config,
 )
 from kgsynth.train.sft_run import (
@@ -179,8 +180,11 @@ def _training_data(spec: RunSpec, tokenizer: Any, zero3: bool) -> dict[str, Any]
     }
 
 
-def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConfig) -> dict:
-    """A fresh run's steps on name-copy drills before the trajectories (drills.py)."""
+def _copy_warm_up(
+    model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConfig, *, verbose: bool = False
+) -> dict:
+    """A fresh run's steps on name-copy drills before the trajectories (drills.py); with
+    ``verbose``, its drill loss is logged every tenth of its steps."""
     from kgsynth.train.drills import warm_up
 
     assert cfg.copy_warmup_steps  # only called for a warm-up
@@ -206,6 +210,7 @@ def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConf
             seed=cfg.seed + attempt,
             target=cfg.copy_warmup_target,
             max_steps=cfg.copy_warmup_max_steps,
+            progress=_warm_up_log(cfg.copy_warmup_steps, attempt + 1) if verbose else None,
         )
         losses.append(stats["loss_last_tenth"])
         target = cfg.copy_warmup_target
@@ -224,6 +229,17 @@ def _copy_warm_up(model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConf
                 attempt + 1, tries, losses[-1], target, cfg.seed + attempt + 1,
             )  # fmt: skip
     return {**stats, "tries": len(losses), "loss_last_tenth_per_try": losses}
+
+
+def _warm_up_log(steps: int, attempt: int) -> Callable[[int, float], None]:
+    every = max(1, steps // 10)
+
+    def progress(step: int, loss: float) -> None:
+        if step % every == 0:
+            log.info("copy warm-up (try %d): step %d of %d, drill loss %.3f", attempt, step,
+                     steps, loss)  # fmt: skip
+
+    return progress
 
 
 def _train(
@@ -249,11 +265,7 @@ def _train(
     assert cfg.recipe is not None and cfg.max_length is not None  # resolved
     assert cfg.batch_size is not None and cfg.micro_batch_size is not None
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if cfg.batch_size % (cfg.micro_batch_size * world):
-        raise ConfigError(
-            f"batch_size ({cfg.batch_size}) must be a multiple of micro_batch_size × processes "
-            f"({cfg.micro_batch_size} × {world})"
-        )
+    check_batch_split(cfg, world)
     use_cpu, bf16 = resolve_precision(cfg.precision)
     ds_config = load_deepspeed_config(cfg.deepspeed) if cfg.deepspeed else None
     if ds_config is not None and use_cpu:
@@ -315,7 +327,7 @@ def _train(
     warmup_stats = None
     if cfg.copy_warmup_steps and last is None:
         # a resumed run's weights already hold the warm-up; a fresh one does it first
-        warmup_stats = _copy_warm_up(model, tokenizer, data, cfg)
+        warmup_stats = _copy_warm_up(model, tokenizer, data, cfg, verbose=rank0)
         if probe and rank0:
             warmup_stats["copy_probe_loss"] = copy_loss(model, tokenizer, probe)
         log.info("copy warm-up: %s", warmup_stats)

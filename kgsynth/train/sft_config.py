@@ -300,3 +300,13 @@ def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
     if out.deepspeed is not None:
         load_deepspeed_config(out.deepspeed)
     return out
+
+
+def check_batch_split(cfg: Any, world: int) -> None:
+    """A batch must split evenly into micro-batches on every process (checked before a launch
+    too, so the error comes once, not from every worker)."""
+    if cfg.batch_size % (cfg.micro_batch_size * world):
+        raise ConfigError(
+            f"batch_size ({cfg.batch_size}) must be a multiple of micro_batch_size × processes "
+            f"({cfg.micro_batch_size} × {world})"
+        )

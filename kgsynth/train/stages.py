@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.errors import KGSynthError
+from kgsynth.train.core import free_port
 from kgsynth.train.grpo_config import RL_SPEC
 from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
 
@@ -48,7 +49,10 @@ class Plan:
 
 def plan(launch: LaunchConfig, deepspeed: str | None, spec_path: Path) -> Plan:
     """The launcher ``launch`` resolves to (checked), for a run whose spec is ``spec_path``."""
-    return Plan(launch, resolve_launcher(launch, deepspeed is not None), spec_path)
+    launcher = resolve_launcher(launch, deepspeed is not None)
+    if launch.master_port == 0 and launcher != "none":  # a free port, picked once for the run
+        launch = dataclasses.replace(launch, master_port=free_port())
+    return Plan(launch, launcher, spec_path)
 
 
 def sft_dry_run(stage: str, cfg: Any, corpus: Path, out_dir: Path, p: Plan) -> dict[str, Any]:
@@ -84,6 +88,7 @@ def run_sft(
     launch command of a launched one."""
     from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
     from kgsynth.train.sft import SUMMARY, prepare_run, train_sft
+    from kgsynth.train.sft_config import check_batch_split
 
     started = time.perf_counter()
     check_folder_target(out_dir)
@@ -95,6 +100,7 @@ def run_sft(
         recover_input(corpus)
         with (status or _quiet)("reading the corpus and preparing the run folder…"):
             spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=overwrite)
+        check_batch_split(spec.config, p.launch.world_size)
         if p.launcher == "none":
             with (progress or _no_progress)() as step:
                 summary = train_sft(spec, progress=step)
