@@ -10,7 +10,8 @@ SMOKE ?=
 # Torch on one thread: the tiny models of tests and `make all` are too small to share a step
 # between threads, and on a 2-core machine with other load two threads ran up to 10x slower
 # (bench_sft.py; stage 1 of a test: 1.3k tokens/s on two threads, 16.8k on one). A value set
-# in the environment wins.
+# in the environment wins. The cores are used by processes instead (NPROC below); only the
+# contamination guard's sentence encoder, whose layers are wide enough, runs on all of them.
 export OMP_NUM_THREADS ?= 1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -73,11 +74,14 @@ SMOKE_STAGE2 := $(if $(SMOKE),--max-steps 10)
 SMOKE_RL := $(if $(SMOKE),--max-steps 2 --save-steps 1 --select-limit 6)
 SMOKE_VAL := $(if $(SMOKE),--n 30)
 SMOKE_EVAL := $(if $(SMOKE),--limit 9)
-EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 64 $(SMOKE_EVAL)
+# batches of 50: the 300 questions' first turn is 6 batches, 3 per worker
+EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) $(SMOKE_EVAL)
 QUESTIONS := --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg
-# SFT data-parallel over NPROC processes of one torch thread each (torchrun, gloo; a free port):
-# on the 2-core machine stage 1 trains 2.2x the tokens/s of one process (benchmarks/README.md).
-# A batch of 8 is 4 rows per process; NPROC=1 trains the same batches in one process.
+# Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT data-parallel
+# (torchrun on gloo, a free port; a batch of 8 is 4 rows per process, and NPROC=1 trains the
+# same batches in one process), and the policy's generation in eval, the free rollouts and
+# GRPO's early stopping in NPROC worker processes (the same answers as one process).
+# benchmarks/README.md, "make all in 20 minutes", has what each saves.
 NPROC ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
 LAUNCH := --nproc-per-node $(NPROC) --master-port 0
 
@@ -91,13 +95,13 @@ all: install
 	$(K) synthesize trajectories $(CFG) $(QUESTIONS) --llm template --out $(RUN)/trajectories/trajectories.parquet --overwrite
 	$(K) filter $(CFG) --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus --overwrite
 	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite $(LAUNCH) $(SMOKE_STAGE1) $(STAGE1_ARGS)
-	$(K) synthesize trajectories $(CFG) --section free_rollouts $(QUESTIONS) --llm hf --model $(RUN)/stage1 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite $(SMOKE_FREE)
+	$(K) synthesize trajectories $(CFG) --section free_rollouts $(QUESTIONS) --llm hf --model $(RUN)/stage1 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite --workers $(NPROC) $(SMOKE_FREE)
 	$(K) synthesize trajectories $(CFG) --section heldout_oracle $(QUESTIONS) --llm template --out $(RUN)/stage2_data/oracle.parquet --overwrite
 	$(K) filter $(CFG) --section filter_stage2 --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
 	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(LAUNCH) $(SMOKE_STAGE2)
 	$(K) walk $(CFG) --section val_walk --kg $(RUN)/kg --out $(RUN)/val/walks.parquet --overwrite $(SMOKE_VAL)
 	$(K) synthesize questions $(CFG) --section val_questions --walks $(RUN)/val/walks.parquet --out $(RUN)/val/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --overwrite $(SMOKE_RL)
+	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --select-workers $(NPROC) --overwrite $(SMOKE_RL)
 	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite

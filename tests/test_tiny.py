@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kgsynth.errors import ConfigError
 from kgsynth.llm.base import Completion
 from kgsynth.llm.hf_backend import HFLLM
 from kgsynth.tiny import IM_END, IM_START, PAD_TOKEN, PROTOCOL_TAGS, build_tiny_model
@@ -144,6 +145,38 @@ def test_hf_backend_generates_from_the_tiny_model(model_dir: Path) -> None:
     assert isinstance(c.text, str) and c.text.strip()
     assert 0 < c.completion_tokens <= 8
     assert c.prompt_tokens == len(prompt)
+
+
+def test_two_generation_workers_answer_as_one_process(model_dir: Path) -> None:
+    """`--workers 2` (hf on CPU): the same completions as one process, greedy and seeded
+    sampling alike, in request order; batches of several parameter sets are kept apart."""
+    from kgsynth.llm.base import GenerationParams, Request
+
+    greedy = GenerationParams(max_tokens=6, temperature=0.0)
+    sampled = GenerationParams(max_tokens=6, temperature=1.0, seed=3)
+    requests = [
+        Request.make([{"role": "user", "content": f"{TEXTS[i % len(TEXTS)]} {i}"}], p)
+        for i in range(7)
+        for p in (greedy, sampled)
+    ]
+    one = HFLLM(str(model_dir), device="cpu", batch_size=3)
+    two = HFLLM(str(model_dir), device="cpu", batch_size=3, workers=2)
+    try:
+        expected = one.generate_batch(requests)
+        seen: list[int] = []
+        got = two.generate_batch(requests, progress=lambda i, _c: seen.append(i))
+        again = two.generate_batch(requests[:4])  # the pool serves later calls too
+        expected_again = one.generate_batch(requests[:4])
+    finally:
+        one.close()
+        two.close()
+    assert [c.text for c in got] == [c.text for c in expected]
+    assert [c.completion_tokens for c in got] == [c.completion_tokens for c in expected]
+    assert all(c.ok for c in got) and sorted(seen) == list(range(len(requests)))
+    assert [c.text for c in again] == [c.text for c in expected_again]
+    assert two.stats.requests == len(requests) + 4 and two.workers == 2
+    with pytest.raises(ConfigError, match="--workers"):
+        HFLLM(str(model_dir), workers=0)
 
 
 def test_rejects_a_head_size_rotary_embeddings_cannot_use(tmp_path: Path) -> None:

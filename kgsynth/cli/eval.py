@@ -96,6 +96,13 @@ def eval_cmd(
         int | None, typer.Option(help="Sequences per generate() call (hf). \\[default: 8]")
     ] = None,
     device: DeviceOption = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="hf on CPU: generate in N processes (the same answers as one, sooner on N "
+            "free cores). \\[default: 1]"
+        ),
+    ] = None,
     cache: Annotated[
         Path | None,
         typer.Option(
@@ -130,8 +137,9 @@ def eval_cmd(
             max_retries=max_retries,
             batch_size=batch_size,
             device=device,
+            workers=workers,
         )
-        keep = ("batch_size", "device") if llm == "hf" else tuple(llm_options)
+        keep = ("batch_size", "device", "workers") if llm == "hf" else tuple(llm_options)
         _evaluate(
             cfg,
             questions=questions,

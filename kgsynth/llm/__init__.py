@@ -32,7 +32,7 @@ def make_llm(backend: str, *, cache: str | Path | None = None, **options: Any) -
             **{
                 k: v
                 for k, v in options.items()
-                if k not in ("model", "device", "batch_size") and v is not None
+                if k not in ("model", "device", "batch_size", "workers") and v is not None
             },
         )
     elif backend == "hf":
@@ -42,7 +42,11 @@ def make_llm(backend: str, *, cache: str | Path | None = None, **options: Any) -
             raise ConfigError("--model: the hf backend needs a checkpoint folder")
         llm = HFLLM(
             options["model"],
-            **{k: v for k, v in options.items() if k in ("device", "batch_size") and v is not None},
+            **{
+                k: v
+                for k, v in options.items()
+                if k in ("device", "batch_size", "workers") and v is not None
+            },
         )
     else:
         raise ConfigError(f"--llm: unknown backend {backend!r}; choose {', '.join(BACKENDS)}")

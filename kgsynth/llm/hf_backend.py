@@ -1,6 +1,11 @@
 """The ``hf`` backend: a local transformers checkpoint, batched generation on CPU or GPU.
 
 A model trained by ``kgsynth train`` (a ``save_pretrained`` folder) can itself generate data.
+
+On CPU, ``workers=N`` generates in N processes, each holding the model and an equal share of
+the CPU threads: a call's batches (``batch_size`` requests each, formed exactly as in one
+process) are handed out to them, so the completions are the same as with one process, only
+sooner on a machine with N free cores.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ log = logging.getLogger(__name__)
 class HFLLM(LLM):
     backend = "hf"
 
-    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 8) -> None:
+    def __init__(
+        self, model: str, *, device: str | None = None, batch_size: int = 8, workers: int = 1
+    ) -> None:
         super().__init__()
         path = Path(model)
         if not is_model_folder(path):
@@ -29,10 +36,14 @@ class HFLLM(LLM):
                 f"--model: {model} is not a transformers checkpoint folder (no config.json)"
             )
         self.model = str(path)
+        if workers < 1:
+            raise ConfigError(f"--workers must be >= 1 (got {workers})")
         self.batch_size = max(1, batch_size)
+        self.workers = workers
         self.device = device
         self._model: Any = None
         self._tok: Any = None
+        self._pool: Any = None
 
     def _load(self) -> None:
         if self._model is not None:
@@ -97,28 +108,89 @@ class HFLLM(LLM):
             )
         return results
 
+    def _generate_safe(self, reqs: Sequence[Request]) -> list[Completion]:
+        try:
+            return self._generate_group(reqs)
+        except (RuntimeError, ValueError) as exc:
+            return [Completion("", error=f"hf generate failed: {exc}"[:500])] * len(reqs)
+
+    def _in_workers(self) -> bool:
+        """Whether batches go to worker processes: ``workers`` > 1 on a CPU device."""
+        if self.workers == 1:
+            return False
+        if self.device is None:
+            import torch
+
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device != "cpu":
+            log.warning("--workers %d: generation on %s stays in one process", self.workers,
+                        self.device)  # fmt: skip
+            self.workers = 1
+            return False
+        if self._pool is None:
+            import multiprocessing
+            import os
+            from concurrent.futures import ProcessPoolExecutor
+
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_start,
+                initargs=(self.model, threads),
+            )
+        return True
+
     def generate_batch(
         self, requests: Sequence[Request], progress: ProgressFn | None = None
     ) -> list[Completion]:
-        self._load()
+        pooled = self._in_workers()
+        if not pooled:
+            self._load()
         out: list[Completion | None] = [None] * len(requests)
         # group by parameters so one generate() call serves a batch
         groups: dict[Any, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(r.params, []).append(i)
-        for idxs in groups.values():
-            for start in range(0, len(idxs), self.batch_size):
-                chunk = idxs[start : start + self.batch_size]
-                try:
-                    done = self._generate_group([requests[i] for i in chunk])
-                except (RuntimeError, ValueError) as exc:
-                    done = [Completion("", error=f"hf generate failed: {exc}"[:500])] * len(chunk)
-                for i, c in zip(chunk, done, strict=True):
-                    out[i] = c
-                    self.stats.add(c)
-                    if progress:
-                        progress(i, c)
+        chunks = [
+            idxs[start : start + self.batch_size]
+            for idxs in groups.values()
+            for start in range(0, len(idxs), self.batch_size)
+        ]
+        if pooled:
+            futures = [
+                self._pool.submit(_worker_generate, [requests[i] for i in c]) for c in chunks
+            ]
+            results = (f.result() for f in futures)
+        else:
+            results = (self._generate_safe([requests[i] for i in c]) for c in chunks)
+        for chunk, done in zip(chunks, results, strict=True):
+            for i, c in zip(chunk, done, strict=True):
+                out[i] = c
+                self.stats.add(c)
+                if progress:
+                    progress(i, c)
         return [c for c in out if c is not None]
 
     def close(self) -> None:
         self._model = None
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+_WORKER: HFLLM | None = None  # the model a worker process generates with
+
+
+def _worker_start(model: str, threads: int) -> None:
+    import torch
+
+    global _WORKER
+    torch.set_num_threads(threads)
+    _WORKER = HFLLM(model, device="cpu")
+    _WORKER._load()
+
+
+def _worker_generate(reqs: list[Request]) -> list[Completion]:
+    assert _WORKER is not None
+    return _WORKER._generate_safe(reqs)

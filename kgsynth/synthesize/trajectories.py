@@ -126,12 +126,13 @@ def run(
         "model": llm.model,
         "prompt_hash": prompt_hash("agent_system", "thought"),
     }
-    if cfg.mode == "oracle" and cfg.workers > 1:
-        if llm.backend != "template":
-            raise ConfigError(
-                "--workers replays oracle trajectories in several processes with the template "
-                "backend; an API backend already sends its requests concurrently (--concurrency)"
-            )
+    if cfg.workers > 1 and llm.backend not in ("template", "hf"):
+        raise ConfigError(
+            "--workers runs the template backend's oracle or the hf backend's generation in "
+            "several processes; an API backend already sends its requests concurrently "
+            "(--concurrency)"
+        )
+    if cfg.mode == "oracle" and cfg.workers > 1 and llm.backend == "template":
         accepted, rejected = oracle_in_workers(
             rows, cfg, graph=graph, generator=generator, progress=progress
         )

@@ -39,8 +39,9 @@ class TrajectoryConfig:
     )
     workers: int = option(
         1,
-        "oracle with --llm template: replay the questions in N processes over contiguous "
-        "shards (each opens the KG itself); the output is the same as with one.",
+        "N processes, with the same output as one: oracle with --llm template replays the "
+        "questions over contiguous shards (each opens the KG itself); --llm hf on CPU "
+        "generates the policy's batches in N processes.",
     )
     fan_out: int = option(
         1,

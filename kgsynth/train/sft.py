@@ -210,7 +210,7 @@ def _copy_warm_up(
             seed=cfg.seed + attempt,
             target=cfg.copy_warmup_target,
             max_steps=cfg.copy_warmup_max_steps,
-            progress=_warm_up_log(cfg.copy_warmup_steps, attempt + 1) if verbose else None,
+            progress=_warm_up_log(cfg, attempt + 1) if verbose else None,
         )
         losses.append(stats["loss_last_tenth"])
         target = cfg.copy_warmup_target
@@ -231,13 +231,16 @@ def _copy_warm_up(
     return {**stats, "tries": len(losses), "loss_last_tenth_per_try": losses}
 
 
-def _warm_up_log(steps: int, attempt: int) -> Callable[[int, float], None]:
+def _warm_up_log(cfg: SFTConfig, attempt: int) -> Callable[[int, float], None]:
+    steps = cfg.copy_warmup_steps or 0
     every = max(1, steps // 10)
+    more = cfg.copy_warmup_max_steps if cfg.copy_warmup_target is not None else None
+    plan = f"{steps}" + (f", up to {more} above the target" if more and more > steps else "")
 
     def progress(step: int, loss: float) -> None:
         if step % every == 0:
-            log.info("copy warm-up (try %d): step %d of %d, drill loss %.3f", attempt, step,
-                     steps, loss)  # fmt: skip
+            log.info("copy warm-up (try %d): step %d (%s), drill loss %.3f", attempt, step, plan,
+                     loss)  # fmt: skip
 
     return progress
 
