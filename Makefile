@@ -66,6 +66,13 @@ K := $(BIN)/kgsynth
 PIPELINE ?= pipelines/metaqa_default.yaml
 CFG := --config $(PIPELINE)
 DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
+# Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT data-parallel
+# (torchrun on gloo, a free port; a batch of 8 is 4 rows per process, and NPROC=1 trains the
+# same batches in one process), and the policy's generation in eval, the free rollouts and
+# GRPO's early stopping in NPROC worker processes (the same answers as one process).
+# benchmarks/README.md, "make all in 20 minutes", has what each saves.
+NPROC ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
+LAUNCH := --nproc-per-node $(NPROC) --master-port 0
 # SMOKE=1: the same chain at a size CI can afford (flags override the pipeline file)
 SMOKE_WALK := $(if $(SMOKE),--n 300)
 SMOKE_STAGE1 := $(if $(SMOKE),--max-steps 40 --copy-warmup-steps 20 --copy-warmup-max-steps 20)
@@ -77,13 +84,6 @@ SMOKE_EVAL := $(if $(SMOKE),--limit 9)
 # batches of 50: the 300 questions' first turn is 6 batches, 3 per worker
 EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) $(SMOKE_EVAL)
 QUESTIONS := --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg
-# Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT data-parallel
-# (torchrun on gloo, a free port; a batch of 8 is 4 rows per process, and NPROC=1 trains the
-# same batches in one process), and the policy's generation in eval, the free rollouts and
-# GRPO's early stopping in NPROC worker processes (the same answers as one process).
-# benchmarks/README.md, "make all in 20 minutes", has what each saves.
-NPROC ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
-LAUNCH := --nproc-per-node $(NPROC) --master-port 0
 
 all: install
 	@mkdir -p $(RUN) && date +%s > $(RUN)/.started
