@@ -66,10 +66,11 @@ K := $(BIN)/kgsynth
 PIPELINE ?= pipelines/metaqa_default.yaml
 CFG := --config $(PIPELINE)
 DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
-# Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT data-parallel
-# (torchrun on gloo, a free port; a batch of 8 is 4 rows per process, and NPROC=1 trains the
-# same batches in one process), and the policy's generation in eval, the free rollouts and
-# GRPO's early stopping in NPROC worker processes (the same answers as one process).
+# Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT and GRPO
+# data-parallel (torchrun on gloo, a free port; an SFT batch of 8 is 4 rows per process, and
+# NPROC=1 trains the same batches in one process; GRPO's questions of a step are split between
+# the processes), and the policy's generation in eval and the free rollouts in NPROC worker
+# processes (the same answers as one process).
 # benchmarks/README.md, "make all in 20 minutes", has what each saves.
 NPROC ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
 LAUNCH := --nproc-per-node $(NPROC) --master-port 0
@@ -101,7 +102,7 @@ all: install
 	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(LAUNCH) $(SMOKE_STAGE2)
 	$(K) walk $(CFG) --section val_walk --kg $(RUN)/kg --out $(RUN)/val/walks.parquet --overwrite $(SMOKE_VAL)
 	$(K) synthesize questions $(CFG) --section val_questions --walks $(RUN)/val/walks.parquet --out $(RUN)/val/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --select-workers $(NPROC) --overwrite $(SMOKE_RL)
+	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --overwrite $(LAUNCH) $(SMOKE_RL)
 	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite

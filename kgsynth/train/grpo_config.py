@@ -191,11 +191,6 @@ class GRPOConfig:
         "sign test on the validation questions the two answer differently gives p below this "
         "(1: always the best).",
     )
-    select_workers: int = option(
-        1,
-        "--select-questions: generate the answers in N processes (hf on CPU; the same answers "
-        "as one, sooner on N free cores).",
-    )
     logging_steps: int = option(1, "Write metrics every N steps.")
     seed: int = option(0, HELP["seed"])
     deepspeed: str | None = option(None, HELP["deepspeed"])
@@ -210,7 +205,6 @@ class GRPOConfig:
         need(c.max_steps >= 1, f"max_steps must be >= 1 (got {c.max_steps})")
         need(c.select_limit >= 1, f"select_limit must be >= 1 (got {c.select_limit})")
         need(0 < c.select_alpha <= 1, f"select_alpha must be in (0, 1] (got {c.select_alpha})")
-        need(c.select_workers >= 1, f"select_workers must be >= 1 (got {c.select_workers})")
         need(c.lr is None or 0 < c.lr < 1, f"lr must be in (0, 1) (got {c.lr})")
         need(c.kl_coef >= 0, f"kl_coef must be >= 0 (got {c.kl_coef})")
         need(c.warmup_steps >= 0, f"warmup_steps must be >= 0 (got {c.warmup_steps})")

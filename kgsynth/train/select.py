@@ -42,7 +42,7 @@ def candidates(run_dir: Path, init: str | Path, steps: int) -> list[tuple[int, P
 
 
 def _score(
-    folder: Path, records: list[Any], graph: Any, agent: Any, batch_size: int, workers: int = 1
+    folder: Path, records: list[Any], graph: Any, agent: Any, batch_size: int
 ) -> tuple[float, dict[str, float]]:
     """Greedy Hits@1 of the model in ``folder`` on ``records``, as ``kgsynth eval`` scores it,
     and each question's."""
@@ -50,7 +50,7 @@ def _score(
     from kgsynth.llm import make_llm
 
     cfg = EvalConfig(agent=agent).for_policy("hf", str(folder))
-    llm = make_llm("hf", model=str(folder), batch_size=batch_size, workers=workers)
+    llm = make_llm("hf", model=str(folder), batch_size=batch_size)
     try:
         rows, metrics = evaluate(records, llm, graph, cfg)
     finally:
@@ -71,7 +71,6 @@ def select_weights(
     *,
     alpha: float = 0.05,
     batch_size: int = 64,
-    workers: int = 1,
     notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Score every candidate on the first ``limit`` of ``questions``; leave the best weights in
@@ -91,7 +90,7 @@ def select_weights(
     scores: list[dict[str, Any]] = []
     start: dict[str, float] = {}
     for step, folder in cands:
-        hits, per_question = _score(folder, records, graph, agent, batch_size, workers)
+        hits, per_question = _score(folder, records, graph, agent, batch_size)
         entry: dict[str, Any] = {"step": step, "hits_at_1": round(hits, 6)}
         said = f"select: step {step}: validation Hits@1 {hits:.3f} ({len(records)} questions)"
         if step == 0:

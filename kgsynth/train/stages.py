@@ -278,8 +278,7 @@ def _select(spec: Any, cfg: Any, run_dir: Path, notify: Callable[[str], None] | 
     graph = KGGraph(open_kg(spec.kg, profile=spec.profile))
     return select_weights(
         run_dir, cfg.init, cfg.max_steps, cfg.select_questions, cfg.select_limit, graph,
-        cfg.agent, alpha=cfg.select_alpha, batch_size=cfg.rollout_batch_size,
-        workers=cfg.select_workers, notify=notify,
+        cfg.agent, alpha=cfg.select_alpha, batch_size=cfg.rollout_batch_size, notify=notify,
     )  # fmt: skip
 
 
