@@ -204,6 +204,8 @@ def warm_up(
 
     samples = [to_sample(tokenizer, d) for d in drills]
     rank, world = _process_group()
+    if batch_size < world:  # too few drills to share: every process takes the whole batch
+        rank, world = 0, 1
     rng = random.Random(f"warm-up|{seed}")
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -231,9 +233,10 @@ def warm_up(
             labels[j, : len(s.labels)] = torch.tensor(s.labels)
         # right padding and no attention mask: causal attention keeps the real tokens from
         # the padding after them, and the unmasked kernel is the faster one
-        counts = torch.tensor(
+        counts = torch.tensor(  # on the model's device: NCCL reduces only CUDA tensors
             [sum(len(s.input_ids) for s in batch), int((labels[:, 1:] != IGNORE_INDEX).sum())],
             dtype=torch.float64,
+            device=device,
         )
         _all_reduce(counts, world)
         tokens += int(counts[0])
@@ -241,7 +244,7 @@ def warm_up(
         # the mean over the whole batch's labelled tokens, whichever process holds them
         share = float((labels[:, 1:] != IGNORE_INDEX).sum()) / max(1.0, float(counts[1]))
         (out.loss * share).backward()
-        loss = (out.loss.detach() * share).to(torch.float64).reshape(1).cpu()
+        loss = (out.loss.detach() * share).to(torch.float64).reshape(1)
         if world > 1:
             _all_reduce_grads(model, world)
         _all_reduce(loss, world)
