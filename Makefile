@@ -112,10 +112,10 @@ all: install
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
 # `make learn`: the same chain with a 4-layer policy (STAGE1_ARGS), in $(LEARN_RUN). On
-# 2026-11-26 it took 2,785 s with little else on the machine (stage 1 1,623 s); dev Hits@1
-# 1-/2-/3-hop stage1 0.73 / 0.29 / 0.16, stage2 0.69 / 0.32 / 0.13, and rl kept the stage-2
-# weights (early stopping), against the 2-layer recipe's 2-hop 0.09 (README, "What the tiny
-# agent learns").
+# 2026-11-26, on both cores, it took 1,651 s (stage 1 835 s); dev Hits@1 1-/2-/3-hop stage1
+# 0.36 / 0.11 / 0.07, stage2 = rl 0.38 / 0.11 / 0.03. The same day in one process (2,785 s) it
+# had reached 0.73 / 0.29 / 0.16 and 0.69 / 0.32 / 0.13: the 4-layer recipe spreads widely
+# from run to run (README, "What the tiny agent learns").
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:
