@@ -81,6 +81,9 @@ def training_arguments(
         use_cpu=use_cpu,
         # gloo only for a distributed CPU run: naming a backend makes accelerate start one
         ddp_backend="gloo" if use_cpu and "WORLD_SIZE" in os.environ else None,
+        # every parameter of a causal LM takes part in its loss; looking for unused ones costs
+        # a pass over the autograd graph each step (and a warning from every process)
+        ddp_find_unused_parameters=False,
         deepspeed=ds_config,
         **{_checkpointing_field(TrainingArguments): cfg.gradient_checkpointing},
         train_sampling_strategy="random" if cfg.packing else "group_by_length",
