@@ -249,30 +249,39 @@ def test_a_copy_warm_up_above_its_target_drills_on_up_to_its_step_limit(tmp_path
         SFTConfig(model="tiny", copy_warmup_steps=10, copy_warmup_max_steps=5)
 
 
+def _warm_up_steps(folder: str) -> dict:
+    """The losses, summary and final weights of 8 warm-up steps on the fixture's drills, from
+    the model in ``folder`` (in a process group, this process's share of them)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kgsynth.train.drills import copy_drills, warm_up
+
+    rng = random.Random(0)
+    train = [trajectory(rng) for _ in range(40)]
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    losses: list[float] = []
+    stats = warm_up(
+        model, AutoTokenizer.from_pretrained(folder), copy_drills(train, 40, 0), steps=8,
+        batch_size=6, progress=lambda _step, loss: losses.append(loss),
+    )  # fmt: skip
+    return {
+        "losses": losses,
+        "stats": stats,
+        "params": [p.detach().clone() for p in model.parameters()],
+    }
+
+
 def _warm_up_rank(rank: int, world: int, port: int, folder: str, out: str) -> None:
     import os
 
     import torch
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from kgsynth.train.drills import copy_drills, warm_up
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        rng = random.Random(0)
-        train = [trajectory(rng) for _ in range(40)]
-        model = AutoModelForCausalLM.from_pretrained(folder)
-        tok = AutoTokenizer.from_pretrained(folder)
-        losses: list[float] = []
-        stats = warm_up(
-            model, tok, copy_drills(train, 40, 0), steps=8, batch_size=6,
-            progress=lambda _step, loss: losses.append(loss),
-        )  # fmt: skip
-        params = [p.detach().clone() for p in model.parameters()]
-        torch.save({"losses": losses, "stats": stats, "params": params}, f"{out}/rank{rank}.pt")
+        torch.save(_warm_up_steps(folder), f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -281,36 +290,25 @@ def test_a_copy_warm_up_on_two_processes_takes_the_one_process_steps(tmp_path):
     """Launched on N processes (`--nproc-per-node`), the warm-up splits each batch between
     them and sums the gradients: the same losses and weights as one process (float rounding
     apart), and every process ends with the same weights."""
-    import socket
-
     import torch
     import torch.multiprocessing as mp
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kgsynth.train.drills import copy_drills, warm_up
+    from kgsynth.train.core import free_port
 
     rng = random.Random(0)
     train = [trajectory(rng) for _ in range(40)]
     folder = build_tiny_model(
         [m["content"] for c in train for m in c], tmp_path / "tiny", vocab_size=300, seed=0
     )
-    model = AutoModelForCausalLM.from_pretrained(folder)
-    tok = AutoTokenizer.from_pretrained(folder)
-    losses: list[float] = []
-    one = warm_up(
-        model, tok, copy_drills(train, 40, 0), steps=8, batch_size=6,
-        progress=lambda _step, loss: losses.append(loss),
-    )  # fmt: skip
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_warm_up_rank, args=(2, port, str(folder), str(tmp_path)), nprocs=2, join=True)
+    one = _warm_up_steps(str(folder))
+    losses = one["losses"]
+    mp.spawn(_warm_up_rank, args=(2, free_port(), str(folder), str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for r in ranks:
         assert r["losses"] == pytest.approx(losses, abs=1e-5)
-        assert r["stats"]["tokens"] == one["tokens"]
-        for a, b in zip(r["params"], model.parameters(), strict=True):
-            assert torch.allclose(a, b.detach(), atol=1e-5, rtol=0)
+        assert r["stats"]["tokens"] == one["stats"]["tokens"]
+        for a, b in zip(r["params"], one["params"], strict=True):
+            assert torch.allclose(a, b, atol=1e-5, rtol=0)
     for a, b in zip(ranks[0]["params"], ranks[1]["params"], strict=True):
         assert torch.equal(a, b)
     assert losses[-1] < losses[0]  # the steps moved the weights

@@ -276,7 +276,7 @@ def synthesize_trajectories_cmd(
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
-                device=device, **({"workers": cfg.workers} if llm == "hf" else {}),
+                device=device, workers=cfg.workers,
             )  # fmt: skip
             stored = None  # the prompt an hf checkpoint was trained with, unless --system-prompt
             if llm == "hf" and not _given_on_command_line("system_prompt"):

@@ -51,16 +51,24 @@ class HFLLM(LLM):
         import torch
         from transformers import AutoTokenizer
 
-        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        device = self._resolve_device()
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         self._tok = AutoTokenizer.from_pretrained(self.model)
         self._tok.padding_side = "left"
         if self._tok.pad_token is None:
             self._tok.pad_token = self._tok.eos_token
         from kgsynth.modelio import load_causal_lm
 
-        self._model = load_causal_lm(self.model, dtype=dtype).to(self.device)
+        self._model = load_causal_lm(self.model, dtype=dtype).to(device)
         self._model.eval()
+
+    def _resolve_device(self) -> str:
+        """The device asked for, else CUDA where there is one, else the CPU."""
+        if self.device is None:
+            import torch
+
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
 
     def _prompt(self, req: Request) -> str:
         return self._tok.apply_chat_template(
@@ -118,11 +126,7 @@ class HFLLM(LLM):
         """Whether batches go to worker processes: ``workers`` > 1 on a CPU device."""
         if self.workers == 1:
             return False
-        if self.device is None:
-            import torch
-
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device != "cpu":
+        if self._resolve_device() != "cpu":
             log.warning("--workers %d: generation on %s stays in one process", self.workers,
                         self.device)  # fmt: skip
             self.workers = 1

@@ -7,7 +7,10 @@
 - DeepSpeed: reading a ZeRO config (:func:`load_deepspeed_config`), the environment a
   one-process DeepSpeed run needs (:func:`single_process_env`) and its CPU communication
   backend (:func:`use_gloo_on_cpu`);
-- the agent's system prompt stored beside every saved checkpoint.
+- the agent's system prompt stored beside every saved checkpoint;
+- the process group of a launched run: this process's rank and the world size
+  (:func:`rank_and_world`) and element-wise sums over the ranks (:func:`all_sum`), used by
+  GRPO's steps and SFT's copy warm-up.
 
 Importing this module loads no torch.
 """
@@ -171,3 +174,24 @@ HELP = {
     "max_grad_norm": "Gradient clipping: the largest gradient norm.",
     "weight_decay": "AdamW weight decay.",
 }
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of the running process group; (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_sum(values: Sequence[float], device: str = "cpu") -> list[float]:
+    """Element-wise sum over the ranks (the values themselves in one process)."""
+    import torch
+    import torch.distributed as dist
+
+    if rank_and_world()[1] == 1:
+        return list(values)
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return [float(v) for v in t.tolist()]

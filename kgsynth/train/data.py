@@ -224,9 +224,9 @@ class Collator:
     last sample, so a batch of one sample per row has plain increasing positions and runs on
     the causal attention kernel with no mask (padding comes after the real tokens, and causal
     attention keeps them from seeing it); restarting at 0 would make transformers build a
-    block mask for a packed batch, 8 % slower on the tiny model (benchmarks/README.md). ``num_real_tokens`` and
-    ``num_padded_tokens`` ride along for the metrics; the trainer removes them before the
-    forward pass."""
+    block mask for a packed batch, 8 % slower on the tiny model (benchmarks/README.md).
+    ``num_real_tokens`` and ``num_padded_tokens`` ride along for the metrics; the trainer
+    removes them before the forward pass."""
 
     pad_token_id: int
     pad_to_multiple_of: int = 1

@@ -146,30 +146,14 @@ def copy_drills(
     return out
 
 
-def _process_group() -> tuple[int, int]:
-    """This process's rank and the number of processes of a launched run (0, 1 alone)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _all_reduce(t: Any, world: int) -> None:
-    """Sum ``t`` over the processes, in place (nothing alone)."""
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.all_reduce(t)
-
-
-def _all_reduce_grads(model: Any, world: int) -> None:
+def _all_reduce_grads(model: Any) -> None:
     """Sum every gradient over the processes, in one flat buffer."""
     import torch
+    import torch.distributed as dist
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
-    _all_reduce(flat, world)
+    dist.all_reduce(flat)
     offset = 0
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
@@ -200,12 +184,19 @@ def warm_up(
 
     import torch
 
+    from kgsynth.train.core import all_sum, rank_and_world
     from kgsynth.train.data import IGNORE_INDEX, to_sample
 
     samples = [to_sample(tokenizer, d) for d in drills]
-    rank, world = _process_group()
+    rank, world = rank_and_world()
     if batch_size < world:  # too few drills to share: every process takes the whole batch
         rank, world = 0, 1
+
+    def total(values: list[float]) -> list[float]:
+        """Summed over the processes sharing the batch, on the model's device (NCCL reduces
+        only CUDA tensors)."""
+        return all_sum(values, device=str(device)) if world > 1 else values
+
     rng = random.Random(f"warm-up|{seed}")
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -233,21 +224,16 @@ def warm_up(
             labels[j, : len(s.labels)] = torch.tensor(s.labels)
         # right padding and no attention mask: causal attention keeps the real tokens from
         # the padding after them, and the unmasked kernel is the faster one
-        counts = torch.tensor(  # on the model's device: NCCL reduces only CUDA tensors
-            [sum(len(s.input_ids) for s in batch), int((labels[:, 1:] != IGNORE_INDEX).sum())],
-            dtype=torch.float64,
-            device=device,
-        )
-        _all_reduce(counts, world)
-        tokens += int(counts[0])
+        labelled = int((labels[:, 1:] != IGNORE_INDEX).sum())  # the loss's targets
+        all_tokens, all_labelled = total([sum(len(s.input_ids) for s in batch), labelled])
+        tokens += int(all_tokens)
         out = model(input_ids=ids.to(device), labels=labels.to(device))
         # the mean over the whole batch's labelled tokens, whichever process holds them
-        share = float((labels[:, 1:] != IGNORE_INDEX).sum()) / max(1.0, float(counts[1]))
+        share = labelled / max(1.0, all_labelled)
         (out.loss * share).backward()
-        loss = (out.loss.detach() * share).to(torch.float64).reshape(1)
         if world > 1:
-            _all_reduce_grads(model, world)
-        _all_reduce(loss, world)
+            _all_reduce_grads(model)
+        (loss,) = total([float(out.loss.detach()) * share])
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.errors import ConfigError
-from kgsynth.train.core import deepspeed_env, resolve_precision
+from kgsynth.train.core import deepspeed_env, rank_and_world, resolve_precision
 from kgsynth.train.grpo_config import (
     CHECKPOINTS,
     METRICS,
@@ -75,7 +75,6 @@ from kgsynth.train.grpo_dist import (
     AdapterOff,
     Policy,
     init_distributed,
-    rank_and_world,
     shard_reference,
     weights_checksum,
 )

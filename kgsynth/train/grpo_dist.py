@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from typing import Any
 
-from kgsynth.train.core import load_deepspeed_config, use_gloo_on_cpu
+from kgsynth.train.core import load_deepspeed_config, rank_and_world, use_gloo_on_cpu
 from kgsynth.train.grpo_config import GRPOConfig, warmup_steps
 
 
@@ -39,15 +38,6 @@ def ds_config(path: str, cfg: GRPOConfig, bf16: bool) -> dict[str, Any]:
     return ds
 
 
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size) of the running process group; (0, 1) without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def init_distributed(device: str) -> bool:
     """Join the launcher's process group (``WORLD_SIZE`` > 1): gloo on CPU, NCCL on CUDA.
     Returns whether this call started it."""
@@ -68,18 +58,6 @@ def barrier() -> None:
 
     if rank_and_world()[1] > 1:
         dist.barrier()
-
-
-def all_sum(values: Sequence[float], device: str = "cpu") -> list[float]:
-    """Element-wise sum over the ranks (the values themselves in one process)."""
-    import torch
-    import torch.distributed as dist
-
-    if rank_and_world()[1] == 1:
-        return list(values)
-    t = torch.tensor(list(values), dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return [float(v) for v in t.tolist()]
 
 
 def all_gather(obj: Any) -> list[Any]:

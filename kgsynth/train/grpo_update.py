@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kgsynth.train.core import all_sum, rank_and_world
 from kgsynth.train.grpo_config import GRPOConfig
-from kgsynth.train.grpo_dist import Policy, all_gather, all_sum, rank_and_world
+from kgsynth.train.grpo_dist import Policy, all_gather
 from kgsynth.train.grpo_loss import grpo_token_loss, token_logprobs
 
 
