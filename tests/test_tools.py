@@ -268,3 +268,73 @@ def test_hybrid_ranking_orders_relations_by_meaning(graph):
     assert cached.shape == scorer.question_vector("who acted in Kismet").shape
     with pytest.raises(ValueError, match="relation_ranking"):
         ToolConfig(relation_ranking="dense")  # type: ignore[arg-type]
+
+
+def test_focus_weights_use_up_a_followed_relation_nearest_the_topic():
+    """Following written_by from X uses "written" and "by" next to X; "starred" is left.
+    A word said twice stays once for a second hop along the same relation."""
+    from kgsynth.agent.toolkit import focus_weights
+
+    question = "who starred in the films written by Nick Gian"
+    before = focus_weights(question, "Nick Gian", ())
+    assert before["writ"] == 0.5 and before["by"] == 1.0  # one word between "written" and X
+    assert before["star"] == pytest.approx(1 / 6)
+    after = focus_weights(question, "Nick Gian", ["written_by"])
+    assert "writ" not in after and "by" not in after and "star" in after
+    twice = "the year of the films whose director directed Kismet"
+    assert "direct" in focus_weights(twice, "Kismet", ["directed_by"])
+    assert "direct" not in focus_weights(twice, "Kismet", ["directed_by", "directed_by"])
+    # no anchor in the question: every word weighs 1
+    assert set(focus_weights(question, "Somebody Else", ()).values()) == {1.0}
+
+
+def test_focus_ranking_puts_the_nearer_relation_first_even_between_two():
+    """Two relations, each word in one of them: plain BM25's idf is 0 for both and keeps the
+    store's order; focus ranks the one named next to the topic first."""
+    from kgsynth.agent.toolkit import rank_relations_focused
+
+    rels = [Relation("starred_actors", "in", ("x",)), Relation("written_by", "in", ("y",))]
+    question = "who starred in the films written by Nick Gian"
+    assert [r.name for r in rank_relations(question, rels)] == ["starred_actors", "written_by"]
+    focused = rank_relations_focused(question, rels, "Nick Gian", ())
+    assert [(r.name, marks) for r, marks in focused] == [
+        ("written_by", ("written",)),  # "by" is weighed, but too short to show
+        ("starred_actors", ("starred",)),
+    ]
+    after = rank_relations_focused(question, rels, "Nick Gian", ["written_by"])
+    assert [(r.name, marks) for r, marks in after] == [
+        ("starred_actors", ("starred",)),
+        ("written_by", ()),
+    ]
+    done = rank_relations_focused(question, rels, "Nick Gian", ["written_by", "starred_actors"])
+    assert all(marks == () for _, marks in done)  # nothing more is asked
+
+
+def test_focus_ranking_follows_the_question_hop_by_hop(graph):
+    """Kismet -directed_by-> William Dieterle <-directed_by- Juarez -release_year->: at Juarez
+    plain BM25 ranks directed_by (the way back) first, focus the relation still asked for.
+    Tree rollouts go back to a snapshot: the followed relations go back with it."""
+    question = "the release year of the films whose director directed Kismet"
+    plain = ToolEnvironment(graph, question)
+    env = ToolEnvironment(graph, question, ToolConfig(relation_ranking="focus"))
+    assert env.snapshot() is None  # an episode's start, as for the other rankings
+    assert env.execute('get_relations("Kismet")').text.splitlines()[1:3] == [
+        "(Kismet, directed_by, ?) <- directed",  # one word a stem: the nearest
+        "(Kismet, release_year, ?) <- release, year",
+    ]
+    assert env.execute('get_triples("Kismet", ["directed_by"])').ok
+    assert env.execute('get_relations("William Dieterle")').ok
+    after_one = env.snapshot()
+    assert env.execute('get_triples("William Dieterle", ["directed_by"])').ok
+    assert plain.execute('get_relations("Juarez")').text.splitlines()[1] == (
+        "(Juarez, directed_by, ?)"
+    )
+    assert env.execute('get_relations("Juarez")').text.splitlines()[1] == (
+        "(Juarez, release_year, ?) <- release, year"
+    )
+    env.restore(after_one)
+    assert env.followed == ("directed_by",) and env.anchor == "Kismet"
+    env.restore(None)
+    assert env.followed == () and env.anchor is None
+    with pytest.raises(ValueError, match="rerank must be none with --relation-ranking focus"):
+        ToolConfig(relation_ranking="focus", rerank="llm")

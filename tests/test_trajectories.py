@@ -581,3 +581,31 @@ def test_follow_first_goes_on_from_the_first_shown_entity_that_leads_on():
     assert walked[3][0].call == 'get_triples("Film B", ["in_language"])'
     with pytest.raises(ConfigError, match="--follow"):
         TrajectoryConfig(follow="last")
+
+
+def test_oracle_replays_under_the_focus_ranking(kg, questions):
+    """The focus ranking marks relation lines with the question words they match; the
+    oracle still finds its relation in them, so it keeps every question the bm25 ranking
+    keeps. Replayed in order on a fresh environment, its calls give the stored observations
+    (the ranking depends on the episode's earlier calls), and after a chain's last hop the
+    look-ahead's list marks nothing: the question asks for no more."""
+    graph = KGGraph(kg)
+    plain, _, _ = synthesize_trajectories(
+        questions, TrajectoryConfig(look_ahead=True), graph=graph, llm=TemplateLLM()
+    )
+    cfg = TrajectoryConfig(look_ahead=True, relation_ranking="focus")
+    focus, rejected, _ = synthesize_trajectories(questions, cfg, graph=graph, llm=TemplateLLM())
+    assert len(focus) >= len(plain) and not [
+        r for r in rejected if r["reject_reason"] == "gold_relation_not_retrievable"
+    ]
+    marked = 0
+    by_id = {q["question_id"]: q for q in questions}
+    for row in focus:
+        env = ToolEnvironment(graph, row["question"], cfg.tool_config())
+        tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+        for call, obs in zip(row["tool_calls"], tool_msgs, strict=True):
+            assert obs == f"<information>{env.execute(call).text}</information>"
+        marked += " <- " in tool_msgs[0]
+        if by_id[row["question_id"]]["structure"].startswith("chain"):
+            assert " <- " not in tool_msgs[-1], (row["question"], tool_msgs[-1])
+    assert marked > len(focus) / 2

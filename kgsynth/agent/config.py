@@ -25,7 +25,7 @@ NeighborOrder = Literal["relevance", "alphabetical"]
 TOOLSETS = ("graphwalker", "kgr1", "knowcoder", "isp", "sexpr")
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
-RELATION_RANKINGS = ("bm25", "hybrid")
+RELATION_RANKINGS = ("bm25", "hybrid", "focus")
 PROMPT_STYLES = ("full", "short")
 
 # Stage-config field names that differ from AgentConfig's (the stage's name -> the field here).
@@ -82,10 +82,11 @@ class AgentConfig:
     rerank: Literal["none", "llm"] = option(
         "none", "Relation rerank: none, or llm (an LLM reorders the BM25 top 20, GraphWalker)"
     )
-    relation_ranking: Literal["bm25", "hybrid"] = option(
+    relation_ranking: Literal["bm25", "hybrid", "focus"] = option(
         "bm25",
-        "Relation ranking: bm25 (GraphWalker), or hybrid (BM25 plus a sentence encoder's "
-        "similarity)",
+        "Relation ranking: bm25 (GraphWalker), hybrid (BM25 plus a sentence encoder's "
+        "similarity), or focus (BM25 over the question words the episode has not used yet, "
+        "nearest the topic first)",
     )
     kgr1_max_relations: int | None = option(
         None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
@@ -121,7 +122,14 @@ class AgentConfig:
         need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
         need(self.system_prompt in PROMPT_STYLES, "system_prompt", " or ".join(PROMPT_STYLES))
         need(self.rerank in RERANK_MODES, "rerank", "none or llm")
-        need(self.relation_ranking in RELATION_RANKINGS, "relation_ranking", "bm25 or hybrid")
+        need(
+            self.rerank == "none" or self.relation_ranking != "focus",
+            "rerank",
+            "none with --relation-ranking focus (the focus ranking is not reordered)",
+        )
+        need(
+            self.relation_ranking in RELATION_RANKINGS, "relation_ranking", "bm25, hybrid or focus"
+        )
         need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")

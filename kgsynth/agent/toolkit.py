@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,6 +96,127 @@ def rank_relations(
         ]
     order = sorted(range(len(relations)), key=lambda i: -scores[i])
     return [relations[i] for i in order]
+
+
+def name_span(words: Sequence[str], name: str) -> tuple[int, int] | None:
+    """Where ``name``'s words stand in ``words`` (first and last index), or None."""
+    target = tokenize(name)
+    n = len(target)
+    if n == 0:
+        return None
+    return next(
+        ((i, i + n - 1) for i in range(len(words) - n + 1) if list(words[i : i + n]) == target),
+        None,
+    )
+
+
+# question words of four letters or more that say nothing a relation could be named for:
+# they are weighed in the focus ranking like any word, but never shown as a relation's match
+_FUNCTION_WORDS = frozenset(
+    [
+        "what",
+        "which",
+        "when",
+        "where",
+        "whose",
+        "does",
+        "were",
+        "there",
+        "their",
+        "that",
+        "this",
+        "with",
+        "from",
+        "into",
+        "about",
+        "have",
+        "also",
+        "than",
+        "been",
+    ]
+)
+
+
+def focus_words(
+    question: str, anchor: str | None, followed: Sequence[str]
+) -> dict[str, tuple[float, str]]:
+    """The question's stemmed words that the episode has not yet used, each with a weight for
+    how near it stands to ``anchor`` (the topic entity's name in the question): 1 / (1 + the
+    number of words between them), 1 for every word where the anchor is not in the question;
+    and the word as the question writes it (its nearest occurrence).
+
+    Each relation in ``followed`` (in the order the episode followed them) uses up one
+    occurrence of each of its words, the one nearest the anchor: in "who starred in the films
+    written by X", following ``written_by`` from X uses "written" and "by", and "starred" is
+    what is left for the next hop. A word said twice ("whose directors also directed X")
+    stays for a second hop along the same relation."""
+    words = tokenize(question)
+    stems = [stem(w) for w in words]
+    span = name_span(words, anchor) if anchor else None
+
+    def distance(i: int) -> int:
+        if span is None:
+            return 0
+        start, end = span
+        return start - i - 1 if i < start else i - end - 1 if i > end else 0
+
+    inside = set(range(span[0], span[1] + 1)) if span else set()
+    left = [i for i in range(len(stems)) if i not in inside]
+    for rel in followed:
+        for term in dict.fromkeys(ranking_terms(rel)):
+            spots = [i for i in left if stems[i] == term]
+            if spots:
+                left.remove(min(spots, key=lambda i: (distance(i), i)))
+    out: dict[str, tuple[float, str]] = {}
+    for i in sorted(left, key=lambda i: (distance(i), i)):
+        out.setdefault(stems[i], (1.0 / (1 + distance(i)), words[i]))
+    return out
+
+
+def focus_weights(question: str, anchor: str | None, followed: Sequence[str]) -> dict[str, float]:
+    """:func:`focus_words`' weights alone."""
+    return {term: w for term, (w, _) in focus_words(question, anchor, followed).items()}
+
+
+def rank_relations_focused(
+    question: str, relations: Sequence[Relation], anchor: str | None, followed: Sequence[str]
+) -> list[tuple[Relation, tuple[str, ...]]]:
+    """Relations sorted by BM25 over :func:`focus_words`, each word's score times its weight
+    (stable on ties), each with the question's unused words it matches (words of four letters
+    or more that are not function words; in question order). The relation a question names
+    nearest its topic comes first, and after a hop the one it names next; a list where no
+    relation matches a word shows the agent that the question asks for nothing more.
+
+    The idf is Lucene's, ln(1 + (N - n + 0.5) / (n + 0.5)), which stays positive where a word
+    is in half the relations or more (an entity with two relations)."""
+    found = focus_words(question, anchor, followed)
+    docs = [ranking_terms(r.name) for r in relations]
+    avg = sum(len(d) for d in docs) / max(len(docs), 1) or 1.0
+    k1, b = 1.5, 0.75
+    scored = []
+    for i, doc in enumerate(docs):
+        score = 0.0
+        shared = set(doc) & found.keys()
+        for term in shared:
+            n = sum(term in d for d in docs)
+            idf = math.log(1 + (len(docs) - n + 0.5) / (n + 0.5))
+            tf = doc.count(term)
+            weight = found[term][0]
+            score += weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / avg))
+        marks = sorted(
+            (found[t][1] for t in shared if len(t) >= 4 and found[t][1] not in _FUNCTION_WORDS),
+            key=tokenize(question).index,
+        )
+        scored.append((-score, i, (relations[i], tuple(marks))))
+    return [item for _, _, item in sorted(scored, key=lambda x: (x[0], x[1]))]
+
+
+MATCH_MARK = " <- "  # the focus ranking's "(X, r, ?) <- words" (the question's words r matches)
+
+
+def unmarked(line: str) -> str:
+    """A relation line without the focus ranking's match mark: the bare triple pattern."""
+    return line if line.endswith(")") else line.rsplit(MATCH_MARK, 1)[0]
 
 
 def relation_pattern(entity: str, rel: Relation) -> str:

@@ -5,8 +5,11 @@ Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
 ``graphwalker`` (default, GraphWalker):
   ``get_relations("Entity")`` — the entity's outgoing and incoming relations, ranked by BM25
   against the question (``relation_ranking="hybrid"``: plus a sentence encoder's similarity,
-  see :mod:`kgsynth.agent.relrank`), top-k; ``get_triples("Entity", ["rel", …])`` — triples along those
-  relations (either direction), at most n per relation and direction, shown by name.
+  see :mod:`kgsynth.agent.relrank`; ``"focus"``: only the question words the episode's
+  ``get_triples`` calls have not used yet, nearest the topic's name first, see
+  :func:`~kgsynth.agent.toolkit.focus_weights`), top-k;
+  ``get_triples("Entity", ["rel", …])`` — triples along those relations (either direction), at
+  most n per relation and direction, shown by name.
 
 ``kgr1`` (KG-R1): ``get_tail_relations(e)`` relations with ``e`` as head (``e -r-> ?``),
   ``get_head_relations(e)`` relations with ``e`` as tail (``? -r-> e``),
@@ -41,12 +44,15 @@ from kgsynth.agent.config import (
 )
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.toolkit import (
+    MATCH_MARK,
     DenseScorer,
     ErrorType,
     ToolFailure,
     ToolResult,
+    name_span,
     order_neighbors,
     rank_relations,
+    rank_relations_focused,
     relation_pattern,
     relation_words,
     tokenize,
@@ -54,6 +60,16 @@ from kgsynth.agent.toolkit import (
 )
 from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
+
+
+@dataclass(frozen=True)
+class _FocusState:
+    """A snapshot of an episode under the ``focus`` ranking (see ToolEnvironment.snapshot)."""
+
+    session: Any
+    anchor: str | None
+    followed: tuple[str, ...]
+
 
 # The tool environment reads the agent's one config (toolset, top_k_relations,
 # max_triples_per_relation, max_observation_chars, neighbor_order, rerank, relation_ranking and
@@ -82,6 +98,10 @@ class ToolEnvironment:
     dense: DenseScorer | None = None  # hybrid ranking's scorer (default: relrank.shared_scorer)
     # the episode's state of a stateful tool set (sexpr's expressions); None for the others
     session: Any = field(default=None, init=False, repr=False, compare=False)
+    # the ``focus`` ranking's episode state: the topic name it measures nearness from, and the
+    # relations followed so far (whose words the question has used up)
+    anchor: str | None = field(default=None, init=False, repr=False, compare=False)
+    followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -159,12 +179,17 @@ class ToolEnvironment:
     def snapshot(self) -> Any:
         """The episode state of a stateful tool set (sexpr's expressions), None for the others.
         Tree rollouts, whose branches share one environment, keep each branch's own."""
-        return None if self.session is None else self.session.snapshot()
+        session = None if self.session is None else self.session.snapshot()
+        if self.anchor is None and not self.followed:
+            return session
+        return _FocusState(session, self.anchor, self.followed)
 
     def restore(self, state: Any) -> None:
         """Go back to a :meth:`snapshot` (None: the episode's start)."""
+        focus = state if isinstance(state, _FocusState) else _FocusState(state, None, ())
+        self.anchor, self.followed = focus.anchor, focus.followed
         if self.session is not None:
-            self.session.restore(state)
+            self.session.restore(focus.session)
 
     def _error(self, error: ErrorType, text: str, call: ToolCall | None = None) -> ToolResult:
         return ToolResult(
@@ -220,6 +245,19 @@ class ToolEnvironment:
             if len(ranked) < len(rels):
                 head += f" (showing {len(ranked)} of {len(rels)} (capped))"
             head += ":"
+        elif self.config.relation_ranking == "focus" and self.question:
+            if name_span(tokenize(self.question), entity.name) is not None:
+                self.anchor = entity.name
+            focused = rank_relations_focused(self.question, rels, self.anchor, self.followed)
+            focused = focused[: self.config.top_k_relations]
+            head = f'Relations of "{entity.name}" (showing {len(focused)} of {len(rels)}'
+            head += ", most relevant first):"
+            lines = [
+                relation_pattern(entity.name, r) + (MATCH_MARK + ", ".join(m) if m else "")
+                for r, m in focused
+            ]
+            text = "\n".join([*notes, head, *lines])
+            return ToolResult(text, entities=(entity.name,), notes=notes)
         else:
             ranked = rank_relations(self.question, rels, self._dense())
             if self.config.rerank == "llm" and self.reranker is not None:
@@ -295,7 +333,9 @@ class ToolEnvironment:
         entity, notes = self._entity(name)
         wanted = [relations] if isinstance(relations, str) else list(relations)
         rels, missing = self._select_relations(entity, wanted)
-        return self._triples_text(entity, rels, notes, missing)
+        result = self._triples_text(entity, rels, notes, missing)
+        self.followed += tuple(dict.fromkeys(r.name for r in rels))
+        return result
 
     # --- KG-R1 tools ---------------------------------------------------------------------
 

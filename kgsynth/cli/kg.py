@@ -136,15 +136,19 @@ def kg_tool(
     relation_ranking: RelationRankingOption = None,
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
-    from kgsynth.agent.config import TOOLSETS
+    from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
     from kgsynth.agent.protocol import render_observation
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.text import clean_text
 
     if tools not in TOOLSETS:
         fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose {', '.join(TOOLSETS)}"))
-    if relation_ranking not in (None, "bm25", "hybrid"):
-        fail(KGSynthError(f"--relation-ranking must be bm25 or hybrid (got {relation_ranking!r})"))
+    if relation_ranking not in (None, *RELATION_RANKINGS):
+        fail(
+            KGSynthError(
+                f"--relation-ranking must be bm25, hybrid or focus (got {relation_ranking!r})"
+            )
+        )
     # argv holds a non-UTF-8 byte as a lone surrogate
     call, question = clean_text(call), clean_text(question)
     try:

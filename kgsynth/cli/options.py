@@ -87,9 +87,11 @@ RelationRankingOption = Annotated[
     str | None,
     typer.Option(
         "--relation-ranking",
-        help="How get_relations ranks an entity's relations: bm25 (GraphWalker), or hybrid: "
+        help="How get_relations ranks an entity's relations: bm25 (GraphWalker); hybrid: "
         "BM25 plus the question's similarity to the relation's words under the bundled "
-        "all-MiniLM-L6-v2 encoder. Use the same in synthesis, RL and eval. \\[default: bm25]",
+        "all-MiniLM-L6-v2 encoder; or focus: BM25 over the question words the episode's "
+        "earlier hops have not used, nearest the topic entity first. Use the same in "
+        "synthesis, RL and eval. \\[default: bm25]",
     ),
 ]
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from kgsynth.agent.toolkit import unmarked
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES
@@ -183,7 +184,7 @@ def replay(
                 if hop["inverse"]
                 else f"({shown}, {hop['relation']}, ?)"
             )
-            if pattern not in result.text.splitlines():
+            if pattern not in map(unmarked, result.text.splitlines()):
                 raise Reject("gold_relation_not_retrievable")
             steps.append((c, result))
             continue
@@ -239,14 +240,19 @@ def _shown_substitute(
     env: ToolEnvironment, result: Any, call: OracleCall, next_hop: dict[str, Any], topics: set[str]
 ) -> str | None:
     """The first entity ``result`` shows (display order; not the call's own entity or a topic)
-    from which ``next_hop``'s relation returns triples."""
-    for name in result.entities:
-        if name == call.entity or name in topics:
-            continue
-        probe = _calls_for(name, next_hop, env.config.toolset)[1]
-        if env.execute(probe.call).error is None:
-            return name
-    return None
+    from which ``next_hop``'s relation returns triples. The probes are not part of the
+    episode: the environment's episode state (the focus ranking's) is put back after them."""
+    state = env.snapshot()
+    try:
+        for name in result.entities:
+            if name == call.entity or name in topics:
+                continue
+            probe = _calls_for(name, next_hop, env.config.toolset)[1]
+            if env.execute(probe.call).error is None:
+                return name
+        return None
+    finally:
+        env.restore(state)
 
 
 def oracle_answers(

@@ -42,7 +42,8 @@ from kgsynth.agent.protocol import (
 )
 
 DRILL_SYSTEM = "Copy the names exactly as they are written."
-_TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
+# a relation line of the focus ranking ends with the question's words it matches: "(?, r, X) <- w"
+_TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+?)\)(?: <- [^()]*)?$")
 # the sexpr tool set's observations: "2 results: Juarez; Kismet", "Relations of expression1 …: r"
 _RESULTS = re.compile(r"^\d+ results?(?:, the first \d+)?: (.+)$")
 _SEXPR_RELATIONS = re.compile(r"^Relations of expression\d+ \([^)]*\): (.+)$")
