@@ -177,8 +177,9 @@ class ToolEnvironment:
         )
 
     def snapshot(self) -> Any:
-        """The episode state of a stateful tool set (sexpr's expressions), None for the others.
-        Tree rollouts, whose branches share one environment, keep each branch's own."""
+        """The episode state of a stateful tool set (sexpr's expressions) and of the ``focus``
+        ranking (the relations followed), None where there is none. Tree rollouts, whose
+        branches share one environment, keep each branch's own."""
         session = None if self.session is None else self.session.snapshot()
         if self.anchor is None and not self.followed:
             return session
