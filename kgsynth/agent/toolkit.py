@@ -11,10 +11,11 @@ import hashlib
 import heapq
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from rank_bm25 import BM25Okapi
 
@@ -137,9 +138,15 @@ _FUNCTION_WORDS = frozenset(
 )
 
 
-def focus_words(
-    question: str, anchor: str | None, followed: Sequence[str]
-) -> dict[str, tuple[float, str]]:
+class FocusWord(NamedTuple):
+    """A question word the episode has not used yet (see :func:`focus_words`)."""
+
+    weight: float  # 1 / (1 + the words between it and the anchor)
+    word: str  # as the question writes it, at its nearest occurrence
+    position: int  # that occurrence's index among the question's words
+
+
+def focus_words(question: str, anchor: str | None, followed: Sequence[str]) -> dict[str, FocusWord]:
     """The question's stemmed words that the episode has not yet used, each with a weight for
     how near it stands to ``anchor`` (the topic entity's name in the question): 1 / (1 + the
     number of words between them), 1 for every word where the anchor is not in the question;
@@ -167,15 +174,15 @@ def focus_words(
             spots = [i for i in left if stems[i] == term]
             if spots:
                 left.remove(min(spots, key=lambda i: (distance(i), i)))
-    out: dict[str, tuple[float, str]] = {}
+    out: dict[str, FocusWord] = {}
     for i in sorted(left, key=lambda i: (distance(i), i)):
-        out.setdefault(stems[i], (1.0 / (1 + distance(i)), words[i]))
+        out.setdefault(stems[i], FocusWord(1.0 / (1 + distance(i)), words[i], i))
     return out
 
 
 def focus_weights(question: str, anchor: str | None, followed: Sequence[str]) -> dict[str, float]:
     """:func:`focus_words`' weights alone."""
-    return {term: w for term, (w, _) in focus_words(question, anchor, followed).items()}
+    return {term: w.weight for term, w in focus_words(question, anchor, followed).items()}
 
 
 def rank_relations_focused(
@@ -193,21 +200,19 @@ def rank_relations_focused(
     docs = [ranking_terms(r.name) for r in relations]
     avg = sum(len(d) for d in docs) / max(len(docs), 1) or 1.0
     k1, b = 1.5, 0.75
+    df = Counter(term for d in docs for term in set(d) & found.keys())
+    idf = {t: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
     scored = []
     for i, doc in enumerate(docs):
         score = 0.0
         shared = set(doc) & found.keys()
         for term in shared:
-            n = sum(term in d for d in docs)
-            idf = math.log(1 + (len(docs) - n + 0.5) / (n + 0.5))
             tf = doc.count(term)
-            weight = found[term][0]
-            score += weight * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / avg))
-        marks = sorted(
-            (found[t][1] for t in shared if len(t) >= 4 and found[t][1] not in _FUNCTION_WORDS),
-            key=tokenize(question).index,
-        )
-        scored.append((-score, i, (relations[i], tuple(marks))))
+            norm = tf + k1 * (1 - b + b * len(doc) / avg)
+            score += found[term].weight * idf[term] * tf * (k1 + 1) / norm
+        shown = [t for t in shared if len(t) >= 4 and found[t].word not in _FUNCTION_WORDS]
+        marks = tuple(found[t].word for t in sorted(shown, key=lambda t: found[t].position))
+        scored.append((-score, i, (relations[i], marks)))
     return [item for _, _, item in sorted(scored, key=lambda x: (x[0], x[1]))]
 
 

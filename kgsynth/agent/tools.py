@@ -239,6 +239,7 @@ class ToolEnvironment:
     ) -> ToolResult:
         if not rels:
             raise ToolFailure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
+        marked: dict[Relation, tuple[str, ...]] = {}  # the focus ranking's matched words
         if self.config.toolset == "kgr1":  # the full set, by name; a cap is an option
             cap = self.config.kgr1_max_relations
             ranked = sorted(rels, key=lambda r: (r.name, r.direction))[:cap]
@@ -246,27 +247,27 @@ class ToolEnvironment:
             if len(ranked) < len(rels):
                 head += f" (showing {len(ranked)} of {len(rels)} (capped))"
             head += ":"
-        elif self.config.relation_ranking == "focus" and self.question:
-            if name_span(tokenize(self.question), entity.name) is not None:
-                self.anchor = entity.name
-            focused = rank_relations_focused(self.question, rels, self.anchor, self.followed)
-            focused = focused[: self.config.top_k_relations]
-            head = f'Relations of "{entity.name}" (showing {len(focused)} of {len(rels)}'
-            head += ", most relevant first):"
-            lines = [
-                relation_pattern(entity.name, r) + (MATCH_MARK + ", ".join(m) if m else "")
-                for r, m in focused
-            ]
-            text = "\n".join([*notes, head, *lines])
-            return ToolResult(text, entities=(entity.name,), notes=notes)
         else:
-            ranked = rank_relations(self.question, rels, self._dense())
+            if self.config.relation_ranking == "focus" and self.question:
+                if name_span(tokenize(self.question), entity.name) is not None:
+                    self.anchor = entity.name
+                marked = dict(
+                    rank_relations_focused(self.question, rels, self.anchor, self.followed)
+                )
+                ranked = list(marked)
+            else:
+                ranked = rank_relations(self.question, rels, self._dense())
             if self.config.rerank == "llm" and self.reranker is not None:
                 ranked = self.reranker(self.question, entity.name, ranked)
             ranked = ranked[: self.config.top_k_relations]
             head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
             head += ", most relevant first):" if self.question else "):"
-        lines = [*notes, head, *(relation_pattern(entity.name, r) for r in ranked)]
+        lines = [*notes, head]
+        for r in ranked:
+            words = marked.get(r)
+            lines.append(
+                relation_pattern(entity.name, r) + (MATCH_MARK + ", ".join(words) if words else "")
+            )
         return ToolResult("\n".join(lines), entities=(entity.name,), notes=notes)
 
     def shown_neighbors(self, entity: Entity, rel: Relation) -> tuple[list[Neighbor], int]:

@@ -40,10 +40,10 @@ from kgsynth.agent.protocol import (
     render_observation,
     tagged,
 )
+from kgsynth.agent.toolkit import unmarked
 
 DRILL_SYSTEM = "Copy the names exactly as they are written."
-# a relation line of the focus ranking ends with the question's words it matches: "(?, r, X) <- w"
-_TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+?)\)(?: <- [^()]*)?$")
+_TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
 # the sexpr tool set's observations: "2 results: Juarez; Kismet", "Relations of expression1 …: r"
 _RESULTS = re.compile(r"^\d+ results?(?:, the first \d+)?: (.+)$")
 _SEXPR_RELATIONS = re.compile(r"^Relations of expression\d+ \([^)]*\): (.+)$")
@@ -81,7 +81,7 @@ def _observed_triples(
                 listed = _SEXPR_RELATIONS.match(line.strip())
                 for rel in listed.group(1).split(", ") if listed else ():
                     relations.setdefault(rel, None)
-                t = _TRIPLE.match(line.strip())
+                t = _TRIPLE.match(unmarked(line.strip()))  # the focus ranking's marks off
                 if not t:
                     continue
                 relations.setdefault(t.group(2), None)
@@ -192,14 +192,14 @@ def warm_up(
     rank, world = rank_and_world()
     if batch_size < world:  # too few drills to share: every process takes the whole batch
         rank, world = 0, 1
+    rng = random.Random(f"warm-up|{seed}")
+    device = next(model.parameters()).device
 
     def total(values: list[float]) -> list[float]:
         """Summed over the processes sharing the batch, on the model's device (NCCL reduces
         only CUDA tensors)."""
         return all_sum(values, device=str(device)) if world > 1 else values
 
-    rng = random.Random(f"warm-up|{seed}")
-    device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warm = max(1, steps // 20)
