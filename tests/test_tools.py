@@ -4,6 +4,7 @@ import pytest
 
 from kgsynth.agent.protocol import parse_answer, parse_turn
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
+from kgsynth.agent.toolkit import near_names
 from kgsynth.agent.tools import ErrorType, ToolConfig, ToolEnvironment, rank_relations, truncate
 from kgsynth.kg.graph import KGGraph, Relation
 from tests.kgfixtures import freebase_kg, movie_kg
@@ -338,3 +339,42 @@ def test_focus_ranking_follows_the_question_hop_by_hop(graph):
     assert env.followed == () and env.anchor is None
     with pytest.raises(ValueError, match="rerank must be none with --relation-ranking focus"):
         ToolConfig(relation_ranking="focus", rerank="llm")
+
+
+def test_near_names_ranks_the_episode_context_by_similarity():
+    question = "which films did William Dieterle direct?"
+    assert near_names("William Deiterle", question, ())[0] == "William Dieterle"
+    # a name an observation showed counts as much as the question's words
+    assert near_names("Juarz", question, ("Juarez", "Kismet")) == ["Juarez"]
+    assert near_names("Marlene Dietrich", question, ()) == []  # nothing near enough
+    assert near_names("  ", question, ()) == []
+
+
+def test_near_entity_matching_reads_a_misspelt_name_as_the_context_name(graph):
+    """exact fails on a name the KG lacks; near reads it as the question's or an observation's
+    most similar name, says so, and snapshots carry the names shown (tree rollouts)."""
+    question = "the release year of the films whose director directed Kismet"
+    exact = ToolEnvironment(graph, question)
+    assert exact.execute('get_relations("Kismit")').error == ErrorType.ENTITY_NOT_FOUND
+    env = ToolEnvironment(graph, question, ToolConfig(entity_matching="near"))
+    res = env.execute('get_relations("Kismit")')
+    lines = res.text.splitlines()
+    assert res.ok and lines[:2] == [
+        '(no entity named "Kismit": read as "Kismet")',
+        'Relations of "Kismet" (showing 3 of 3, most relevant first):',
+    ]
+    assert res.notes == (lines[0],)
+    start = env.snapshot()
+    assert env.execute('get_triples("Kismet", ["directed_by"])').ok
+    assert "William Dieterle" in env.shown  # now a name of the episode's context
+    res = env.execute('get_triples("Wiliam Dieterle", ["directed_by"])')
+    assert res.ok and res.text.startswith(
+        '(no entity named "Wiliam Dieterle": read as "William Dieterle")'
+    )
+    env.restore(start)
+    assert env.shown == ("Kismet",)
+    assert env.execute('get_relations("Wiliam Dieterle")').error == ErrorType.ENTITY_NOT_FOUND
+    # a name like nothing in the context fails as before
+    assert env.execute('get_relations("Zzyzx Road")').error == ErrorType.ENTITY_NOT_FOUND
+    with pytest.raises(ValueError, match="entity_matching must be exact or near"):
+        ToolConfig(entity_matching="fuzzy")

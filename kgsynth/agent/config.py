@@ -26,6 +26,7 @@ TOOLSETS = ("graphwalker", "kgr1", "knowcoder", "isp", "sexpr")
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
 RELATION_RANKINGS = ("bm25", "hybrid", "focus")
+ENTITY_MATCHINGS = ("exact", "near")
 PROMPT_STYLES = ("full", "short")
 
 # Stage-config field names that differ from AgentConfig's (the stage's name -> the field here).
@@ -88,6 +89,13 @@ class AgentConfig:
         "similarity), or focus (BM25 over the question words the episode has not used yet, "
         "nearest the topic first)",
     )
+    entity_matching: Literal["exact", "near"] = option(
+        "exact",
+        "How graphwalker and kgr1 tools read an entity name: exact (a name of the KG, in any "
+        "case) or near (a name the KG lacks is read as the most similar name in the question "
+        "or in the episode's observations, difflib ratio 0.6 or more, and the observation "
+        "says so)",
+    )
     kgr1_max_relations: int | None = option(
         None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
     )
@@ -130,6 +138,7 @@ class AgentConfig:
         need(
             self.relation_ranking in RELATION_RANKINGS, "relation_ranking", "bm25, hybrid or focus"
         )
+        need(self.entity_matching in ENTITY_MATCHINGS, "entity_matching", "exact or near")
         need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")

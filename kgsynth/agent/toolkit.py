@@ -7,6 +7,7 @@ both build on it."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import heapq
 import math
@@ -109,6 +110,42 @@ def name_span(words: Sequence[str], name: str) -> tuple[int, int] | None:
         ((i, i + n - 1) for i in range(len(words) - n + 1) if list(words[i : i + n]) == target),
         None,
     )
+
+
+NEAR_NAME_CUTOFF = 0.6  # the least similarity (difflib ratio, case-folded) a near name needs
+_SPAN_WORDS = 12  # the longest word span of the question taken as a name
+_EDGE_PUNCTUATION = "?!.,;:\"'()[]"
+
+
+def near_names(
+    name: str, question: str, shown: Sequence[str], cutoff: float = NEAR_NAME_CUTOFF
+) -> list[str]:
+    """Names from an episode's context that read like ``name``, most similar first: the word
+    spans of the question and the names its observations showed (``shown``), scored by
+    difflib's ratio on case-folded text, those at ``cutoff`` or above. Ties go to the longer
+    name, then the alphabetically first, so the order is the same every time."""
+    target = " ".join(name.casefold().split())
+    if not target:
+        return []
+    words = question.split()
+    spans = {
+        " ".join(words[i:j]).strip(_EDGE_PUNCTUATION)
+        for i in range(len(words))
+        for j in range(i + 1, min(len(words), i + _SPAN_WORDS) + 1)
+    }
+    scored: list[tuple[float, str]] = []
+    for candidate in spans | set(shown):
+        folded = " ".join(candidate.casefold().split())
+        if not folded or folded == target:
+            continue
+        matcher = difflib.SequenceMatcher(None, target, folded, autojunk=False)
+        if matcher.real_quick_ratio() < cutoff or matcher.quick_ratio() < cutoff:
+            continue
+        ratio = matcher.ratio()
+        if ratio >= cutoff:
+            scored.append((ratio, candidate))
+    scored.sort(key=lambda s: (-s[0], -len(s[1]), s[1]))
+    return [candidate for _, candidate in scored]
 
 
 # question words of four letters or more that say nothing a relation could be named for:

@@ -18,6 +18,11 @@ Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
   the neighbour order below. ``kgr1_max_relations`` / ``kgr1_max_entities`` cap them; a cap
   that applies says so in the observation ("showing 10 of 37 (capped)").
 
+Entity names (``entity_matching``): ``exact`` reads a name the KG has, in any case; ``near``
+also reads a name the KG lacks as the most similar name of the episode's context (a word span of
+the question or a name an observation showed; :func:`~kgsynth.agent.toolkit.near_names`), and
+the observation's first line says which it read.
+
 Which neighbours a capped list shows (``neighbor_order``): ``relevance`` (default) puts those
 whose names share words with the question first, then a seeded order (a hash of the question,
 the entity, the relation and the neighbour, so synthesis, RL and eval see the same list for the
@@ -50,6 +55,7 @@ from kgsynth.agent.toolkit import (
     ToolFailure,
     ToolResult,
     name_span,
+    near_names,
     order_neighbors,
     rank_relations,
     rank_relations_focused,
@@ -63,18 +69,21 @@ from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 
 
 @dataclass(frozen=True)
-class _FocusState:
-    """A snapshot of an episode under the ``focus`` ranking (see ToolEnvironment.snapshot)."""
+class _EpisodeState:
+    """A snapshot of an episode's tool state (see ToolEnvironment.snapshot)."""
 
     session: Any
     anchor: str | None
     followed: tuple[str, ...]
+    shown: tuple[str, ...] = ()
 
 
 # The tool environment reads the agent's one config (toolset, top_k_relations,
 # max_triples_per_relation, max_observation_chars, neighbor_order, rerank, relation_ranking and
 # the kgr1 caps), so that synthesis, RL and eval see the same observations.
 ToolConfig = AgentConfig
+
+_NEAR_TRIES = 5  # near entity matching: the most similar names tried against the KG
 
 
 def prime_relation_ranking(config: AgentConfig, questions: Iterable[str]) -> None:
@@ -102,6 +111,9 @@ class ToolEnvironment:
     # relations followed so far (whose words the question has used up)
     anchor: str | None = field(default=None, init=False, repr=False, compare=False)
     followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    # ``entity_matching="near"``: the names the episode's observations have shown so far
+    shown: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _read_as: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -145,6 +157,7 @@ class ToolEnvironment:
                 ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available: {names}.", call
             )
         arity, fn = entry
+        self._read_as = []
         if len(call.args) != arity or not isinstance(call.args[0], str):
             usage = self.usage(call.name)
             return self._error(ErrorType.WRONG_ARGUMENTS, f"wrong arguments; use {usage}.", call)
@@ -160,8 +173,12 @@ class ToolEnvironment:
             return self._error(ErrorType.KG_UNAVAILABLE, "the KG is unavailable right now.", call)
         except KGError as exc:
             return self._error(ErrorType.NO_RESULTS, f"the KG could not answer ({exc}).", call)
-        text = truncate(result.text, self.config.max_observation_chars)
-        return ToolResult(text, None, call.name, call.args, result.entities, result.notes)
+        if self.config.entity_matching == "near":
+            self.shown += tuple(n for n in result.entities if n not in self.shown)
+        # first, before the cut: the name the call's entity was read as
+        text = truncate("\n".join([*self._read_as, result.text]), self.config.max_observation_chars)
+        notes = tuple(self._read_as) + result.notes
+        return ToolResult(text, None, call.name, call.args, result.entities, notes)
 
     def usage(self, name: str) -> str:
         """How to call tool ``name``, as the system prompt shows it."""
@@ -177,20 +194,21 @@ class ToolEnvironment:
         )
 
     def snapshot(self) -> Any:
-        """The episode state of a stateful tool set (sexpr's expressions) and of the ``focus``
-        ranking (the relations followed), None where there is none. Tree rollouts, whose
-        branches share one environment, keep each branch's own."""
+        """The episode state of a stateful tool set (sexpr's expressions), of the ``focus``
+        ranking (the relations followed) and of ``near`` entity matching (the names shown),
+        None where there is none. Tree rollouts, whose branches share one environment, keep
+        each branch's own."""
         session = None if self.session is None else self.session.snapshot()
-        if self.anchor is None and not self.followed:
+        if self.anchor is None and not self.followed and not self.shown:
             return session
-        return _FocusState(session, self.anchor, self.followed)
+        return _EpisodeState(session, self.anchor, self.followed, self.shown)
 
     def restore(self, state: Any) -> None:
         """Go back to a :meth:`snapshot` (None: the episode's start)."""
-        focus = state if isinstance(state, _FocusState) else _FocusState(state, None, ())
-        self.anchor, self.followed = focus.anchor, focus.followed
+        episode = state if isinstance(state, _EpisodeState) else _EpisodeState(state, None, ())
+        self.anchor, self.followed, self.shown = episode.anchor, episode.followed, episode.shown
         if self.session is not None:
-            self.session.restore(focus.session)
+            self.session.restore(episode.session)
 
     def _error(self, error: ErrorType, text: str, call: ToolCall | None = None) -> ToolResult:
         return ToolResult(
@@ -213,8 +231,14 @@ class ToolEnvironment:
 
     def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]:
         resolution = self.graph.resolve(name)
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        if resolution is None and self.config.entity_matching == "near":
+            for candidate in near_names(name, self.question, self.shown)[:_NEAR_TRIES]:
+                resolution = self.graph.resolve(candidate)
+                if resolution is not None:
+                    self._read_as.append(f'(no entity named "{shown}": read as "{candidate}")')
+                    break
         if resolution is None:
-            shown = name if len(name) <= 80 else name[:77] + "..."
             raise ToolFailure(
                 ErrorType.ENTITY_NOT_FOUND,
                 f'no entity named "{shown}"; use an exact name from the question or an '

@@ -134,6 +134,13 @@ def kg_tool(
     top_k: Annotated[int, typer.Option(help="Relations shown by get_relations.")] = 10,
     max_triples: Annotated[int, typer.Option(help="Triples shown per relation.")] = 5,
     relation_ranking: RelationRankingOption = None,
+    entity_matching: Annotated[
+        str,
+        typer.Option(
+            help="exact (a name of the KG) or near (a name the KG lacks is read as the most "
+            "similar word span of --question)."
+        ),
+    ] = "exact",
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
     from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
@@ -163,6 +170,7 @@ def kg_tool(
                 top_k_relations=top_k,
                 max_triples_per_relation=max_triples,
                 relation_ranking=relation_ranking or "bm25",  # type: ignore[arg-type]
+                entity_matching=entity_matching,  # type: ignore[arg-type]
             ),
         )
         result = env.execute(call)
