@@ -111,15 +111,14 @@ all: install
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
-# `make learn`: the same chain with a 4-layer policy (STAGE1_ARGS), in $(LEARN_RUN). On
-# 2026-11-26, on both cores, it took 1,651 s (stage 1 835 s); dev Hits@1 1-/2-/3-hop stage1
-# 0.36 / 0.11 / 0.07, stage2 = rl 0.38 / 0.11 / 0.03. The same day in one process (2,785 s) it
-# had reached 0.73 / 0.29 / 0.16 and 0.69 / 0.32 / 0.13: the 4-layer recipe spreads widely
-# from run to run (README, "What the tiny agent learns").
+# `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): about 27 minutes
+# on a quiet machine against `make all`'s 17-20. On 2026-11-26 its one-process stage 1 scored
+# higher than the two-process one in 4 of 5 pairs of runs; the spread from run to run is wide
+# (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags (--tiny-layers 4).
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:
-	$(MAKE) all RUN=$(LEARN_RUN) STAGE1_ARGS="--tiny-layers 4"
+	$(MAKE) all RUN=$(LEARN_RUN) NPROC=1
 
 # The SPARQL-writing agents (issue 17) end to end on the shipped KB, one run per tool set:
 # oracle trajectories in the tool set's action space -> filter -> stage1 -> rl (the paper's
