@@ -112,8 +112,8 @@ all: install
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
 # `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): about 27 minutes
-# on a quiet machine against `make all`'s 17-20. On 2026-11-26 its one-process stage 1 scored
-# higher than the two-process one in 4 of 5 pairs of runs; the spread from run to run is wide
+# on a quiet machine against `make all`'s 17-20. On 2026-11-26 a one-process stage 1 scored
+# higher than a two-process one in 3 of 4 pairs of runs; the spread from run to run is wide
 # (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags (--tiny-layers 4).
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn

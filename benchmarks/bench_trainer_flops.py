@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--walks", type=int, default=1500)
     ap.add_argument(
-        "--tiny-layers", type=int, default=None, help="layers of the policy (make learn: 4)"
+        "--tiny-layers", type=int, default=None, help="layers of the policy (the 4-layer trial: 4)"
     )
     ap.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "trainer_flops.json"
