@@ -378,3 +378,16 @@ def test_near_entity_matching_reads_a_misspelt_name_as_the_context_name(graph):
     assert env.execute('get_relations("Zzyzx Road")').error == ErrorType.ENTITY_NOT_FOUND
     with pytest.raises(ValueError, match="entity_matching must be exact or near"):
         ToolConfig(entity_matching="fuzzy")
+
+
+def test_entity_matching_reaches_every_stage_config():
+    """The option is the agent's: eval, synthesis and RL configs take it under its own name
+    and hand it to the tool environment."""
+    from kgsynth.eval import EvalConfig
+    from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    assert EvalConfig(entity_matching="near").tool_config().entity_matching == "near"
+    assert TrajectoryConfig(entity_matching="near").tool_config().entity_matching == "near"
+    assert GRPOConfig(entity_matching="near").agent.entity_matching == "near"
+    assert EvalConfig().tool_config().entity_matching == "exact"
