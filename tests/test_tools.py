@@ -391,3 +391,22 @@ def test_entity_matching_reaches_every_stage_config():
     assert TrajectoryConfig(entity_matching="near").tool_config().entity_matching == "near"
     assert GRPOConfig(entity_matching="near").agent.entity_matching == "near"
     assert EvalConfig().tool_config().entity_matching == "exact"
+
+
+def test_near_entity_matching_in_the_isp_and_sexpr_tool_sets(graph):
+    """Every tool that looks an entity up by name reads it the same way."""
+    question = "who directed Kismet"
+    near = ToolConfig(toolset="sexpr", entity_matching="near")
+    res = ToolEnvironment(graph, question, near).execute(
+        "Find_relation [ Kismit | (R directed_by) ]"
+    )
+    assert res.ok and res.text.splitlines()[0] == '(no entity named "Kismit": read as "Kismet")'
+    assert "William Dieterle" in res.text
+    exact = ToolConfig(toolset="sexpr")
+    res = ToolEnvironment(graph, question, exact).execute(
+        "Find_relation [ Kismit | (R directed_by) ]"
+    )
+    assert not res.ok
+    isp = ToolConfig(toolset="isp", entity_matching="near")
+    res = ToolEnvironment(graph, question, isp).execute('node("Kismit")')
+    assert res.ok and '(no entity named "Kismit": read as "Kismet")' in res.text

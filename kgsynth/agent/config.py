@@ -91,10 +91,10 @@ class AgentConfig:
     )
     entity_matching: Literal["exact", "near"] = option(
         "exact",
-        "How graphwalker and kgr1 tools read an entity name: exact (a name of the KG, in any "
-        "case) or near (a name the KG lacks is read as the most similar name in the question "
-        "or in the episode's observations, difflib ratio 0.6 or more, and the observation "
-        "says so)",
+        "How tools read an entity name (graphwalker, kgr1, isp's node, sexpr's "
+        "Find_relation): exact (a name of the KG, in any case) or near (a name the KG lacks "
+        "is read as the most similar name in the question or in the episode's observations, "
+        "difflib ratio 0.6 or more, and the observation says so)",
     )
     kgr1_max_relations: int | None = option(
         None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
