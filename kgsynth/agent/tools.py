@@ -113,7 +113,6 @@ class ToolEnvironment:
     followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     # ``entity_matching="near"``: the names the episode's observations have shown so far
     shown: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    _read_as: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -157,7 +156,6 @@ class ToolEnvironment:
                 ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available: {names}.", call
             )
         arity, fn = entry
-        self._read_as = []
         if len(call.args) != arity or not isinstance(call.args[0], str):
             usage = self.usage(call.name)
             return self._error(ErrorType.WRONG_ARGUMENTS, f"wrong arguments; use {usage}.", call)
@@ -175,10 +173,8 @@ class ToolEnvironment:
             return self._error(ErrorType.NO_RESULTS, f"the KG could not answer ({exc}).", call)
         if self.config.entity_matching == "near":
             self.shown += tuple(n for n in result.entities if n not in self.shown)
-        # first, before the cut: the name the call's entity was read as
-        text = truncate("\n".join([*self._read_as, result.text]), self.config.max_observation_chars)
-        notes = tuple(self._read_as) + result.notes
-        return ToolResult(text, None, call.name, call.args, result.entities, notes)
+        text = truncate(result.text, self.config.max_observation_chars)
+        return ToolResult(text, None, call.name, call.args, result.entities, result.notes)
 
     def usage(self, name: str) -> str:
         """How to call tool ``name``, as the system prompt shows it."""
@@ -230,23 +226,25 @@ class ToolEnvironment:
         return self.dense
 
     def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]:
+        """The entity ``name`` names, and the notes every tool shows first: how the name was
+        read (``near``), and how many entities share it."""
         resolution = self.graph.resolve(name)
-        shown = name if len(name) <= 80 else name[:77] + "..."
+        quoted = name if len(name) <= 80 else name[:77] + "..."
+        notes: tuple[str, ...] = ()
         if resolution is None and self.config.entity_matching == "near":
             for candidate in near_names(name, self.question, self.shown)[:_NEAR_TRIES]:
                 resolution = self.graph.resolve(candidate)
                 if resolution is not None:
-                    self._read_as.append(f'(no entity named "{shown}": read as "{candidate}")')
+                    notes = (f'(no entity named "{quoted}": read as "{candidate}")',)
                     break
         if resolution is None:
             raise ToolFailure(
                 ErrorType.ENTITY_NOT_FOUND,
-                f'no entity named "{shown}"; use an exact name from the question or an '
+                f'no entity named "{quoted}"; use an exact name from the question or an '
                 "earlier observation.",
             )
-        notes: tuple[str, ...] = ()
         if resolution.candidates > 1:
-            notes = (
+            notes += (
                 f'{resolution.candidates} entities are named "{resolution.entity.name}"; '
                 "using the one with the most facts.",
             )
