@@ -311,6 +311,23 @@ def test_focus_ranking_puts_the_nearer_relation_first_even_between_two():
     assert all(marks == () for _, marks in done)  # nothing more is asked
 
 
+def test_focus_marks_a_word_whose_stem_is_short():
+    """The four-letter rule is on the word as written: "actors" and "tags" stem to "act" and
+    "tag" and still mark the relation they name; "who" and "are" never do."""
+    from kgsynth.agent.toolkit import rank_relations_focused
+
+    rels = [Relation("has_tags", "out", ("x",)), Relation("starred_actors", "out", ("y",))]
+    actors = rank_relations_focused("who are the actors in Fever Pitch", rels, "Fever Pitch", ())
+    assert [(r.name, marks) for r, marks in actors] == [
+        ("starred_actors", ("actors",)),
+        ("has_tags", ()),
+    ]
+    acted = rank_relations_focused("who acted in Fever Pitch", rels, "Fever Pitch", ())
+    assert acted[0] == (rels[1], ("acted",))
+    tags = rank_relations_focused("which tags does Fever Pitch have", rels, "Fever Pitch", ())
+    assert tags[0] == (rels[0], ("tags",))
+
+
 def test_focus_ranking_follows_the_question_hop_by_hop(graph):
     """Kismet -directed_by-> William Dieterle <-directed_by- Juarez -release_year->: at Juarez
     plain BM25 ranks directed_by (the way back) first, focus the relation still asked for.

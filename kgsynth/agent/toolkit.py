@@ -247,7 +247,13 @@ def rank_relations_focused(
             tf = doc.count(term)
             norm = tf + k1 * (1 - b + b * len(doc) / avg)
             score += found[term].weight * idf[term] * tf * (k1 + 1) / norm
-        shown = [t for t in shared if len(t) >= 4 and found[t].word not in _FUNCTION_WORDS]
+        # the word as the question writes it, not its stem: "actors" and "tags" stem to three
+        # letters ("act", "tag") and are what the question names the relation for
+        shown = [
+            t
+            for t in shared
+            if len(found[t].word) >= 4 and found[t].word.casefold() not in _FUNCTION_WORDS
+        ]
         marks = tuple(found[t].word for t in sorted(shown, key=lambda t: found[t].position))
         scored.append((-score, i, (relations[i], marks)))
     return [item for _, _, item in sorted(scored, key=lambda x: (x[0], x[1]))]
