@@ -609,3 +609,84 @@ def test_oracle_replays_under_the_focus_ranking(kg, questions):
         if by_id[row["question_id"]]["structure"].startswith("chain"):
             assert " <- " not in tool_msgs[-1], (row["question"], tool_msgs[-1])
     assert marked > len(focus) / 2
+
+
+def test_correct_names_stores_the_name_a_call_was_read_as(kg, questions):
+    """Hindsight correction: a rollout that misspelt a name (read as the question's name with
+    --entity-matching near) is stored as if the policy had written the KG's name: the same
+    messages, calls and turn records as that rollout, except the answer it wrote."""
+    row = next(q for q in questions if len(q["topic_names"][0]) >= 8)
+    name = row["topic_names"][0]
+    typo = name[:3] + name[2:]  # a letter doubled: not in the KG
+
+    def script(written: str) -> dict[str, list[str]]:
+        return {
+            row["question"]: [
+                f"<think>I list the relations of {written}.</think>"
+                f'<kg-query>get_relations("{written}")</kg-query>',
+                f'<think>Done with {written}.</think><answer>["{typo}"]</answer>',
+            ]
+        }
+
+    near = dict(mode="free", max_turns=3, entity_matching="near")
+    kept, _, _ = synthesize_trajectories(
+        [row], TrajectoryConfig(**near), graph=KGGraph(kg), llm=TurnPolicy(script(typo))
+    )
+    fixed, _, stats = synthesize_trajectories(
+        [row],
+        TrajectoryConfig(**near, correct_names=True),
+        graph=KGGraph(kg),
+        llm=TurnPolicy(script(typo)),
+    )
+    exact, _, _ = synthesize_trajectories(
+        [row], TrajectoryConfig(**near), graph=KGGraph(kg), llm=TurnPolicy(script(name))
+    )
+    assert f'read as "{name}"' in kept[0]["messages"][3]["content"]
+    assert (stats["names_corrected"], stats["rollouts_corrected"]) == (1, 1)
+    (got,), (want,) = fixed, exact
+    assert got["messages"][:4] == want["messages"][:4]  # call, reasoning, observation
+    assert got["messages"][4]["content"] == (
+        f'<think>Done with {name}.</think><answer>["{typo}"]</answer>'  # the answer as written
+    )
+    assert got["tool_calls"] == want["tool_calls"] and got["turns"] == want["turns"]
+    assert got["predicted_answers"] == [typo]
+    with pytest.raises(ConfigError, match="--entity-matching near"):
+        TrajectoryConfig(mode="free", correct_names=True)
+    with pytest.raises(ConfigError, match="--mode free or referenced"):
+        TrajectoryConfig(entity_matching="near", correct_names=True)
+
+
+def test_correct_read_names_replaces_whole_names_only():
+    from kgsynth.synthesize.name_correction import correct_read_names
+
+    cut = "x" * 77 + "..."
+    episode = {
+        "messages": [
+            {"role": "user", "content": "Question: who starred with Toby Kei"},
+            {"role": "assistant", "content": '<kg-query>get_relations("Toby Kei")</kg-query>'},
+            {
+                "role": "tool",
+                "content": '<information>(no entity named "Toby Kei": read as "Toby Keith")\n'
+                "Relations of \"Toby Keith\"</information>",
+            },
+            {"role": "assistant", "content": "<think>Toby Keith, not Toby Kei.</think>"},
+            {"role": "tool", "content": f'(no entity named "{cut}": read as "Y")\nZ'},
+        ],
+        "tool_calls": ['get_relations("Toby Kei")'],
+        "turns": [{"tool": "get_relations", "args": '["Toby Kei"]'}, {"tool": None, "args": None}],
+    }
+    fixed, removed = correct_read_names(episode)
+    assert removed == 1
+    assert [m["content"] for m in fixed["messages"]] == [
+        "Question: who starred with Toby Kei",  # the question is the question
+        '<kg-query>get_relations("Toby Keith")</kg-query>',
+        '<information>Relations of "Toby Keith"</information>',
+        "<think>Toby Keith, not Toby Keith.</think>",  # "Toby Keith" itself left alone
+        f'(no entity named "{cut}": read as "Y")\nZ',  # a cut name cannot be corrected
+    ]
+    assert fixed["tool_calls"] == ['get_relations("Toby Keith")']
+    assert fixed["turns"][0]["args"] == '["Toby Keith"]' and fixed["turns"][1]["args"] is None
+    assert correct_read_names({"messages": episode["messages"][:2]}) == (
+        {"messages": episode["messages"][:2]},
+        0,
+    )

@@ -19,6 +19,7 @@ from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams
 from kgsynth.prompts import render
 from kgsynth.stage import Progress, Reject, Rejected
+from kgsynth.synthesize.name_correction import correct_read_names
 from kgsynth.synthesize.oracle import reference_text
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_row
@@ -33,12 +34,14 @@ def rollout_trajectories(
     generator: dict[str, str],
     progress: Progress | None = None,
     system_text: str | None = None,
+    tally: dict[str, int] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Rejected]]:
     """``referenced`` and ``free`` episodes, ``cfg.samples`` per question: the rows of the
     episodes, and those turned down (every turn an LLM error; in ``referenced`` mode, a question
     whose reference cannot be built, with its oracle's reason), in question order.
     ``system_text`` (a checkpoint's stored prompt) replaces the ``system_prompt`` style;
-    ``progress`` gets ``(turn, episodes still active, "turn")``."""
+    ``progress`` gets ``(turn, episodes still active, "turn")``; ``tally`` (with
+    ``correct_names``) gets ``names_corrected`` and ``rollouts_corrected``."""
     tasks: list[EpisodeTask] = []
     meta: list[tuple[dict[str, Any], int, str]] = []
     accepted: list[tuple[int, dict[str, Any]]] = []
@@ -88,7 +91,13 @@ def rollout_trajectories(
             if cfg.reflection and ep.messages and ep.messages[0]["role"] == "system":
                 # train on the agent's own prompt: the reflection text only shaped the sample
                 ep.messages[0] = {"role": "system", "content": stored_text}
-            out = trajectory_row(row, s, episode_summary(ep), cfg, generator, ref)
+            summary = episode_summary(ep)
+            if cfg.correct_names:
+                summary, notes = correct_read_names(summary)
+                if tally is not None:
+                    tally["names_corrected"] = tally.get("names_corrected", 0) + notes
+                    tally["rollouts_corrected"] = tally.get("rollouts_corrected", 0) + (notes > 0)
+            out = trajectory_row(row, s, summary, cfg, generator, ref)
             if ep.turns and all(t.llm_error for t in ep.turns):
                 rejected.append((i, Rejected(out, "llm_error")))
             else:

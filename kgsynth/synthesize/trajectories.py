@@ -132,6 +132,7 @@ def run(
             "several processes; an API backend already sends its requests concurrently "
             "(--concurrency)"
         )
+    tally: dict[str, int] = {}
     if cfg.mode == "oracle" and cfg.workers > 1 and llm.backend == "template":
         accepted, rejected = oracle_in_workers(
             rows, cfg, graph=graph, generator=generator, progress=progress
@@ -149,6 +150,7 @@ def run(
             generator=generator,
             progress=progress,
             system_text=system_text,
+            tally=tally,
         )
     reasons = Counter(r.reason for r in rejected)
     stats = {
@@ -163,6 +165,8 @@ def run(
         "format_errors": sum(r["format_errors"] for r in accepted),
         "generator": generator,
     }
+    if cfg.correct_names:  # hindsight correction: names read as others, in how many rollouts
+        stats.update(tally)
     if cfg.trial_and_error > 0:  # KnowCoder-A1's trial-and-error demonstrations written
         stats["trial_and_error"] = sum(r["mode"] == TRIAL_MODE for r in accepted)
     return StageResult(accepted, rejected, stats)

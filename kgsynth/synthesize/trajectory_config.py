@@ -37,6 +37,13 @@ class TrajectoryConfig:
         "(GraphRoll-style: notice a failed step, go back, check the answer before giving it; "
         "prompts/reflection.j2); the stored trajectories keep the plain prompt.",
     )
+    correct_names: bool = option(
+        False,
+        "free/referenced with --entity-matching near: store a name the environment read as "
+        "another as the name it was read as (the call, the reasoning that repeats it, the "
+        "turn's record), without the observation's note, so an accepted rollout teaches the "
+        "KG's name (hindsight correction); answers stay as written.",
+    )
     workers: int = option(
         1,
         "N processes, with the same output as one: oracle with --llm template replays the "
@@ -123,6 +130,12 @@ class TrajectoryConfig:
             raise ConfigError(
                 "--reference-share shows references in oracle trajectories: it needs --mode "
                 f"oracle (got --mode {self.mode})"
+            )
+        if self.correct_names and (self.mode == "oracle" or self.agent.entity_matching != "near"):
+            raise ConfigError(
+                "--correct-names corrects the names a sampled rollout's calls got read as: it "
+                f"needs --mode free or referenced and --entity-matching near (got --mode "
+                f"{self.mode}, --entity-matching {self.agent.entity_matching})"
             )
         if self.follow not in ("walked", "first"):
             raise ConfigError(f"--follow must be walked or first (got {self.follow!r})")
