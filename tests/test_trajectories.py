@@ -667,7 +667,7 @@ def test_correct_read_names_replaces_whole_names_only():
             {
                 "role": "tool",
                 "content": '<information>(no entity named "Toby Kei": read as "Toby Keith")\n'
-                "Relations of \"Toby Keith\"</information>",
+                'Relations of "Toby Keith"</information>',
             },
             {"role": "assistant", "content": "<think>Toby Keith, not Toby Kei.</think>"},
             {"role": "tool", "content": f'(no entity named "{cut}": read as "Y")\nZ'},
