@@ -111,10 +111,10 @@ all: install
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
-# `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,460 s on a quiet
-# machine (run L) against `make all`'s 1,008 s (run B). On 2026-11-26 a one-process stage 1 scored
-# higher than a two-process one in 3 of 4 pairs of runs; the spread from run to run is wide
-# (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags (--tiny-layers 4).
+# `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,531 s on a quiet
+# machine (run Q) against `make all`'s 1,048 s (run P). A one-process stage 1 scored higher than
+# a two-process one in 3 of 5 pairs of runs, lower in the latest (Q); the spread from run to
+# run is wide (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags.
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:

@@ -48,7 +48,7 @@ def plot(runs: list[dict], out: Path) -> None:
                 r["run"],
                 (r["wall_s"] / 60, r["hits_at_1"]),
                 fontsize=7,
-                xytext=(4, 3),
+                xytext=tuple(r.get("label_offset", (4, 3))),  # points; set where labels meet
                 textcoords="offset points",
             )
     ax.axvline(20, color="grey", linestyle=":", linewidth=1)
