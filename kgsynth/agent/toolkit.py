@@ -148,6 +148,30 @@ def near_names(
     return [candidate for _, candidate in scored]
 
 
+_QUOTED_CHARS = 80  # a name longer than this is quoted cut, ending in "..."
+
+
+def quoted_name(name: str) -> str:
+    """``name`` as an observation quotes it: cut to 80 characters ("...") when longer."""
+    return name if len(name) <= _QUOTED_CHARS else name[: _QUOTED_CHARS - 3] + "..."
+
+
+def read_as_note(name: str, candidate: str) -> str:
+    """The note a tool shows first when ``entity_matching="near"`` read ``name`` as
+    ``candidate`` (:data:`READ_AS_NOTE` reads it back)."""
+    return f'(no entity named "{quoted_name(name)}": read as "{candidate}")'
+
+
+# :func:`read_as_note`'s line as an observation shows it, with its newline; ``said`` is the
+# quoted name (cut when it ends in "..." at 80 characters), ``read`` the KG's name
+READ_AS_NOTE = re.compile(r'\(no entity named "(?P<said>[^\n]*)": read as "(?P<read>[^\n]*)"\)\n?')
+
+
+def quoted_cut(said: str) -> bool:
+    """Whether a quoted name is :func:`quoted_name`'s cut of a longer one."""
+    return len(said) == _QUOTED_CHARS and said.endswith("...")
+
+
 # question words of four letters or more that say nothing a relation could be named for:
 # they are weighed in the focus ranking like any word, but never shown as a relation's match
 _FUNCTION_WORDS = frozenset(
@@ -250,9 +274,7 @@ def rank_relations_focused(
         # the word as the question writes it, not its stem: "actors" and "tags" stem to three
         # letters ("act", "tag") and are what the question names the relation for
         shown = [
-            t
-            for t in shared
-            if len(found[t].word) >= 4 and found[t].word.casefold() not in _FUNCTION_WORDS
+            t for t in shared if len(found[t].word) >= 4 and found[t].word not in _FUNCTION_WORDS
         ]
         marks = tuple(found[t].word for t in sorted(shown, key=lambda t: found[t].position))
         scored.append((-score, i, (relations[i], marks)))

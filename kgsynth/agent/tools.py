@@ -57,8 +57,10 @@ from kgsynth.agent.toolkit import (
     name_span,
     near_names,
     order_neighbors,
+    quoted_name,
     rank_relations,
     rank_relations_focused,
+    read_as_note,
     relation_pattern,
     relation_words,
     tokenize,
@@ -229,18 +231,17 @@ class ToolEnvironment:
         """The entity ``name`` names, and the notes every tool shows first: how the name was
         read (``near``), and how many entities share it."""
         resolution = self.graph.resolve(name)
-        quoted = name if len(name) <= 80 else name[:77] + "..."
         notes: tuple[str, ...] = ()
         if resolution is None and self.config.entity_matching == "near":
             for candidate in near_names(name, self.question, self.shown)[:_NEAR_TRIES]:
                 resolution = self.graph.resolve(candidate)
                 if resolution is not None:
-                    notes = (f'(no entity named "{quoted}": read as "{candidate}")',)
+                    notes = (read_as_note(name, candidate),)
                     break
         if resolution is None:
             raise ToolFailure(
                 ErrorType.ENTITY_NOT_FOUND,
-                f'no entity named "{quoted}"; use an exact name from the question or an '
+                f'no entity named "{quoted_name(name)}"; use an exact name from the question or an '
                 "earlier observation.",
             )
         if resolution.candidates > 1:

@@ -16,16 +16,17 @@ import json
 import re
 from typing import Any
 
-# the note ToolEnvironment._entity writes (a name over 80 characters is shown cut, "...")
-_NOTE = re.compile(r'\(no entity named "(?P<said>[^\n]*)": read as "(?P<read>[^\n]*)"\)\n?')
+from kgsynth.agent.toolkit import READ_AS_NOTE, quoted_cut
+
 _ANSWER = re.compile(r"(<answer>.*?(?:</answer>|$))", re.S)
 
 
 def _replace_names(text: str, reads: dict[str, str]) -> str:
-    """``text`` with each name of ``reads`` (as a whole word run) replaced by its reading."""
-    for said, read in reads.items():
-        text = re.sub(rf"(?<!\w){re.escape(said)}(?!\w)", lambda _m, r=read: r, text)
-    return text
+    """``text`` with each name of ``reads`` (as a whole word run) replaced by its reading, in
+    one pass (the longest name first where two start at the same place)."""
+    names = sorted(reads, key=len, reverse=True)
+    pattern = r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)"
+    return re.sub(pattern, lambda m: reads[m[0]], text)
 
 
 def _outside_answers(text: str, reads: dict[str, str]) -> str:
@@ -38,22 +39,20 @@ def correct_read_names(episode: dict[str, Any]) -> tuple[dict[str, Any], int]:
     written as the name it was read as, and how many notes were removed. A note whose name
     was shown cut (over 80 characters) is left as it is, with the call that made it."""
     reads: dict[str, str] = {}
-    messages: list[dict[str, Any]] = []
     removed = 0
-    for m in episode["messages"]:
-        if m["role"] == "tool" and "no entity named" in m["content"]:
 
-            def drop(match: re.Match[str]) -> str:
-                nonlocal removed
-                said = match["said"]
-                if said.endswith("...") and len(said) == 80:
-                    return match[0]
-                reads[said] = match["read"]
-                removed += 1
-                return ""
+    def drop(note: re.Match[str]) -> str:
+        nonlocal removed
+        if quoted_cut(note["said"]):
+            return note[0]
+        reads[note["said"]] = note["read"]
+        removed += 1
+        return ""
 
-            m = {**m, "content": _NOTE.sub(drop, m["content"])}
-        messages.append(m)
+    messages = [
+        {**m, "content": READ_AS_NOTE.sub(drop, m["content"])} if m["role"] == "tool" else m
+        for m in episode["messages"]
+    ]
     if not reads:
         return episode, 0
     messages = [

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ def rollout_trajectories(
     generator: dict[str, str],
     progress: Progress | None = None,
     system_text: str | None = None,
-    tally: dict[str, int] | None = None,
+    tally: Counter[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Rejected]]:
     """``referenced`` and ``free`` episodes, ``cfg.samples`` per question: the rows of the
     episodes, and those turned down (every turn an LLM error; in ``referenced`` mode, a question
@@ -95,8 +96,8 @@ def rollout_trajectories(
             if cfg.correct_names:
                 summary, notes = correct_read_names(summary)
                 if tally is not None:
-                    tally["names_corrected"] = tally.get("names_corrected", 0) + notes
-                    tally["rollouts_corrected"] = tally.get("rollouts_corrected", 0) + (notes > 0)
+                    tally["names_corrected"] += notes
+                    tally["rollouts_corrected"] += notes > 0
             out = trajectory_row(row, s, summary, cfg, generator, ref)
             if ep.turns and all(t.llm_error for t in ep.turns):
                 rejected.append((i, Rejected(out, "llm_error")))

@@ -132,7 +132,7 @@ def run(
             "several processes; an API backend already sends its requests concurrently "
             "(--concurrency)"
         )
-    tally: dict[str, int] = {}
+    tally: Counter[str] = Counter()  # --correct-names: rollouts_corrected, names_corrected
     if cfg.mode == "oracle" and cfg.workers > 1 and llm.backend == "template":
         accepted, rejected = oracle_in_workers(
             rows, cfg, graph=graph, generator=generator, progress=progress
@@ -166,7 +166,9 @@ def run(
         "generator": generator,
     }
     if cfg.correct_names:  # hindsight correction: names read as others, in how many rollouts
-        stats.update(tally)
+        stats.update(
+            names_corrected=tally["names_corrected"], rollouts_corrected=tally["rollouts_corrected"]
+        )
     if cfg.trial_and_error > 0:  # KnowCoder-A1's trial-and-error demonstrations written
         stats["trial_and_error"] = sum(r["mode"] == TRIAL_MODE for r in accepted)
     return StageResult(accepted, rejected, stats)
