@@ -265,6 +265,28 @@ def test_masked_tokens_contribute_nothing_to_loss_or_gradients(tiny_dir, tokeniz
         assert torch.allclose(grad, grads2[name], atol=1e-6), name
 
 
+def test_logits_at_labelled_positions_only_give_the_same_loss_and_gradients(tiny_dir, tokenizer):
+    import torch
+
+    from kgsynth.train.sft_trainer import labelled_positions, masked_logits_supported
+
+    model = _model(tiny_dir)
+    assert masked_logits_supported(model)  # the installed transformers slices with a bool mask
+    a, b, c = (to_sample(tokenizer, CONVERSATIONS[i]) for i in (0, 10, 20))
+    rows = [PackedRow([a, b]), PackedRow([c])]  # a packed row beside a padded one
+    full, batch, grads = _loss_and_grads(model, rows)
+
+    keep, targets = labelled_positions(batch["labels"])
+    assert 0 < int(keep.sum()) < keep.numel() // 2  # most positions need no logits
+    model.zero_grad()
+    out = model(**batch, logits_to_keep=keep, shift_labels=targets)
+    out.loss.backward()
+    assert out.logits.shape == (int(keep.sum()), model.config.vocab_size)
+    assert torch.allclose(out.loss, full.loss, atol=1e-6)
+    for name, param in model.named_parameters():
+        assert torch.allclose(param.grad, grads[name], atol=1e-7), name
+
+
 def test_packed_samples_do_not_attend_to_each_other(tiny_dir, tokenizer):
     import torch
 
@@ -382,6 +404,28 @@ def test_resume_continues_the_same_run(corpus, tmp_path):
     wb = load_file(tmp_path / "b" / "model.safetensors")
     for name, tensor in wa.items():
         assert torch.allclose(tensor, wb[name], atol=1e-6), name
+
+
+def test_logits_at_labelled_positions_train_the_same_weights(corpus, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    base = dict(model="tiny", max_steps=3, tiny_vocab_size=600, **FAST)
+    runs = {}
+    for logits in ("all", "labelled"):
+        cfg = SFTConfig(**base, logits=logits)
+        runs[logits] = train_sft(prepare_run(cfg, "stage1", corpus, tmp_path / logits))
+        assert runs[logits]["logits"] == logits
+    for a, b in zip(
+        read_metrics(tmp_path / "all" / "metrics.jsonl"),
+        read_metrics(tmp_path / "labelled" / "metrics.jsonl"),
+        strict=True,
+    ):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    w_all = load_file(tmp_path / "all" / "model.safetensors")
+    w_lab = load_file(tmp_path / "labelled" / "model.safetensors")
+    for name, tensor in w_all.items():
+        assert torch.allclose(tensor, w_lab[name], atol=1e-5), name
 
 
 @pytest.mark.parametrize("zero", [2, 3])
@@ -530,6 +574,8 @@ def test_errors_name_the_option_and_the_fix(corpus, tmp_path):
         train_app, _stage1(corpus, out, "--batch-size", "6", "--micro-batch-size", "4")
     )
     assert res.exit_code == 2 and "multiple of micro_batch_size" in res.output
+    res = runner.invoke(train_app, _stage1(corpus, out, "--logits", "some"))
+    assert res.exit_code == 2 and "logits must be one of labelled, all" in res.output
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"question": ["q"]}), bad)
     res = runner.invoke(train_app, _stage1(bad, out))

@@ -173,6 +173,7 @@ def warm_up(
     progress: Callable[[int, float], None] | None = None,
     target: float | None = None,
     max_steps: int | None = None,
+    masked_logits: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` in place on copy drills for ``steps`` AdamW steps (batches of
     ``batch_size`` drills, loss on the assistant turn only, linear warmup over the first 5 %),
@@ -187,6 +188,7 @@ def warm_up(
 
     from kgsynth.train.core import all_sum, rank_and_world
     from kgsynth.train.data import IGNORE_INDEX, to_sample
+    from kgsynth.train.sft_trainer import labelled_positions
 
     samples = [to_sample(tokenizer, d) for d in drills]
     rank, world = rank_and_world()
@@ -228,7 +230,11 @@ def warm_up(
         labelled = int((labels[:, 1:] != IGNORE_INDEX).sum())  # the loss's targets
         all_tokens, all_labelled = total([sum(len(s.input_ids) for s in batch), labelled])
         tokens += int(all_tokens)
-        out = model(input_ids=ids.to(device), labels=labels.to(device))
+        labels = labels.to(device)
+        kwargs: dict[str, Any] = {}
+        if masked_logits:
+            kwargs["logits_to_keep"], kwargs["shift_labels"] = labelled_positions(labels)
+        out = model(input_ids=ids.to(device), labels=labels, **kwargs)
         # the mean over the whole batch's labelled tokens, whichever process holds them
         share = labelled / max(1.0, all_labelled)
         (out.loss * share).backward()

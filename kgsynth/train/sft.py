@@ -186,6 +186,7 @@ def _copy_warm_up(
     """A fresh run's steps on name-copy drills before the trajectories (drills.py); with
     ``verbose``, its drill loss is logged every tenth of its steps."""
     from kgsynth.train.drills import warm_up
+    from kgsynth.train.sft_trainer import masked_logits_supported
 
     assert cfg.copy_warmup_steps  # only called for a warm-up
     n = cfg.copy_warmup_steps * cfg.copy_warmup_batch_size
@@ -211,6 +212,7 @@ def _copy_warm_up(
             target=cfg.copy_warmup_target,
             max_steps=cfg.copy_warmup_max_steps,
             progress=_warm_up_log(cfg, attempt + 1) if verbose else None,
+            masked_logits=cfg.logits == "labelled" and masked_logits_supported(model),
         )
         losses.append(stats["loss_last_tenth"])
         target = cfg.copy_warmup_target
@@ -322,6 +324,7 @@ def _train(
             *callbacks,
         ],
     )
+    trainer.masked_logits = trainer.masked_logits and cfg.logits == "labelled"
     if progress is not None:
         from transformers.trainer_callback import PrinterCallback
 
@@ -386,6 +389,8 @@ def _train(
         },
         "tokens_trained": trainer.tokens_seen,
         "loss_tokens_trained": trainer.loss_tokens_seen,
+        # "labelled": the LM head and the loss ran at the labelled positions only
+        "logits": "labelled" if trainer.masked_logits else "all",
         "tokens_per_s": round(trainer.session_tokens / max(1e-9, train_s), 1),
         "nonpad_fraction": round(trainer.session_tokens / max(1, trainer.session_padded), 4),
         "train_runtime_s": round(train_s, 3),

@@ -61,6 +61,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
+LOGITS = ("labelled", "all")
 TINY_INIT = "init-tiny"
 CHECKPOINTS = "checkpoints"
 SPEC = SFT_SPEC
@@ -119,6 +120,12 @@ class SFTConfig:
     precision: str = option("auto", HELP["precision"])
     gradient_checkpointing: bool = option(False, "Recompute activations to save memory.")
     attn_implementation: str = option("sdpa", "sdpa, eager or flash_attention_2.")
+    logits: str = option(
+        "labelled",
+        "Where the LM head and the loss run: labelled (only the positions the loss scores: the "
+        "same loss and gradients, less time and memory; models that cannot slice by a mask "
+        "fall back to all) or all.",
+    )
     tiny_vocab_size: int = option(2000, "tiny: BPE vocabulary cap.")
     tiny_hidden_size: int = option(64, "tiny: hidden size.")
     tiny_layers: int = option(2, "tiny: layers.")
@@ -206,6 +213,7 @@ class SFTConfig:
             f"attn_implementation must be one of {', '.join(ATTENTION)} "
             f"(got {c.attn_implementation!r})",
         )
+        need(c.logits in LOGITS, f"logits must be one of {', '.join(LOGITS)} (got {c.logits!r})")
         # transformers only finds packed sequences for FlashAttention in a flattened batch of one
         need(
             not (c.packing and c.attn_implementation == "flash_attention_2" and micro != 1)

@@ -6,6 +6,7 @@ system prompt kept in every checkpoint. Built lazily
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import time
@@ -94,6 +95,40 @@ def training_arguments(
     )
 
 
+def masked_logits_supported(model: Any) -> bool:
+    """Whether ``model`` (a causal LM, bare or wrapped by PEFT) can compute its logits at the
+    positions of a boolean ``logits_to_keep`` mask only: its ``forward`` slices with
+    transformers' ``slice_logits_to_keep``, and that function takes a ``(batch, length)`` bool
+    mask (transformers 5.2x; older releases index with it as positions)."""
+    try:
+        from transformers import modeling_utils
+
+        slicer = modeling_utils.slice_logits_to_keep
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        forward = type(base).forward
+        return (
+            "torch.bool" in inspect.getsource(slicer)
+            and "logits_to_keep" in inspect.signature(forward).parameters
+            and "slice_logits_to_keep" in inspect.getsource(forward)
+        )
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+def labelled_positions(labels: Any) -> tuple[Any, Any]:
+    """The positions whose next token is labelled, as a ``(batch, length)`` bool mask, and those
+    next tokens in mask order: what ``ForCausalLMLoss`` scores after its own shift by one. The
+    LM head and the cross-entropy then run on these positions only; the loss and its gradients
+    are the ones of all positions (the others are ``-100`` and add nothing), at a fraction of
+    the cost (a third of the tiny policy's rows are labelled; a real model's vocabulary makes
+    the full logits the largest activation)."""
+    import torch.nn.functional as F
+
+    shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]
+    keep = shifted != -100
+    return keep, shifted[keep]
+
+
 def make_trainer_class() -> type:
     """``Trainer`` plus token counting (imported lazily: importing kgsynth loads no torch)."""
     import torch
@@ -101,10 +136,13 @@ def make_trainer_class() -> type:
 
     class TokenCountingTrainer(Trainer):
         """Counts real, padded and labelled tokens per micro-batch and adds tokens/s and the
-        non-padding fraction (over the logging window, and its worst batch) to every log."""
+        non-padding fraction (over the logging window, and its worst batch) to every log. The
+        logits are computed at labelled positions only where the model supports it
+        (:func:`labelled_positions`)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.masked_logits = masked_logits_supported(self.model)
             self._window_start: float | None = None  # set by the window's first micro-batch
             self._counts: torch.Tensor | None = None  # real, padded, labelled (on device)
             self._worst: torch.Tensor | None = None  # lowest non-padding fraction of a batch
@@ -127,6 +165,9 @@ def make_trainer_class() -> type:
             # with a KV cache transformers skips packed-sequence detection, and packed samples
             # would attend to each other
             inputs = {**inputs, "use_cache": False}
+            if self.masked_logits and not return_outputs and "labels" in inputs:
+                keep, targets = labelled_positions(inputs["labels"])
+                inputs["logits_to_keep"], inputs["shift_labels"] = keep, targets
             return super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
