@@ -175,10 +175,16 @@ def test_rollout_ids_masks_logprobs_agree_with_a_forward_pass(tiny_policy):
     for r in rollouts:
         check_alignment(r)
         ids = torch.tensor([r.ids])
-        lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        lp, ent = token_logprobs(model, ids, torch.ones_like(ids))
         m = torch.tensor(r.mask).bool()
         assert m.sum() == r.generated_tokens > 0
         assert torch.allclose(lp[0][m], torch.tensor(r.logprobs)[m], atol=1e-4)
+        # the LM head at the positions that predict sampled tokens only: the same values there
+        # and 0 elsewhere
+        only, only_ent = token_logprobs(model, ids, torch.ones_like(ids), mask=m[None])
+        assert torch.allclose(only[0][m], lp[0][m], atol=1e-5)
+        assert torch.allclose(only_ent[0][m], ent[0][m], atol=1e-5)
+        assert not only[0][~m].any() and not only_ent[0][~m].any()
         # the prompt is exactly the chat template's rendering
         prompt = policy.prompt_ids(r.episode.messages[:2])
         assert r.ids[: r.prompt_len] == prompt

@@ -85,16 +85,30 @@ def grpo_token_loss(
 
 
 def token_logprobs(
-    model: Any, ids: Any, attention: Any, temperature: float = 1.0
+    model: Any, ids: Any, attention: Any, temperature: float = 1.0, mask: Any = None
 ) -> tuple[Any, Any]:
     """Log-prob of each token given the ones before (position 0 gets 0) and the entropy of
-    the predicted distribution there, both (batch, length)."""
+    the predicted distribution there, both (batch, length). With ``mask`` (batch, length;
+    the model must take a bool ``logits_to_keep``, :func:`~kgsynth.train.sft_trainer.
+    masked_logits_supported`) the LM head runs only where a masked token is predicted; the
+    other positions read 0."""
     import torch
+    import torch.nn.functional as F
 
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    if mask is None:
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+        logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    else:
+        scored = mask[:, 1:].bool()  # the tokens scored, from position 1
+        keep = F.pad(scored, (0, 1), value=False)  # the positions that predict them
+        logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits
+        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (scored, vocab)
+        picked = logp_all.gather(-1, ids[:, 1:][scored].unsqueeze(-1)).squeeze(-1)
+        zeros = torch.zeros(scored.shape, dtype=picked.dtype, device=picked.device)
+        logp = zeros.masked_scatter(scored, picked)
+        entropy = zeros.masked_scatter(scored, -(logp_all.exp() * logp_all).sum(-1))
     pad = torch.zeros((ids.shape[0], 1), dtype=logp.dtype, device=logp.device)
     return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy.detach()], dim=1)
 

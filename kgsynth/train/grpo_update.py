@@ -11,6 +11,7 @@ from kgsynth.train.core import all_sum, rank_and_world
 from kgsynth.train.grpo_config import GRPOConfig
 from kgsynth.train.grpo_dist import Policy, all_gather
 from kgsynth.train.grpo_loss import grpo_token_loss, token_logprobs
+from kgsynth.train.sft_trainer import masked_logits_supported
 
 
 def pad_batch(rows: Sequence[Sequence[Any]], fill: Any, dtype: Any, width: int) -> Any:
@@ -64,14 +65,21 @@ def update(
         zero = torch.zeros((1, 2), dtype=torch.long, device=device)
         batches = [(zero, torch.ones_like(zero), zero, zero.float(), zero.float())]
     fwd = policy.forward_module()
+    # the LM head at the positions that predict a trained token only (the same values there)
+    masked = {
+        id(m): masked_logits_supported(getattr(m, "module", m))
+        for m in (fwd, ref) if m is not None
+    }  # fmt: skip
     ref_lp: dict[int, Any] = {}
     old_lp: dict[int, Any] = {}
     with torch.no_grad(), autocast:
-        for k, (ids, att, *_) in enumerate(batches):
+        for k, (ids, att, mask, *_) in enumerate(batches):
             if ref is not None:
-                ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature)[0].float()
+                only = mask if masked[id(ref)] else None
+                ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature, only)[0].float()
             if cfg.updates_per_step > 1:
-                old_lp[k] = token_logprobs(fwd, ids, att, cfg.temperature)[0].float()
+                only = mask if masked[id(fwd)] else None
+                old_lp[k] = token_logprobs(fwd, ids, att, cfg.temperature, only)[0].float()
     # gap: |rollout log-prob - the training forward's| summed over sampled tokens
     sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0,
             "gap": 0.0}  # fmt: skip
@@ -80,7 +88,8 @@ def update(
     for update in range(cfg.updates_per_step):
         for k, (ids, att, mask, adv, rollout_lp) in enumerate(batches):
             with autocast:
-                logp, ent = token_logprobs(fwd, ids, att, cfg.temperature)
+                only = mask if masked[id(fwd)] else None
+                logp, ent = token_logprobs(fwd, ids, att, cfg.temperature, only)
             logp = logp.float()
             old = old_lp[k] if k in old_lp else logp.detach()
             m = mask.bool()
