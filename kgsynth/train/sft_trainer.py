@@ -120,7 +120,7 @@ def labelled_positions(labels: Any) -> tuple[Any, Any]:
     next tokens in mask order: what ``ForCausalLMLoss`` scores after its own shift by one. The
     LM head and the cross-entropy then run on these positions only; the loss and its gradients
     are the ones of all positions (the others are ``-100`` and add nothing), at a fraction of
-    the cost (a third of the tiny policy's rows are labelled; a real model's vocabulary makes
+    the cost (a third of the tiny policy's tokens are labelled; a real model's vocabulary makes
     the full logits the largest activation)."""
     import torch.nn.functional as F
 
