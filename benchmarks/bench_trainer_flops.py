@@ -76,7 +76,7 @@ def flops(config: dict, summary: dict) -> dict[str, float]:
     mean_len = summary["data"]["tokens"] / max(1, summary["data"]["samples"])
     head_share = (
         summary["loss_tokens_trained"] / max(1, summary["tokens_trained"])
-        if summary.get("logits") == "labelled"
+        if summary["logits"] == "labelled"
         else 1.0
     )
     per_token = 6 * body + 6 * vocab * d * head_share + 6 * layers * mean_len * d
@@ -133,11 +133,11 @@ def main() -> None:
                      *(["--tiny-heads", str(heads)] if heads else [])], env)  # fmt: skip
                 summary = json.loads((out / "train_summary.json").read_text())
                 config = json.loads((out / "config.json").read_text())
-                runs.append((config, summary, logits))
+                runs.append((config, summary))
     peak_after = matmul_peak(args.threads)
     peak = max(max(peak_before.values()), max(peak_after.values()))
     results = []
-    for config, summary, logits in runs:
+    for config, summary in runs:
         counts = flops(config, summary)
         achieved = summary["tokens_per_s"] * counts["train_flops_per_token"]
         results.append(
@@ -149,7 +149,7 @@ def main() -> None:
                     "ffn": config["intermediate_size"],
                     "vocab": config["vocab_size"],
                 },
-                "logits": summary.get("logits", logits),
+                "logits": summary["logits"],
                 **counts,
                 "tokens_per_s": summary["tokens_per_s"],
                 "train_runtime_s": summary["train_runtime_s"],

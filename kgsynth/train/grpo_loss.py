@@ -97,18 +97,18 @@ def token_logprobs(
 
     if mask is None:
         logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-        logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        targets = ids[:, 1:]
     else:
         scored = mask[:, 1:].bool()  # the tokens scored, from position 1
         keep = F.pad(scored, (0, 1), value=False)  # the positions that predict them
         logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits
-        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (scored, vocab)
-        picked = logp_all.gather(-1, ids[:, 1:][scored].unsqueeze(-1)).squeeze(-1)
-        zeros = torch.zeros(scored.shape, dtype=picked.dtype, device=picked.device)
-        logp = zeros.masked_scatter(scored, picked)
-        entropy = zeros.masked_scatter(scored, -(logp_all.exp() * logp_all).sum(-1))
+        targets = ids[:, 1:][scored]
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    if mask is not None:  # back to (batch, length - 1)
+        zeros = torch.zeros(scored.shape, dtype=logp.dtype, device=logp.device)
+        logp, entropy = zeros.masked_scatter(scored, logp), zeros.masked_scatter(scored, entropy)
     pad = torch.zeros((ids.shape[0], 1), dtype=logp.dtype, device=logp.device)
     return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy.detach()], dim=1)
 

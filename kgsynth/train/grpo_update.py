@@ -66,19 +66,17 @@ def update(
         batches = [(zero, torch.ones_like(zero), zero, zero.float(), zero.float())]
     fwd = policy.forward_module()
     # the LM head at the positions that predict a trained token only (the same values there)
-    masked = {
-        id(m): masked_logits_supported(getattr(m, "module", m))
-        for m in (fwd, ref) if m is not None
-    }  # fmt: skip
+    fwd_masked = masked_logits_supported(getattr(fwd, "module", fwd))
+    ref_masked = ref is not None and masked_logits_supported(ref)
     ref_lp: dict[int, Any] = {}
     old_lp: dict[int, Any] = {}
     with torch.no_grad(), autocast:
         for k, (ids, att, mask, *_) in enumerate(batches):
             if ref is not None:
-                only = mask if masked[id(ref)] else None
+                only = mask if ref_masked else None
                 ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature, only)[0].float()
             if cfg.updates_per_step > 1:
-                only = mask if masked[id(fwd)] else None
+                only = mask if fwd_masked else None
                 old_lp[k] = token_logprobs(fwd, ids, att, cfg.temperature, only)[0].float()
     # gap: |rollout log-prob - the training forward's| summed over sampled tokens
     sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0,
@@ -88,7 +86,7 @@ def update(
     for update in range(cfg.updates_per_step):
         for k, (ids, att, mask, adv, rollout_lp) in enumerate(batches):
             with autocast:
-                only = mask if masked[id(fwd)] else None
+                only = mask if fwd_masked else None
                 logp, ent = token_logprobs(fwd, ids, att, cfg.temperature, only)
             logp = logp.float()
             old = old_lp[k] if k in old_lp else logp.detach()

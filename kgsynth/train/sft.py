@@ -181,12 +181,18 @@ def _training_data(spec: RunSpec, tokenizer: Any, zero3: bool) -> dict[str, Any]
 
 
 def _copy_warm_up(
-    model: Any, tokenizer: Any, data: dict[str, Any], cfg: SFTConfig, *, verbose: bool = False
+    model: Any,
+    tokenizer: Any,
+    data: dict[str, Any],
+    cfg: SFTConfig,
+    *,
+    verbose: bool = False,
+    masked_logits: bool = False,
 ) -> dict:
     """A fresh run's steps on name-copy drills before the trajectories (drills.py); with
-    ``verbose``, its drill loss is logged every tenth of its steps."""
+    ``verbose``, its drill loss is logged every tenth of its steps; ``masked_logits`` as the
+    trainer's."""
     from kgsynth.train.drills import warm_up
-    from kgsynth.train.sft_trainer import masked_logits_supported
 
     assert cfg.copy_warmup_steps  # only called for a warm-up
     n = cfg.copy_warmup_steps * cfg.copy_warmup_batch_size
@@ -212,7 +218,7 @@ def _copy_warm_up(
             target=cfg.copy_warmup_target,
             max_steps=cfg.copy_warmup_max_steps,
             progress=_warm_up_log(cfg, attempt + 1) if verbose else None,
-            masked_logits=cfg.logits == "labelled" and masked_logits_supported(model),
+            masked_logits=masked_logits,
         )
         losses.append(stats["loss_last_tenth"])
         target = cfg.copy_warmup_target
@@ -260,6 +266,7 @@ def _train(
     from kgsynth.train.sft_trainer import (
         load_tokenizer,
         make_trainer_class,
+        masked_logits_supported,
         metrics_callback,
         prompt_callback,
         training_arguments,
@@ -324,7 +331,7 @@ def _train(
             *callbacks,
         ],
     )
-    trainer.masked_logits = trainer.masked_logits and cfg.logits == "labelled"
+    trainer.masked_logits = cfg.logits == "labelled" and masked_logits_supported(model)
     if progress is not None:
         from transformers.trainer_callback import PrinterCallback
 
@@ -333,7 +340,9 @@ def _train(
     warmup_stats = None
     if cfg.copy_warmup_steps and last is None:
         # a resumed run's weights already hold the warm-up; a fresh one does it first
-        warmup_stats = _copy_warm_up(model, tokenizer, data, cfg, verbose=rank0)
+        warmup_stats = _copy_warm_up(
+            model, tokenizer, data, cfg, verbose=rank0, masked_logits=trainer.masked_logits
+        )
         if probe and rank0:
             warmup_stats["copy_probe_loss"] = copy_loss(model, tokenizer, probe)
         log.info("copy warm-up: %s", warmup_stats)

@@ -6,6 +6,7 @@ system prompt kept in every checkpoint. Built lazily
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -100,12 +101,19 @@ def masked_logits_supported(model: Any) -> bool:
     positions of a boolean ``logits_to_keep`` mask only: its ``forward`` slices with
     transformers' ``slice_logits_to_keep``, and that function takes a ``(batch, length)`` bool
     mask (transformers 5.2x; older releases index with it as positions)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _slices_by_mask(type(base))
+
+
+@functools.cache
+def _slices_by_mask(model_class: type) -> bool:
+    """:func:`masked_logits_supported` for a model class (read once per class: RL asks every
+    step)."""
     try:
         from transformers import modeling_utils
 
         slicer = modeling_utils.slice_logits_to_keep
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        forward = type(base).forward
+        forward = model_class.forward
         return (
             "torch.bool" in inspect.getsource(slicer)
             and "logits_to_keep" in inspect.signature(forward).parameters
@@ -136,13 +144,13 @@ def make_trainer_class() -> type:
 
     class TokenCountingTrainer(Trainer):
         """Counts real, padded and labelled tokens per micro-batch and adds tokens/s and the
-        non-padding fraction (over the logging window, and its worst batch) to every log. The
-        logits are computed at labelled positions only where the model supports it
-        (:func:`labelled_positions`)."""
+        non-padding fraction (over the logging window, and its worst batch) to every log. With
+        ``masked_logits`` (set by the caller, where the model supports it) the logits are
+        computed at labelled positions only (:func:`labelled_positions`)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.masked_logits = masked_logits_supported(self.model)
+            self.masked_logits = False
             self._window_start: float | None = None  # set by the window's first micro-batch
             self._counts: torch.Tensor | None = None  # real, padded, labelled (on device)
             self._worst: torch.Tensor | None = None  # lowest non-padding fraction of a batch
