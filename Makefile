@@ -53,9 +53,9 @@ format: install
 # sample) -> oracle trajectories (train split) -> filter -> stage1 (tiny model) -> stage 2 by
 # rejection sampling (free rollouts of stage1 on held-back questions, several samples at
 # temperature, kept by outcome and evidence grounding, plus oracle replays of those questions)
-# -> stage2 -> validation questions (walks with another seed; nothing trains on them) -> GRPO,
-# keeping the checkpoint with the best validation Hits@1 if it beats the stage-2 weights beyond
-# chance (early stopping) -> eval of the untrained model, stage1 (+ no-tools), stage2 and rl on
+# -> validation questions (walks with another seed; nothing trains on them) -> stage2, keeping
+# the checkpoint with the best validation Hits@1 if it beats stage 1's weights beyond chance
+# (early stopping) -> GRPO, the same early stopping against the stage-2 weights -> eval of the untrained model, stage1 (+ no-tools), stage2 and rl on
 # 300 MetaQA dev questions -> summary with 95 % CIs and each stage against the one before it
 # (paired, on the same questions) -> report.html (the whole run on one page).
 # The recipe, every setting of every step, is pipelines/metaqa_default.yaml (one section per
@@ -78,7 +78,7 @@ LAUNCH := --nproc-per-node $(NPROC) --master-port 0
 SMOKE_WALK := $(if $(SMOKE),--n 300)
 SMOKE_STAGE1 := $(if $(SMOKE),--max-steps 40 --copy-warmup-steps 20 --copy-warmup-max-steps 20)
 SMOKE_FREE := $(if $(SMOKE),--limit 8 --samples 2)
-SMOKE_STAGE2 := $(if $(SMOKE),--max-steps 10)
+SMOKE_STAGE2 := $(if $(SMOKE),--max-steps 10 --save-steps 5 --select-limit 6)
 SMOKE_RL := $(if $(SMOKE),--max-steps 2 --save-steps 1 --select-limit 6)
 SMOKE_VAL := $(if $(SMOKE),--n 30)
 SMOKE_EVAL := $(if $(SMOKE),--limit 9)
@@ -99,9 +99,9 @@ all: install
 	$(K) synthesize trajectories $(CFG) --section free_rollouts $(QUESTIONS) --llm hf --model $(RUN)/stage1 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite --workers $(NPROC) $(SMOKE_FREE)
 	$(K) synthesize trajectories $(CFG) --section heldout_oracle $(QUESTIONS) --llm template --out $(RUN)/stage2_data/oracle.parquet --overwrite
 	$(K) filter $(CFG) --section filter_stage2 --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
-	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --overwrite $(LAUNCH) $(SMOKE_STAGE2)
 	$(K) walk $(CFG) --section val_walk --kg $(RUN)/kg --out $(RUN)/val/walks.parquet --overwrite $(SMOKE_VAL)
 	$(K) synthesize questions $(CFG) --section val_questions --walks $(RUN)/val/walks.parquet --out $(RUN)/val/questions.parquet --llm template --benchmark $(DEV) --overwrite
+	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --select-questions $(RUN)/val/questions.parquet --select-kg $(RUN)/kg --overwrite $(LAUNCH) $(SMOKE_STAGE2)
 	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --overwrite $(LAUNCH) $(SMOKE_RL)
 	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite

@@ -490,3 +490,65 @@ def test_select_questions_needs_a_file_and_whole_weights(task: Path, sft: Path):
     )  # fmt: skip
     assert res.exit_code != 0 and "LoRA" in res.output
     assert not (task / "rl_nosel").exists()
+
+
+def test_stage2_select_questions_keeps_stage1_unless_a_checkpoint_beats_it(task: Path, sft: Path):
+    """Stage 2's early stopping: stage 1's model, each checkpoint and the last weights answer
+    the validation questions greedily (the scores ``kgsynth eval`` gives them); the run keeps
+    the best only if it beats stage 1's beyond chance, so with alpha 0.05 on 5 questions (no
+    split of 5 reaches p < 0.05) it keeps stage 1's weights, and every other candidate stays
+    on disk."""
+    import hashlib
+
+    out = task / "s2_select"
+    res = runner.invoke(
+        app,
+        [
+            "train", "stage2", "--corpus", str(task / "corpus.parquet"), "--init", str(sft),
+            "--out", str(out), "--max-steps", "4", "--save-steps", "2", "--batch-size", "4",
+            "--lr", "3e-3", "--select-questions", str(task / "questions.parquet"),
+            "--select-kg", str(task / "kg"), "--select-limit", "5",
+            "--max-turns", str(MAX_TURNS), "--max-turn-tokens", "40",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    sel = json.loads((out / "selection.json").read_text())
+    assert [s["step"] for s in sel["scores"]] == [0, 2, 4] and sel["evaluated"] == 5
+    assert sel["chosen_step"] == 0 and sel["alpha"] == 0.05
+    assert "stage2: kept the weights of step 0" in res.output
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    assert sha(out / "model.safetensors") == sha(sft / "model.safetensors")
+    last = out / "checkpoints" / "checkpoint-4" / "model.safetensors"
+    assert last.is_file() and sha(last) != sha(sft / "model.safetensors")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["output"]["weights_sha256"] == sha(sft / "model.safetensors")
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["selection"] == sel and summary["selected_step"] == 0
+    # the scores are the ones an evaluation of stage 1 gives on the same questions
+    res = runner.invoke(
+        app,
+        ["eval", "--questions", str(task / "questions.parquet"), "--kg", str(task / "kg"),
+         "--model", str(sft), "--out", str(task / "ev_s2_select"), "--max-turns",
+         str(MAX_TURNS), "--max-tokens", "40", "--limit", "5"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ev = json.loads((task / "ev_s2_select" / "metrics.json").read_text())
+    assert ev["overall"]["hits_at_1"] == pytest.approx(sel["scores"][0]["hits_at_1"])
+    # stage 1 has nothing to compare with, and a missing file is refused before training
+    res = runner.invoke(
+        app,
+        ["train", "stage2", "--corpus", str(task / "corpus.parquet"), "--init", str(sft),
+         "--out", str(task / "s2_nosel"), "--select-questions", "nope.parquet"],
+    )  # fmt: skip
+    assert res.exit_code != 0 and "nope.parquet" in res.output
+    assert not (task / "s2_nosel" / "checkpoints").exists()
+    res = runner.invoke(
+        app,
+        ["train", "stage1", "--corpus", str(task / "corpus.parquet"), "--model", "tiny",
+         "--out", str(task / "s1_nosel"), "--select-questions", "x"],
+    )  # fmt: skip
+    assert res.exit_code != 0 and "select-questions" in res.output
+    assert not (task / "s1_nosel").exists()

@@ -222,7 +222,7 @@ def test_stages_curves_eval_and_missing_lines(run, page):
     assert stages == ["kg", "walks", "questions", "trajectories", "corpus", "stage1",
                       "eval/tiny", "comparison"]  # fmt: skip
     missing = [a["data-missing"] for a in parsed.find("p") if a.get("data-missing")]
-    assert missing == ["stage2_data", "corpus_stage2", "stage2", "val", "rl", "summary"]
+    assert missing == ["stage2_data", "corpus_stage2", "val", "stage2", "rl", "summary"]
     # the walk and filter plots are embedded; stage 1 has no PNG, so its curve is an SVG
     imgs = [a["alt"] for a in parsed.find("img")]
     assert "walks: walks_stats.png" in imgs and "corpus: filter_stats.png" in imgs

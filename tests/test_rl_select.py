@@ -123,3 +123,27 @@ def test_a_candidate_without_whole_weights_is_refused(monkeypatch, run):
     with pytest.raises(ConfigError, match="stage2"):
         _select(monkeypatch, run, {})
     assert (run_dir / "model.safetensors").read_bytes() == b"last"
+
+
+def test_sft_checkpoints_are_candidates_and_the_saved_last_one_is_not_copied(monkeypatch, run):
+    """Stage 2's run: the SFT trainer's ``checkpoint-N`` folders, the last of them saved by the
+    trainer itself (it stays as it is); the run's own files stay out of checkpoints."""
+    init = run[0]
+    run_dir = _model(run[1].parent / "stage2-sft", b"last")
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    _model(run_dir / "checkpoints" / "checkpoint-3", b"three")
+    saved_last = _model(run_dir / "checkpoints" / "checkpoint-6", b"last")
+    assert select.candidates(run_dir, init, 6, "checkpoint-") == [
+        (0, init),
+        (3, run_dir / "checkpoints" / "checkpoint-3"),
+        (6, run_dir),
+    ]
+    scores = {b"init": _outcomes(0), b"three": _outcomes(10), b"last": _outcomes(1)}
+    record = _select(
+        monkeypatch, (init, run_dir), scores, prefix="checkpoint-", run_files=("metrics.jsonl",)
+    )
+    assert record["chosen_step"] == 3
+    assert (run_dir / "model.safetensors").read_bytes() == b"three"
+    assert (saved_last / "model.safetensors").read_bytes() == b"last"
+    assert sorted(p.name for p in saved_last.iterdir()) == ["config.json", "model.safetensors"]
+    assert not (run_dir / "checkpoints" / "step-6").exists()

@@ -25,7 +25,7 @@ from kgsynth.cli.options import ConfigOption, KGOption, ProfileOption
 from kgsynth.errors import KGSynthError
 from kgsynth.train.grpo_config import GRPOConfig
 from kgsynth.train.launch import LaunchConfig
-from kgsynth.train.sft_config import SFTConfig
+from kgsynth.train.sft_config import SELECT_AGENT_FIELDS, SELECT_FIELDS, SFTConfig
 
 train_app = typer.Typer(
     help="Supervised fine-tuning of the agent: stage1 (synthetic trajectories), stage2 "
@@ -100,7 +100,7 @@ def _sft_command(stage: str, skip: tuple[str, ...], doc: str) -> Callable[..., A
 stage1_cmd = train_app.command("stage1")(
     _sft_command(
         "stage1",
-        ("init",),
+        ("init", *SELECT_FIELDS, *SELECT_AGENT_FIELDS),
         "Stage 1 SFT: from --model (a checkpoint folder or 'tiny') on synthetic trajectories.",
     )
 )
@@ -171,6 +171,29 @@ def _sft(
         f"{manifest['tokens_per_s']:,.0f} tokens/s, non-padding {manifest['nonpad_fraction']:.0%}; "
         f"{data['samples']:,} of {data['rows']:,} trajectories "
         f"({data['dropped_overlong']} over-long dropped) → {out_dir}",
+        highlight=False,
+    )
+    _print_selection(stage, manifest)
+
+
+def _print_selection(stage: str, manifest: dict[str, Any]) -> None:
+    """Which weights early stopping (--select-questions) kept, and why."""
+    sel = manifest.get("selection")
+    if not sel:
+        return
+    last = sel["scores"][-1]["hits_at_1"]  # in step order: the last weights come last
+    best = next(s for s in sel["scores"] if s["step"] == sel["best_step"])
+    why = ""
+    if best["step"] != sel["chosen_step"]:
+        why = (
+            f"; the best, step {best['step']} at {best['hits_at_1']:.3f}, was "
+            f"{best['better']} better and {best['worse']} worse than the start: sign test p "
+            f"{best['sign_test_p']:.3f}, not below {sel['alpha']}"
+        )
+    stdout.print(
+        f"{stage}: kept the weights of step {sel['chosen_step']} (validation Hits@1 "
+        f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start "
+        f"{sel['scores'][0]['hits_at_1']:.3f}, last step {last:.3f}{why})",
         highlight=False,
     )
 
@@ -244,23 +267,7 @@ def rl_cmd(
         f"(equal rewards) → {out_dir}",
         highlight=False,
     )
-    sel = manifest.get("selection")
-    if sel:
-        last = sel["scores"][-1]["hits_at_1"]  # in step order: the last weights come last
-        best = next(s for s in sel["scores"] if s["step"] == sel["best_step"])
-        why = ""
-        if best["step"] != sel["chosen_step"]:
-            why = (
-                f"; the best, step {best['step']} at {best['hits_at_1']:.3f}, was "
-                f"{best['better']} better and {best['worse']} worse than the start: sign test p "
-                f"{best['sign_test_p']:.3f}, not below {sel['alpha']}"
-            )
-        stdout.print(
-            f"rl: kept the weights of step {sel['chosen_step']} (validation Hits@1 "
-            f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start "
-            f"{manifest['start_val_hits_at_1']:.3f}, last step {last:.3f}{why})",
-            highlight=False,
-        )
+    _print_selection("rl", manifest)
 
 
 @train_app.command("merge")

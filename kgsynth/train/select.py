@@ -1,4 +1,5 @@
-"""Early stopping for GRPO (``kgsynth train rl --select-questions``): once training is done,
+"""Early stopping for GRPO and stage 2 (``kgsynth train rl|stage2 --select-questions``): once
+training is done,
 the starting model, every checkpoint and the last weights answer the same validation
 questions greedily, as ``kgsynth eval`` would, and the run keeps the weights with the best
 Hits@1 (a tie goes to the later). The best replaces the starting weights only when it beats
@@ -29,12 +30,15 @@ SELECTION = "selection.json"
 WEIGHTS = "model.safetensors"
 
 
-def candidates(run_dir: Path, init: str | Path, steps: int) -> list[tuple[int, Path]]:
+def candidates(
+    run_dir: Path, init: str | Path, steps: int, prefix: str = "step-"
+) -> list[tuple[int, Path]]:
     """``(step, folder)`` of every model the run passed through, in order: the starting model
-    (step 0), each whole checkpoint, and the run's last weights (``steps``)."""
+    (step 0), each whole checkpoint (``checkpoints/<prefix>N``: GRPO's ``step-N``, the SFT
+    trainer's ``checkpoint-N``), and the run's last weights (``steps``)."""
     found = [(0, Path(init))]
-    for ckpt in (run_dir / CHECKPOINTS).glob("step-*"):
-        step = ckpt.name.removeprefix("step-")
+    for ckpt in (run_dir / CHECKPOINTS).glob(f"{prefix}*"):
+        step = ckpt.name.removeprefix(prefix)
         if step.isdigit() and 0 < int(step) < steps and (ckpt / WEIGHTS).is_file():
             found.append((int(step), ckpt))
     found.append((steps, run_dir))
@@ -72,14 +76,17 @@ def select_weights(
     alpha: float = 0.05,
     batch_size: int = 64,
     notify: Callable[[str], None] | None = None,
+    prefix: str = "step-",
+    run_files: tuple[str, ...] = RUN_FILES,
 ) -> dict[str, Any]:
     """Score every candidate on the first ``limit`` of ``questions``; leave the best weights in
     ``run_dir`` (the starting ones unless the best beats them at ``alpha``) and return what
-    ``selection.json`` records."""
+    ``selection.json`` records. ``prefix`` names the run's checkpoints and ``run_files`` the
+    files of the run folder that are not part of the model (see :func:`candidates`)."""
     from kgsynth.eval import load_questions
     from kgsynth.eval.paired import sign_split
 
-    cands = candidates(run_dir, init, steps)
+    cands = candidates(run_dir, init, steps, prefix)
     lacking = [str(folder) for _, folder in cands if not (folder / WEIGHTS).is_file()]
     if lacking or is_adapter(run_dir):
         raise ConfigError(
@@ -111,12 +118,14 @@ def select_weights(
     best = top if significant else scores[0]
     if best["step"] != steps:
         # keep the last weights as a checkpoint of their own (a model folder: weights, config,
-        # tokenizer, system prompt), then put the chosen ones in place
-        last = run_dir / CHECKPOINTS / f"step-{steps}"
-        last.mkdir(parents=True, exist_ok=True)
-        for f in run_dir.iterdir():
-            if f.is_file() and f.name not in RUN_FILES and not f.name.startswith("."):
-                shutil.copy2(f, last / f.name)
+        # tokenizer, system prompt; the SFT trainer saved one at its last step already), then
+        # put the chosen ones in place
+        last = run_dir / CHECKPOINTS / f"{prefix}{steps}"
+        if not (last / WEIGHTS).is_file():
+            last.mkdir(parents=True, exist_ok=True)
+            for f in run_dir.iterdir():
+                if f.is_file() and f.name not in run_files and not f.name.startswith("."):
+                    shutil.copy2(f, last / f.name)
         chosen = dict(cands)[best["step"]]
         tmp = run_dir / f".{WEIGHTS}.tmp"
         shutil.copy2(chosen / WEIGHTS, tmp)

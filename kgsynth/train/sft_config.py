@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
 from kgsynth.modelio import is_model_folder
@@ -68,9 +69,20 @@ SPEC = SFT_SPEC
 SUMMARY = "train_summary.json"
 METRICS = "metrics.jsonl"
 LOSS_PNG = "loss.png"
+# stage 2's early stopping (--select-questions) and the agent that answers its questions
+SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha")
+SELECT_AGENT_FIELDS = ("relation_ranking", "entity_matching", "max_turns", "max_turn_tokens")
 # Changing these between an interrupted run and its resumption keeps it the same run.
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "logging_steps", "save_steps"})
+RESUMABLE_CHANGES = frozenset(
+    {"max_steps", "epochs", "logging_steps", "save_steps", *SELECT_FIELDS, *SELECT_AGENT_FIELDS}
+)
 _RECIPES = "\\[default: recipe's]"
+
+
+def _select_agent_option(name: str) -> Any:
+    """An agent option of the agent that answers --select-questions' questions."""
+    f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
+    return agent_option(name, help="--select-questions' agent: " + f.metadata["help"])
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,35 @@ class SFTConfig:
     lora_alpha: float = option(16.0, HELP["lora_alpha"])
     lora_dropout: float = option(0.05, HELP["lora_dropout"])
     lora_target: str = option("all-linear", HELP["lora_target"])
+    select_questions: str | None = option(
+        None,
+        "stage2: early stopping on validation questions (a file as `kgsynth eval --questions`; "
+        "none the run trains on). After training, the stage-1 model, each checkpoint and the "
+        "last weights answer them greedily and the run keeps the weights with the best Hits@1 "
+        "(a tie: the later) if they beat stage 1's beyond chance (--select-alpha), else stage "
+        "1's; selection.json lists every score. \\[default: keep the last weights]",
+    )
+    select_kg: str | None = option(
+        None,
+        "--select-questions: the KG they are answered on (as --kg). \\[default: the shipped KB]",
+    )
+    select_limit: int = option(150, "--select-questions: how many of them (the first N).")
+    select_alpha: float = option(
+        0.05,
+        "--select-questions: the best checkpoint replaces stage 1's weights only if an exact "
+        "sign test on the validation questions the two answer differently gives p below this "
+        "(1: always the best).",
+    )
+    relation_ranking: str = _select_agent_option("relation_ranking")
+    entity_matching: str = _select_agent_option("entity_matching")
+    max_turns: int = _select_agent_option("max_turns")
+    max_turn_tokens: int = _select_agent_option("max_turn_tokens")
+
+    @property
+    def agent(self) -> AgentConfig:
+        """The agent that answers the validation questions of --select-questions (as
+        ``kgsynth eval`` would with the same options)."""
+        return agent_config_of(self)
 
     def __post_init__(self) -> None:
         """Every check of the values; one reading a recipe field waits until it is filled."""
@@ -223,6 +264,9 @@ class SFTConfig:
         )
         self._check_tiny_and_copy()
         check_tracking_and_lora(c)
+        need(c.select_limit >= 1, f"select_limit must be >= 1 (got {c.select_limit})")
+        need(0 < c.select_alpha <= 1, f"select_alpha must be in (0, 1] (got {c.select_alpha})")
+        agent_config_of(c)  # AgentConfig's own checks of the agent options
 
     def _check_tiny_and_copy(self) -> None:
         c = self

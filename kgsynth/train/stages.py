@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import KGSynthError
-from kgsynth.train.core import free_port
+from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.train.core import SFT_SPEC, free_port
 from kgsynth.train.grpo_config import RL_SPEC
 from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
 
@@ -92,8 +92,20 @@ def run_sft(
 
     started = time.perf_counter()
     check_folder_target(out_dir)
+    if cfg.select_questions:  # checked before training, not after it
+        if stage != "stage2":
+            raise ConfigError("--select-questions belongs to stage2 (it compares with stage 1)")
+        if not Path(cfg.select_questions).is_file():
+            raise InputFileError(Path(cfg.select_questions), "does not exist (--select-questions)")
     check_overlap(
-        [out_dir], [("--corpus", corpus), ("--init", cfg.init), ("--config", config_path)]
+        [out_dir],
+        [
+            ("--corpus", corpus),
+            ("--init", cfg.init),
+            ("--config", config_path),
+            ("--select-questions", cfg.select_questions),
+            ("--select-kg", cfg.select_kg),
+        ],
     )
     # one run per folder: a second one on it fails at once (the lock goes with the process)
     with OutputLock(out_dir):
@@ -110,7 +122,37 @@ def run_sft(
             summary = run_launched(p.command, out_dir / SUMMARY)
         if summary is None:  # a torchrun node other than rank 0's
             return None
+        if spec.config.select_questions:
+            summary = _select_sft(spec, summary, notify)
         return _sft_manifest(spec, p, summary, started)
+
+
+def _select_sft(spec: Any, summary: dict[str, Any], notify: Callable[[str], None] | None) -> dict:
+    """Stage 2's early stopping on the validation questions (:mod:`kgsynth.train.select`): the
+    stage-1 model, each checkpoint and the last weights; the chosen weights end up in the run
+    folder, and the summary (``train_summary.json``) records the scores."""
+    from kgsynth.kg.graph import KGGraph
+    from kgsynth.kg.open import DEFAULT_KG, open_kg
+    from kgsynth.train.select import select_weights
+    from kgsynth.train.sft import SUMMARY
+    from kgsynth.train.sft_config import LOSS_PNG, METRICS
+
+    cfg, run_dir = spec.config, Path(spec.out)
+    graph = KGGraph(open_kg(cfg.select_kg or str(DEFAULT_KG)))
+    sel = select_weights(
+        run_dir, cfg.init, summary["steps"], cfg.select_questions, cfg.select_limit, graph,
+        cfg.agent, alpha=cfg.select_alpha, notify=notify, prefix="checkpoint-",
+        run_files=(METRICS, SUMMARY, LOSS_PNG, SFT_SPEC, "training_args.bin"),
+    )  # fmt: skip
+    summary = {
+        **summary,
+        "selection": sel,
+        "selected_step": sel["chosen_step"],
+        "selected_val_hits_at_1": sel["chosen_hits_at_1"],
+        "start_val_hits_at_1": sel["scores"][0]["hits_at_1"],
+    }
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 @contextlib.contextmanager
