@@ -27,6 +27,7 @@ NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
 RELATION_RANKINGS = ("bm25", "hybrid", "focus")
 ENTITY_MATCHINGS = ("exact", "near")
+FIRST_HOP_FALLBACKS = ("none", "dense")
 PROMPT_STYLES = ("full", "short")
 
 # Stage-config field names that differ from AgentConfig's (the stage's name -> the field here).
@@ -89,6 +90,13 @@ class AgentConfig:
         "similarity), or focus (BM25 over the question words the episode has not used yet, "
         "nearest the topic first)",
     )
+    first_hop_fallback: Literal["none", "dense"] = option(
+        "none",
+        "focus ranking: where the topic entity's first relation list would show no match mark "
+        "(the question names its relation in words the KG does not use), mark one: none (leave "
+        "it unmarked) or dense (the best match of a short word, else the relation nearest the "
+        "question under the bundled sentence encoder; kgsynth.agent.first_hop)",
+    )
     entity_matching: Literal["exact", "near"] = option(
         "exact",
         "How tools read an entity name (graphwalker, kgr1, isp's node, sexpr's "
@@ -139,6 +147,12 @@ class AgentConfig:
             self.relation_ranking in RELATION_RANKINGS, "relation_ranking", "bm25, hybrid or focus"
         )
         need(self.entity_matching in ENTITY_MATCHINGS, "entity_matching", "exact or near")
+        need(self.first_hop_fallback in FIRST_HOP_FALLBACKS, "first_hop_fallback", "none or dense")
+        need(
+            self.first_hop_fallback == "none" or self.relation_ranking == "focus",
+            "first_hop_fallback",
+            "none unless --relation-ranking is focus (it marks the focus ranking's lists)",
+        )
         need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")

@@ -80,6 +80,15 @@ class DenseRelationScorer:
                 self._relations.update(zip(missing, vecs, strict=True))
         return np.stack([self._relations[t] for t in texts])
 
+    def sentence_scores(self, question: str, sentences: Sequence[str]) -> np.ndarray:
+        """Cosine of ``question`` with each sentence, in order; the sentences are cached as
+        questions are (least recently used first out), not kept like relation names."""
+        if not sentences:
+            return np.zeros(0, dtype=np.float32)
+        self.prime([question, *sentences])  # in one batch; a vector pushed out is encoded again
+        q = self.question_vector(question)
+        return np.stack([self.question_vector(t) for t in sentences]) @ q
+
     def scores(self, question: str, relation_texts: Sequence[str]) -> np.ndarray:
         """Cosine of ``question`` with each relation text, in order."""
         if not relation_texts:

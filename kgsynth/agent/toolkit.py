@@ -199,6 +199,11 @@ _FUNCTION_WORDS = frozenset(
 )
 
 
+def is_function_word(word: str) -> bool:
+    """One of the focus ranking's function words (never shown as a relation's match)."""
+    return word.lower() in _FUNCTION_WORDS
+
+
 class FocusWord(NamedTuple):
     """A question word the episode has not used yet (see :func:`focus_words`)."""
 

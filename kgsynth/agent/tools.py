@@ -47,6 +47,7 @@ from kgsynth.agent.config import (
     NeighborOrder,
     ToolSetName,
 )
+from kgsynth.agent.first_hop import first_hop_marks
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.toolkit import (
     MATCH_MARK,
@@ -221,6 +222,10 @@ class ToolEnvironment:
     def _dense(self) -> DenseScorer | None:
         if self.config.relation_ranking != "hybrid" or not self.question:
             return None
+        return self._encoder()
+
+    def _encoder(self) -> Any:
+        """The sentence encoder's scorer (the process's one, loaded on first use)."""
         if self.dense is None:
             from kgsynth.agent.relrank import shared_scorer
 
@@ -274,9 +279,14 @@ class ToolEnvironment:
             if self.config.relation_ranking == "focus" and self.question:
                 if name_span(tokenize(self.question), entity.name) is not None:
                     self.anchor = entity.name
-                marked = dict(
-                    rank_relations_focused(self.question, rels, self.anchor, self.followed)
-                )
+                focused = rank_relations_focused(self.question, rels, self.anchor, self.followed)
+                if (
+                    self.config.first_hop_fallback == "dense"
+                    and not self.followed
+                    and self.anchor == entity.name
+                ):
+                    focused = first_hop_marks(self.question, entity.name, focused, self._encoder())
+                marked = dict(focused)
                 ranked = list(marked)
             else:
                 ranked = rank_relations(self.question, rels, self._dense())

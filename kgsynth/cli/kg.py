@@ -141,6 +141,13 @@ def kg_tool(
             "similar word span of --question)."
         ),
     ] = "exact",
+    first_hop_fallback: Annotated[
+        str,
+        typer.Option(
+            help="focus ranking: none, or dense (a first relation list with no match mark marks "
+            "the relation nearest the question)."
+        ),
+    ] = "none",
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
     from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
@@ -171,6 +178,7 @@ def kg_tool(
                 max_triples_per_relation=max_triples,
                 relation_ranking=relation_ranking or "bm25",  # type: ignore[arg-type]
                 entity_matching=entity_matching,  # type: ignore[arg-type]
+                first_hop_fallback=first_hop_fallback,  # type: ignore[arg-type]
             ),
         )
         result = env.execute(call)

@@ -164,6 +164,7 @@ class GRPOConfig:
     toolset: str = agent_option("toolset")
     relation_ranking: str = agent_option("relation_ranking")
     entity_matching: str = agent_option("entity_matching")
+    first_hop_fallback: str = agent_option("first_hop_fallback")
     report_to: str = option("none", HELP["report_to"])
     lora_r: int = option(0, HELP["lora_r"] + " The KL reference is the adapter switched off.")
     lora_alpha: float = option(16.0, HELP["lora_alpha"])

@@ -71,7 +71,13 @@ METRICS = "metrics.jsonl"
 LOSS_PNG = "loss.png"
 # stage 2's early stopping (--select-questions) and the agent that answers its questions
 SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha")
-SELECT_AGENT_FIELDS = ("relation_ranking", "entity_matching", "max_turns", "max_turn_tokens")
+SELECT_AGENT_FIELDS = (
+    "relation_ranking",
+    "first_hop_fallback",
+    "entity_matching",
+    "max_turns",
+    "max_turn_tokens",
+)
 # Changing these between an interrupted run and its resumption keeps it the same run.
 RESUMABLE_CHANGES = frozenset(
     {"max_steps", "epochs", "logging_steps", "save_steps", *SELECT_FIELDS, *SELECT_AGENT_FIELDS}
@@ -197,6 +203,7 @@ class SFTConfig:
         "(1: always the best).",
     )
     relation_ranking: str = _select_agent_option("relation_ranking")
+    first_hop_fallback: str = _select_agent_option("first_hop_fallback")
     entity_matching: str = _select_agent_option("entity_matching")
     max_turns: int = _select_agent_option("max_turns")
     max_turn_tokens: int = _select_agent_option("max_turn_tokens")
