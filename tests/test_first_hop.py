@@ -47,7 +47,7 @@ def test_a_list_with_a_mark_is_left_as_it_is():
 
 
 def test_a_hidden_short_word_match_is_marked_first():
-    """"act" stems like "actors" but is too short for the mark: the fallback shows it."""
+    """ "act" stems like "actors" but is too short for the mark: the fallback shows it."""
     ranked = _focused("what does Kismet act in")
     assert all(marks == () for _, marks in ranked) and ranked[0][0] == RELS[2]
     encoder = Keyed("genre")
