@@ -5,8 +5,8 @@ Measures, side by side in one run and on the same number of torch threads:
 1. the peak: fp32 ``torch.mm`` of square matrices (sizes 256-1024, best of several repeats);
 2. the trainer: ``kgsynth train stage1`` with the chosen recipe (``pipelines/metaqa_default.yaml``,
    stage1 section) for ``--steps`` steps on oracle trajectories of the shipped KB, reading
-   tokens/s from its ``train_summary.json``, once per variant (``--logits`` and
-   ``--tiny-heads`` values, every combination, on the same corpus).
+   tokens/s from its ``train_summary.json``, once per variant (``--logits``, ``--tiny-heads``
+   and ``--attn`` values, every combination, on the same corpus).
 
 Training FLOPs per token = 6·N + 6·n_layers·L·d (Kaplan et al. 2020: 2N forward + 4N backward for
 the weights; attention scores and values, causal, at the mean row length L), where N counts every
@@ -17,6 +17,7 @@ The ratio is achieved FLOP/s over the peak::
 
     .venv/bin/python benchmarks/bench_trainer_flops.py --threads 1 --steps 200
     .venv/bin/python benchmarks/bench_trainer_flops.py --logits all labelled --tiny-heads 4 1
+    .venv/bin/python benchmarks/bench_trainer_flops.py --attn sdpa eager
 
 Writes ``benchmarks/results/trainer_flops.json``.
 """
@@ -104,6 +105,10 @@ def main() -> None:
         help="where the LM head runs, one run each",
     )  # fmt: skip
     ap.add_argument(
+        "--attn", nargs="+", default=["sdpa"], choices=["sdpa", "eager"],
+        help="attention implementation, one run each",
+    )  # fmt: skip
+    ap.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "trainer_flops.json"
     )
     args = ap.parse_args()
@@ -122,22 +127,23 @@ def main() -> None:
         run([K, "synthesize", "trajectories", "--config", str(cfg), "--questions",
              str(t / "questions.parquet"), "--kg", str(t / "kg"), "--mode", "oracle", "--llm",
              "template", "--out", str(t / "traj.parquet")], env)  # fmt: skip
-        for heads in args.tiny_heads:
-            for logits in args.logits:
-                out = t / f"s1-{len(runs)}-{heads}-{logits}"
-                run([K, "train", "stage1", "--config", str(cfg), "--corpus",
-                     str(t / "traj.parquet"), "--model", "tiny", "--out", str(out),
-                     "--max-steps", str(args.steps), "--logits", logits,
-                     "--copy-warmup-steps", "0",  # drills are another loop; this times the trainer
-                     *(["--tiny-layers", str(args.tiny_layers)] if args.tiny_layers else []),
-                     *(["--tiny-heads", str(heads)] if heads else [])], env)  # fmt: skip
-                summary = json.loads((out / "train_summary.json").read_text())
-                config = json.loads((out / "config.json").read_text())
-                runs.append((config, summary))
+        variants = [(h, lg, a) for h in args.tiny_heads for lg in args.logits for a in args.attn]
+        for heads, logits, attn in variants:
+            out = t / f"s1-{len(runs)}-{heads}-{logits}-{attn}"
+            run([K, "train", "stage1", "--config", str(cfg), "--corpus",
+                 str(t / "traj.parquet"), "--model", "tiny", "--out", str(out),
+                 "--max-steps", str(args.steps), "--logits", logits,
+                 "--attn-implementation", attn,
+                 "--copy-warmup-steps", "0",  # drills are another loop; this times the trainer
+                 *(["--tiny-layers", str(args.tiny_layers)] if args.tiny_layers else []),
+                 *(["--tiny-heads", str(heads)] if heads else [])], env)  # fmt: skip
+            summary = json.loads((out / "train_summary.json").read_text())
+            config = json.loads((out / "config.json").read_text())
+            runs.append((config, summary, attn))
     peak_after = matmul_peak(args.threads)
     peak = max(max(peak_before.values()), max(peak_after.values()))
     results = []
-    for config, summary in runs:
+    for config, summary, attn in runs:
         counts = flops(config, summary)
         achieved = summary["tokens_per_s"] * counts["train_flops_per_token"]
         results.append(
@@ -150,6 +156,7 @@ def main() -> None:
                     "vocab": config["vocab_size"],
                 },
                 "logits": summary["logits"],
+                "attention": attn,
                 **counts,
                 "tokens_per_s": summary["tokens_per_s"],
                 "train_runtime_s": summary["train_runtime_s"],
