@@ -35,28 +35,12 @@ from kgsynth.llm.rule_questions import path_question
 
 Ranked = list[tuple[Relation, tuple[str, ...]]]
 
-# short words that name nothing a relation could be about (the focus ranking's function words
-# are four letters or more)
-_SHORT_FUNCTION_WORDS = frozenset(
-    {
-        *("a", "an", "the", "of", "in", "on", "at", "to", "by", "for", "and", "or", "is"),
-        *("are", "was", "be", "did", "do", "has", "had", "who", "how", "why", "its", "his"),
-        *("her", "can", "you", "me", "my", "i", "it", "as", "if", "so", "no", "not", "all"),
-        *("any", "one"),
-    }
-)
-
 
 class SentenceScorer(Protocol):
     """A sentence encoder's cosine of a text with each of several
     (:class:`kgsynth.agent.relrank.DenseRelationScorer`)."""
 
     def sentence_scores(self, question: str, sentences: Sequence[str]) -> Any: ...
-
-
-def content_word(word: str) -> bool:
-    """A question word that may name what is asked: not a function word."""
-    return word.lower() not in _SHORT_FUNCTION_WORDS and not is_function_word(word)
 
 
 def relation_question(entity: str, rel: Relation) -> str:
@@ -76,10 +60,10 @@ def first_hop_marks(
     found = focus_words(question, entity, ())
     for i, (rel, _) in enumerate(ranked):  # in BM25 order: the best word match first
         shared = [found[t] for t in set(ranking_terms(rel.name)) & found.keys()]
-        words = _shown(w for w in shared if content_word(w.word))
+        words = _shown(w for w in shared if not is_function_word(w.word))
         if words:
             return [(rel, words), *ranked[:i], *ranked[i + 1 :]]
-    content = [w for w in found.values() if content_word(w.word)]
+    content = [w for w in found.values() if not is_function_word(w.word)]
     if encoder is None or not content:
         return ranked
     asked = [relation_question(entity, rel) for rel, _ in ranked]

@@ -195,12 +195,18 @@ _FUNCTION_WORDS = frozenset(
         "also",
         "than",
         "been",
+        # shorter ones: the four-letter rule already hides them from the marks; the first-hop
+        # fallback (kgsynth.agent.first_hop), which shows shorter words, reads them here too
+        *("a", "an", "the", "of", "in", "on", "at", "to", "by", "for", "and", "or", "is"),
+        *("are", "was", "be", "did", "do", "has", "had", "who", "how", "why", "its", "his"),
+        *("her", "can", "you", "me", "my", "i", "it", "as", "if", "so", "no", "not", "all"),
+        *("any", "one"),
     ]
 )
 
 
 def is_function_word(word: str) -> bool:
-    """One of the focus ranking's function words (never shown as a relation's match)."""
+    """A word that names nothing a relation could be about (never shown as a match)."""
     return word.lower() in _FUNCTION_WORDS
 
 

@@ -67,6 +67,28 @@ def check_tracking_and_lora(cfg: Any) -> None:
     check_lora(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target)
 
 
+def check_selection(cfg: Any) -> None:
+    """The checks of the early-stopping values (``select_limit``, ``select_alpha``) both
+    configs have."""
+    need(cfg.select_limit >= 1, f"select_limit must be >= 1 (got {cfg.select_limit})")
+    need(0 < cfg.select_alpha <= 1, f"select_alpha must be in (0, 1] (got {cfg.select_alpha})")
+
+
+def check_selection_inputs(cfg: Any) -> None:
+    """With ``select_questions``: the file exists and the run saves whole weights (a LoRA run
+    saves adapters, which early stopping cannot swap); checked when the config is resolved."""
+    from kgsynth.errors import InputFileError
+
+    if cfg.select_questions is None:
+        return
+    if not Path(cfg.select_questions).is_file():
+        raise InputFileError(Path(cfg.select_questions), "does not exist (--select-questions)")
+    if cfg.lora_r:
+        raise ConfigError(
+            "--select-questions keeps whole weights; a LoRA run (--lora-r) saves adapters"
+        )
+
+
 def resolve_precision(precision: str) -> tuple[bool, bool]:
     """(use_cpu, bf16) for this machine and a ``precision`` option (auto, bf16, fp32); shared
     by SFT and GRPO."""
@@ -173,6 +195,16 @@ HELP = {
     "all-linear.",
     "max_grad_norm": "Gradient clipping: the largest gradient norm.",
     "weight_decay": "AdamW weight decay.",
+    "select_questions": "Early stopping: validation questions (a file as `kgsynth eval "
+    "--questions`; none the run trains on). After training, the starting model (stage2: stage "
+    "1's), each checkpoint and the last weights answer them greedily and the run keeps the "
+    "weights with the best Hits@1 (a tie: the later) if they beat the starting ones beyond "
+    "chance (--select-alpha), else the starting ones; selection.json lists every score. "
+    "\\[default: keep the last weights]",
+    "select_limit": "--select-questions: how many of them (the first N).",
+    "select_alpha": "--select-questions: the best checkpoint replaces the starting weights only "
+    "if an exact sign test on the validation questions the two answer differently gives p "
+    "below this (1: always the best).",
 }
 
 

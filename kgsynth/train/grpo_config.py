@@ -23,6 +23,8 @@ from kgsynth.modelio import is_model_folder
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,
+    check_selection,
+    check_selection_inputs,
     check_tracking_and_lora,
     fill_recipe,
     load_deepspeed_config,
@@ -178,21 +180,9 @@ class GRPOConfig:
         3, "The distance reward's search depth (hops from the topic entities)."
     )
     save_steps: int = option(25, "Checkpoint every N steps.")
-    select_questions: str | None = option(
-        None,
-        "Early stopping: validation questions (a file as --questions; none the run trains on). "
-        "After training, the starting model, each checkpoint and the last weights answer them "
-        "greedily and the run keeps the weights with the best Hits@1 (a tie: the later) if they "
-        "beat the starting ones beyond chance (--select-alpha), else the starting ones; "
-        "selection.json lists every score. \\[default: keep the last weights]",
-    )
-    select_limit: int = option(150, "--select-questions: how many of them (the first N).")
-    select_alpha: float = option(
-        0.05,
-        "--select-questions: the best checkpoint replaces the starting weights only if an exact "
-        "sign test on the validation questions the two answer differently gives p below this "
-        "(1: always the best).",
-    )
+    select_questions: str | None = option(None, HELP["select_questions"])
+    select_limit: int = option(150, HELP["select_limit"])
+    select_alpha: float = option(0.05, HELP["select_alpha"])
     logging_steps: int = option(1, "Write metrics every N steps.")
     seed: int = option(0, HELP["seed"])
     deepspeed: str | None = option(None, HELP["deepspeed"])
@@ -205,8 +195,7 @@ class GRPOConfig:
             value = getattr(c, name)
             need(value is None or value >= low, f"{name} must be >= {low} (got {value})")
         need(c.max_steps >= 1, f"max_steps must be >= 1 (got {c.max_steps})")
-        need(c.select_limit >= 1, f"select_limit must be >= 1 (got {c.select_limit})")
-        need(0 < c.select_alpha <= 1, f"select_alpha must be in (0, 1] (got {c.select_alpha})")
+        check_selection(c)
         need(c.lr is None or 0 < c.lr < 1, f"lr must be in (0, 1) (got {c.lr})")
         need(c.kl_coef >= 0, f"kl_coef must be >= 0 (got {c.kl_coef})")
         need(c.warmup_steps >= 0, f"warmup_steps must be >= 0 (got {c.warmup_steps})")
@@ -293,13 +282,7 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
         recorded = recorded_recipe(cfg.init, (SFT_SPEC, RL_CONFIG))
         recipe = "tiny" if recorded == "tiny" else "default"
     c = dataclasses.replace(cfg, recipe=recipe, **fill_recipe(cfg, RECIPES, recipe))
-    if c.select_questions is not None:
-        if not Path(c.select_questions).is_file():
-            raise InputFileError(Path(c.select_questions), "does not exist (--select-questions)")
-        if c.lora_r:
-            raise ConfigError(
-                "--select-questions keeps whole weights; a LoRA run (--lora-r) saves adapters"
-            )
+    check_selection_inputs(c)
     if c.phase2_questions is not None and not Path(c.phase2_questions).is_file():
         raise InputFileError(Path(c.phase2_questions), "does not exist (--phase2-questions)")
     if c.deepspeed is not None:

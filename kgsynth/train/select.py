@@ -144,3 +144,14 @@ def select_weights(
     }
     (run_dir / SELECTION).write_text(json.dumps(record, indent=2))
     return record
+
+
+def selection_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """What a run's summary adds from :func:`select_weights`' record: the record itself and
+    the scalars a report's summary table shows."""
+    return {
+        "selection": record,
+        "selected_step": record["chosen_step"],
+        "selected_val_hits_at_1": record["chosen_hits_at_1"],
+        "start_val_hits_at_1": record["scores"][0]["hits_at_1"],
+    }

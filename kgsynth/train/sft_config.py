@@ -23,6 +23,8 @@ from kgsynth.train.core import (
     HELP,
     PRECISIONS,
     SFT_SPEC,
+    check_selection,
+    check_selection_inputs,
     check_tracking_and_lora,
     fill_recipe,
     load_deepspeed_config,
@@ -183,25 +185,13 @@ class SFTConfig:
     lora_alpha: float = option(16.0, HELP["lora_alpha"])
     lora_dropout: float = option(0.05, HELP["lora_dropout"])
     lora_target: str = option("all-linear", HELP["lora_target"])
-    select_questions: str | None = option(
-        None,
-        "stage2: early stopping on validation questions (a file as `kgsynth eval --questions`; "
-        "none the run trains on). After training, the stage-1 model, each checkpoint and the "
-        "last weights answer them greedily and the run keeps the weights with the best Hits@1 "
-        "(a tie: the later) if they beat stage 1's beyond chance (--select-alpha), else stage "
-        "1's; selection.json lists every score. \\[default: keep the last weights]",
-    )
+    select_questions: str | None = option(None, HELP["select_questions"])
     select_kg: str | None = option(
         None,
         "--select-questions: the KG they are answered on (as --kg). \\[default: the shipped KB]",
     )
-    select_limit: int = option(150, "--select-questions: how many of them (the first N).")
-    select_alpha: float = option(
-        0.05,
-        "--select-questions: the best checkpoint replaces stage 1's weights only if an exact "
-        "sign test on the validation questions the two answer differently gives p below this "
-        "(1: always the best).",
-    )
+    select_limit: int = option(150, HELP["select_limit"])
+    select_alpha: float = option(0.05, HELP["select_alpha"])
     relation_ranking: str = _select_agent_option("relation_ranking")
     first_hop_fallback: str = _select_agent_option("first_hop_fallback")
     entity_matching: str = _select_agent_option("entity_matching")
@@ -271,8 +261,7 @@ class SFTConfig:
         )
         self._check_tiny_and_copy()
         check_tracking_and_lora(c)
-        need(c.select_limit >= 1, f"select_limit must be >= 1 (got {c.select_limit})")
-        need(0 < c.select_alpha <= 1, f"select_alpha must be in (0, 1] (got {c.select_alpha})")
+        check_selection(c)
         agent_config_of(c)  # AgentConfig's own checks of the agent options
 
     def _check_tiny_and_copy(self) -> None:
@@ -356,6 +345,9 @@ def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
         top = min(RECIPES[recipe]["micro_batch_size"], cfg.batch_size)
         filled["micro_batch_size"] = next(d for d in range(top, 0, -1) if cfg.batch_size % d == 0)
     out = dataclasses.replace(cfg, recipe=recipe, **filled)
+    if out.select_questions is not None and stage != "stage2":
+        raise ConfigError("--select-questions belongs to stage2 (it compares with stage 1)")
+    check_selection_inputs(out)
     if out.deepspeed is not None:
         load_deepspeed_config(out.deepspeed)
     return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.errors import KGSynthError
 from kgsynth.train.core import SFT_SPEC, free_port
 from kgsynth.train.grpo_config import RL_SPEC
 from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
@@ -92,11 +92,6 @@ def run_sft(
 
     started = time.perf_counter()
     check_folder_target(out_dir)
-    if cfg.select_questions:  # checked before training, not after it
-        if stage != "stage2":
-            raise ConfigError("--select-questions belongs to stage2 (it compares with stage 1)")
-        if not Path(cfg.select_questions).is_file():
-            raise InputFileError(Path(cfg.select_questions), "does not exist (--select-questions)")
     check_overlap(
         [out_dir],
         [
@@ -128,29 +123,20 @@ def run_sft(
 
 
 def _select_sft(spec: Any, summary: dict[str, Any], notify: Callable[[str], None] | None) -> dict:
-    """Stage 2's early stopping on the validation questions (:mod:`kgsynth.train.select`): the
-    stage-1 model, each checkpoint and the last weights; the chosen weights end up in the run
-    folder, and the summary (``train_summary.json``) records the scores."""
-    from kgsynth.kg.graph import KGGraph
-    from kgsynth.kg.open import DEFAULT_KG, open_kg
-    from kgsynth.train.select import select_weights
+    """Stage 2's early stopping: the stage-1 model, each ``checkpoint-N`` and the last weights;
+    the summary (``train_summary.json``) records the scores."""
     from kgsynth.train.sft import SUMMARY
     from kgsynth.train.sft_config import LOSS_PNG, METRICS
 
-    cfg, run_dir = spec.config, Path(spec.out)
-    graph = KGGraph(open_kg(cfg.select_kg or str(DEFAULT_KG)))
-    sel = select_weights(
-        run_dir, cfg.init, summary["steps"], cfg.select_questions, cfg.select_limit, graph,
-        cfg.agent, alpha=cfg.select_alpha, notify=notify, prefix="checkpoint-",
-        run_files=(METRICS, SUMMARY, LOSS_PNG, SFT_SPEC, "training_args.bin"),
-    )  # fmt: skip
+    run_dir = Path(spec.out)
     summary = {
         **summary,
-        "selection": sel,
-        "selected_step": sel["chosen_step"],
-        "selected_val_hits_at_1": sel["chosen_hits_at_1"],
-        "start_val_hits_at_1": sel["scores"][0]["hits_at_1"],
-    }
+        **_select(
+            spec.config, run_dir, summary["steps"], spec.config.select_kg, None, notify,
+            prefix="checkpoint-",
+            run_files=(METRICS, SUMMARY, LOSS_PNG, SFT_SPEC, "training_args.bin"),
+        ),
+    }  # fmt: skip
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
 
@@ -286,12 +272,12 @@ def run_rl(
                 return None
             summary = launched
         if cfg.select_questions:
-            sel = _select(spec, cfg, staged.staging, notify)
-            summary["selection"] = sel
-            # the scalars a report's summary table shows
-            summary["selected_step"] = sel["chosen_step"]
-            summary["selected_val_hits_at_1"] = sel["chosen_hits_at_1"]
-            summary["start_val_hits_at_1"] = sel["scores"][0]["hits_at_1"]
+            summary.update(
+                _select(
+                    cfg, staged.staging, cfg.max_steps, spec.kg, spec.profile, notify,
+                    batch_size=cfg.rollout_batch_size,
+                )
+            )  # fmt: skip
             (staged.staging / SUMMARY).write_text(json.dumps(summary, indent=2))
         manifest = staged.write_manifest(
             "train rl",
@@ -311,17 +297,28 @@ def run_rl(
     return manifest
 
 
-def _select(spec: Any, cfg: Any, run_dir: Path, notify: Callable[[str], None] | None) -> dict:
-    """Early stopping on the validation questions (:mod:`kgsynth.train.select`)."""
+def _select(
+    cfg: Any,
+    run_dir: Path,
+    steps: int,
+    kg: str | None,
+    profile: str | None,
+    notify: Callable[[str], None] | None,
+    **layout: Any,
+) -> dict[str, Any]:
+    """Early stopping on the validation questions of ``cfg`` (GRPO's or stage 2's; their
+    ``init`` is the start, :mod:`kgsynth.train.select`) on ``kg`` (None: the shipped KB); the
+    summary fields it adds. ``layout``: the batch size and the run folder's checkpoint names."""
     from kgsynth.kg.graph import KGGraph
-    from kgsynth.kg.open import open_kg
-    from kgsynth.train.select import select_weights
+    from kgsynth.kg.open import DEFAULT_KG, open_kg
+    from kgsynth.train.select import select_weights, selection_summary
 
-    graph = KGGraph(open_kg(spec.kg, profile=spec.profile))
-    return select_weights(
-        run_dir, cfg.init, cfg.max_steps, cfg.select_questions, cfg.select_limit, graph,
-        cfg.agent, alpha=cfg.select_alpha, batch_size=cfg.rollout_batch_size, notify=notify,
+    graph = KGGraph(open_kg(kg or str(DEFAULT_KG), profile=profile))
+    record = select_weights(
+        run_dir, cfg.init, steps, cfg.select_questions, cfg.select_limit, graph, cfg.agent,
+        alpha=cfg.select_alpha, notify=notify, **layout,
     )  # fmt: skip
+    return selection_summary(record)
 
 
 def run_merge(run: Path, out_dir: Path, *, overwrite: bool) -> dict[str, Any]:
