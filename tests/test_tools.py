@@ -289,6 +289,43 @@ def test_focus_weights_use_up_a_followed_relation_nearest_the_topic():
     assert set(focus_weights(question, "Somebody Else", ()).values()) == {1.0}
 
 
+def test_a_sharing_word_keeps_the_first_relation_for_the_way_back(graph):
+    """"The same director as X" goes out along directed_by and back along it: the second
+    list marks directed_by again, and the way back lists X itself last."""
+    from kgsynth.agent.toolkit import SHARING_WORDS, focus_weights, tokenize
+
+    assert {"co", "same", "together"} <= SHARING_WORDS and "also" not in SHARING_WORDS
+    assert tokenize("who co-starred with Kismet")[:2] == ["who", "co"]
+    for question in (
+        "which films have the same director as Kismet",
+        "what films share a director with Kismet",
+        "who directed films together with William Dieterle",
+        "who co-directed films with William Dieterle",
+    ):
+        anchor = "Kismet" if "Kismet" in question else "William Dieterle"
+        assert "direct" in focus_weights(question, anchor, ["directed_by"]), question
+        assert "direct" not in focus_weights(question, anchor, ["directed_by"] * 2), question
+    # without a sharing word the relation's words are used up by its first hop
+    assert "direct" not in focus_weights("who directed Kismet", "Kismet", ["directed_by"])
+
+    focus = ToolConfig(relation_ranking="focus")
+    env = ToolEnvironment(graph, "which films have the same director as Kismet", focus)
+    env.execute('get_relations("Kismet")')
+    env.execute('get_triples("Kismet", ["directed_by"])')
+    second = env.execute('get_relations("William Dieterle")').text.splitlines()
+    assert second[1] == "(?, directed_by, William Dieterle) <- director"
+    back = env.execute('get_triples("William Dieterle", ["directed_by"])').text.splitlines()
+    # Kismet shares the question's word "Kismet", yet the topic is listed after Juarez
+    assert back == [
+        "(Juarez, directed_by, William Dieterle)",
+        "(Kismet, directed_by, William Dieterle)",
+    ]
+    plain = ToolEnvironment(graph, "which films have the same director as Kismet", focus)
+    assert plain.execute('get_triples("William Dieterle", ["directed_by"])').text.splitlines()[
+        0
+    ].startswith("(Kismet")  # no topic named yet (no get_relations of it): question order
+
+
 def test_focus_ranking_puts_the_nearer_relation_first_even_between_two():
     """Two relations, each word in one of them: plain BM25's idf is 0 for both and keeps the
     store's order; focus ranks the one named next to the topic first."""

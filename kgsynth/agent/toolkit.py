@@ -210,6 +210,13 @@ def is_function_word(word: str) -> bool:
     return word.lower() in _FUNCTION_WORDS
 
 
+# words that say two things stand in one relation to a third: "the films that share the director
+# of X", "the things with the same tags as X", "who starred together with X", "X's co-writers"
+# (the template backend's shared forms, kgsynth.llm.rule_questions.shared_forms, and the prefix
+# "co-", which tokenize splits off); not "also", which joins two conditions as often
+SHARING_WORDS = frozenset({"same", "share", "shares", "shared", "sharing", "together", "co"})
+
+
 class FocusWord(NamedTuple):
     """A question word the episode has not used yet (see :func:`focus_words`)."""
 
@@ -228,7 +235,9 @@ def focus_words(question: str, anchor: str | None, followed: Sequence[str]) -> d
     occurrence of each of its words, the one nearest the anchor: in "who starred in the films
     written by X", following ``written_by`` from X uses "written" and "by", and "starred" is
     what is left for the next hop. A word said twice ("whose directors also directed X")
-    stays for a second hop along the same relation."""
+    stays for a second hop along the same relation, and so does every word of the first
+    relation where the question has a sharing word (:data:`SHARING_WORDS`: "the films with
+    the same director as X" goes out along ``directed_by`` and back along it)."""
     words = tokenize(question)
     stems = [stem(w) for w in words]
     span = name_span(words, anchor) if anchor else None
@@ -241,7 +250,13 @@ def focus_words(question: str, anchor: str | None, followed: Sequence[str]) -> d
 
     inside = set(range(span[0], span[1] + 1)) if span else set()
     left = [i for i in range(len(stems)) if i not in inside]
-    for rel in followed:
+    # a sharing word ("the same director as X", "co-starred with X") says the relation twice:
+    # out to what X has, and back to what else has it; so the first relation followed leaves
+    # the question's words for the second hop
+    shared = any(w in SHARING_WORDS for w in words)
+    for n, rel in enumerate(followed):
+        if shared and n == 0:
+            continue
         for term in dict.fromkeys(ranking_terms(rel)):
             spots = [i for i in left if stems[i] == term]
             if spots:
@@ -315,17 +330,25 @@ def order_neighbors(
     relation: Relation,
     neighbors: Sequence[Neighbor],
     limit: int | None = None,
+    anchor: str | None = None,
 ) -> list[Neighbor]:
     """Neighbours whose names share more words with the question first, ties in a seeded
     order: a hash of (question, entity, relation, neighbour), the same on every call and in
     every process. With ``limit``, only the first ``limit`` of that order (a partial sort:
-    an entity with thousands of films shows five)."""
-    words = set(tokenize(question))
+    an entity with thousands of films shows five).
 
-    def key(n: Neighbor) -> tuple[int, bytes]:
+    ``anchor`` is the topic entity's name as the question writes it. Its words do not count
+    as shared, and the topic itself comes last: a question does not ask for the entity it
+    starts from (walks' answer sets leave topics out, as KGQA benchmarks do), so on the way
+    back of a round trip ("the other films of X's director") X is not what is listed first."""
+    all_words = tokenize(question)
+    span = name_span(all_words, anchor) if anchor else None
+    words = {w for i, w in enumerate(all_words) if span is None or not span[0] <= i <= span[1]}
+
+    def key(n: Neighbor) -> tuple[bool, int, bytes]:
         overlap = len(words & set(tokenize(n.name))) if words else 0
         seeded = _seeded_key(question, entity_iri, relation.name, relation.direction, n.term.value)
-        return (-overlap, seeded)
+        return (span is not None and n.name == anchor, -overlap, seeded)
 
     if limit is not None and limit < len(neighbors):
         return heapq.nsmallest(limit, neighbors, key=key)

@@ -313,7 +313,9 @@ class ToolEnvironment:
             limit = self.config.max_triples_per_relation
         total = len(neighbors)
         if self.config.neighbor_order == "relevance" and total > 1:
-            neighbors = order_neighbors(self.question, entity.iri, rel, neighbors, limit)
+            neighbors = order_neighbors(
+                self.question, entity.iri, rel, neighbors, limit, anchor=self.anchor
+            )
         return neighbors[:limit], total
 
     def _triples_text(
