@@ -290,7 +290,7 @@ def test_focus_weights_use_up_a_followed_relation_nearest_the_topic():
 
 
 def test_a_sharing_word_keeps_the_first_relation_for_the_way_back(graph):
-    """"The same director as X" goes out along directed_by and back along it: the second
+    """ "The same director as X" goes out along directed_by and back along it: the second
     list marks directed_by again, and the way back lists X itself last."""
     from kgsynth.agent.toolkit import SHARING_WORDS, focus_weights, tokenize
 
@@ -321,9 +321,11 @@ def test_a_sharing_word_keeps_the_first_relation_for_the_way_back(graph):
         "(Kismet, directed_by, William Dieterle)",
     ]
     plain = ToolEnvironment(graph, "which films have the same director as Kismet", focus)
-    assert plain.execute('get_triples("William Dieterle", ["directed_by"])').text.splitlines()[
-        0
-    ].startswith("(Kismet")  # no topic named yet (no get_relations of it): question order
+    assert (
+        plain.execute('get_triples("William Dieterle", ["directed_by"])')
+        .text.splitlines()[0]
+        .startswith("(Kismet")
+    )  # no topic named yet (no get_relations of it): question order
 
 
 def test_focus_ranking_puts_the_nearer_relation_first_even_between_two():
