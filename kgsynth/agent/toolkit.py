@@ -211,10 +211,11 @@ def is_function_word(word: str) -> bool:
 
 
 # words that say two things stand in one relation to a third: "the films that share the director
-# of X", "the things with the same tags as X", "who starred together with X", "X's co-writers"
-# (the template backend's shared forms, kgsynth.llm.rule_questions.shared_forms, and the prefix
-# "co-", which tokenize splits off); not "also", which joins two conditions as often
-SHARING_WORDS = frozenset({"same", "share", "shares", "shared", "sharing", "together", "co"})
+# of X", "the things with the same tags as X", "who starred together with X" (the words of the
+# template backend's shared forms, kgsynth.llm.rule_questions.shared_forms). Not "also", which
+# joins two conditions as often ("what is X and also Y"), nor the prefix "co-": "the co-founders
+# of X" is one hop where X is a company and a round trip where X is a person
+SHARING_WORDS = frozenset({"same", "share", "shares", "shared", "sharing", "together"})
 
 
 class FocusWord(NamedTuple):
