@@ -56,7 +56,7 @@ def plot(runs: list[dict], out: Path) -> None:
     ax.set_ylabel("final agent, dev Hits@1 (300 questions)")
     ax.set_ylim(0, 0.6)
     ax.legend(loc="lower right")
-    ax.set_title("make all / make learn runs, 2026-11-26")
+    ax.set_title("make all / make learn runs, 2026-11-26 and 27")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 

@@ -77,7 +77,7 @@ class AgentConfig:
     neighbor_order: Literal["relevance", "alphabetical"] = option(
         "relevance",
         "Which neighbours a capped list shows: relevance (question words first, then a seeded "
-        "order) or alphabetical",
+        "order, the topic entity last) or alphabetical",
         cli=False,
     )
     # GraphWalker Table 8: an LLM reorders the BM25 top 20

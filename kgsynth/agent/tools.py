@@ -24,10 +24,11 @@ the question or a name an observation showed; :func:`~kgsynth.agent.toolkit.near
 the observation's first line says which it read.
 
 Which neighbours a capped list shows (``neighbor_order``): ``relevance`` (default) puts those
-whose names share words with the question first, then a seeded order (a hash of the question,
-the entity, the relation and the neighbour, so synthesis, RL and eval see the same list for the
-same question); ``alphabetical`` is the order before, which skewed oracle data toward names
-early in the alphabet.
+whose names share words with the question first (not counting the topic entity's own words),
+then a seeded order (a hash of the question, the entity, the relation and the neighbour, so
+synthesis, RL and eval see the same list for the same question), and the topic entity itself
+last (a round trip's way back reaches it again); ``alphabetical`` is the order before, which
+skewed oracle data toward names early in the alphabet.
 
 Tools never raise into the agent: every failure becomes a :class:`ToolResult` with an
 :class:`ErrorType` that rewards and filters read, and a short text the agent reads.
