@@ -111,11 +111,12 @@ all: install
 	@cat $(RUN)/summary/compare.md
 	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
 
-# `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,537 s on a quiet
-# machine (run V; Q before the first-hop fallback, 1,531 s) against `make all`'s 1,048 s (run P; 1,000 s since the trainer's logits
-# run at labelled positions only, run R; 1,016 s with stage 2's early stopping, run U). A
-# one-process stage 1 scored higher than a two-process one in 3 of 5 pairs of runs, lower in
-# the latest (Q); the spread from run to run is wide (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags.
+# `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,376 s (run X, with
+# round trips; V before them 1,537 s on a quiet machine) against `make all`'s 1,016 s (run U)
+# and 1,188 s (run W, a slower hour). A one-process stage 1 scored higher than a two-process
+# one in 3 of 7 pairs of runs, lower or level in the others (X 0.457 against W 0.520); the
+# spread from run to run is wide (README, "What the tiny agent learns"). STAGE1_ARGS passes
+# stage-1 flags.
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:
