@@ -251,13 +251,11 @@ def focus_words(question: str, anchor: str | None, followed: Sequence[str]) -> d
 
     inside = set(range(span[0], span[1] + 1)) if span else set()
     left = [i for i in range(len(stems)) if i not in inside]
-    # a sharing word ("the same director as X", "co-starred with X") says the relation twice:
-    # out to what X has, and back to what else has it; so the first relation followed leaves
-    # the question's words for the second hop
-    shared = any(w in SHARING_WORDS for w in words)
-    for n, rel in enumerate(followed):
-        if shared and n == 0:
-            continue
+    # a sharing word ("the same director as X") says the relation twice: out to what X has,
+    # and back to what else has it; so the first relation followed leaves its words for the
+    # second hop
+    using = followed[1:] if SHARING_WORDS.intersection(words) else followed
+    for rel in using:
         for term in dict.fromkeys(ranking_terms(rel)):
             spots = [i for i in left if stems[i] == term]
             if spots:
