@@ -83,11 +83,15 @@ SMOKE_RL := $(if $(SMOKE),--max-steps 2 --save-steps 1 --select-limit 6)
 SMOKE_VAL := $(if $(SMOKE),--n 30)
 SMOKE_EVAL := $(if $(SMOKE),--limit 9)
 # batches of 50: the 300 questions' first turn is 6 batches, 3 per worker
-EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) $(SMOKE_EVAL)
+# the evals and the early stoppings go through request caches of this run (removed as it
+# starts): a model is known there by its files, so a stage that kept its start's weights
+# answers from its start's entries instead of generating the same answers again
+EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) --cache $(RUN)/eval_cache.sqlite $(SMOKE_EVAL)
 QUESTIONS := --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg
 
 all: install
 	@mkdir -p $(RUN) && date +%s > $(RUN)/.started
+	@rm -f $(RUN)/select_cache.sqlite* $(RUN)/eval_cache.sqlite*
 	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --overwrite
 	$(K) kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
 	$(K) kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
@@ -101,8 +105,8 @@ all: install
 	$(K) filter $(CFG) --section filter_stage2 --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
 	$(K) walk $(CFG) --section val_walk --kg $(RUN)/kg --out $(RUN)/val/walks.parquet --overwrite $(SMOKE_VAL)
 	$(K) synthesize questions $(CFG) --section val_questions --walks $(RUN)/val/walks.parquet --out $(RUN)/val/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --select-questions $(RUN)/val/questions.parquet --select-kg $(RUN)/kg --overwrite $(LAUNCH) $(SMOKE_STAGE2)
-	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --overwrite $(LAUNCH) $(SMOKE_RL)
+	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --select-questions $(RUN)/val/questions.parquet --select-kg $(RUN)/kg --select-cache $(RUN)/select_cache.sqlite --overwrite $(LAUNCH) $(SMOKE_STAGE2)
+	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --select-cache $(RUN)/select_cache.sqlite --overwrite $(LAUNCH) $(SMOKE_RL)
 	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
 	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite

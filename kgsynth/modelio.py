@@ -4,10 +4,29 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 ADAPTER_CONFIG = "adapter_config.json"
+# what the training stages write beside a model: records of the run, not part of what it
+# generates (checkpoint folders are left out too)
+RUN_RECORDS = frozenset(
+    {
+        "manifest.json",
+        "train_summary.json",
+        "train_config.json",
+        "trainer_state.json",
+        "training_args.bin",
+        "rl_summary.json",
+        "rl_config.json",
+        "rl_spec.json",
+        "selection.json",
+        "resume_state.pt",
+    }
+)
+RECORD_SUFFIXES = (".png", ".jsonl", ".md", ".log", ".html")
 
 
 def is_adapter(folder: str | Path) -> bool:
@@ -29,3 +48,25 @@ def load_causal_lm(path: str | Path, **kwargs: Any) -> Any:
 
         return AutoPeftModelForCausalLM.from_pretrained(path, **kwargs).merge_and_unload()
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def model_digest(folder: str | Path) -> str:
+    """sha256 over the files of a model folder that decide what it generates: weights, config,
+    generation config, tokenizer, chat template and stored system prompt (a LoRA folder adds
+    its local base model's). Two folders holding the same model have the same digest whatever
+    run wrote them (a stage that kept its starting weights); retrained weights change it."""
+    root = Path(folder)
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.iterdir() if p.is_file()):
+        if f.name in RUN_RECORDS or f.suffix in RECORD_SUFFIXES or f.name.startswith("."):
+            continue
+        file_hash = hashlib.sha256()
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                file_hash.update(block)
+        h.update(f"{f.name}\0{file_hash.hexdigest()}\n".encode())
+    if is_adapter(root):
+        base = json.loads((root / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+        if base and Path(base).is_dir():
+            h.update(f"base\0{model_digest(base)}\n".encode())
+    return h.hexdigest()

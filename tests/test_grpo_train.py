@@ -509,6 +509,7 @@ def test_stage2_select_questions_keeps_stage1_unless_a_checkpoint_beats_it(task:
             "--lr", "3e-3", "--select-questions", str(task / "questions.parquet"),
             "--select-kg", str(task / "kg"), "--select-limit", "5",
             "--max-turns", str(MAX_TURNS), "--max-turn-tokens", "40",
+            "--select-cache", str(task / "select_cache.sqlite"),
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -537,6 +538,26 @@ def test_stage2_select_questions_keeps_stage1_unless_a_checkpoint_beats_it(task:
     assert res.exit_code == 0, res.output
     ev = json.loads((task / "ev_s2_select" / "metrics.json").read_text())
     assert ev["overall"]["hits_at_1"] == pytest.approx(sel["scores"][0]["hits_at_1"])
+    # the selection's request cache knows a model by its files: stage 2's folder now holds
+    # stage 1's weights, so its answers come from the entries stage 1's scoring wrote
+    import sqlite3
+
+    def entries() -> int:
+        with sqlite3.connect(task / "select_cache.sqlite") as con:
+            return con.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+
+    before = entries()
+    res = runner.invoke(
+        app,
+        ["eval", "--questions", str(task / "questions.parquet"), "--kg", str(task / "kg"),
+         "--model", str(out), "--out", str(task / "ev_s2_cached"), "--max-turns",
+         str(MAX_TURNS), "--max-tokens", "40", "--limit", "5", "--batch-size", "64",
+         "--cache", str(task / "select_cache.sqlite")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cached = json.loads((task / "ev_s2_cached" / "metrics.json").read_text())
+    assert cached["overall"]["hits_at_1"] == pytest.approx(sel["scores"][0]["hits_at_1"])
+    assert before > 0 and entries() == before
     # stage 1 has nothing to compare with, and a missing file is refused before training
     res = runner.invoke(
         app,

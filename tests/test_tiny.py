@@ -179,6 +179,50 @@ def test_two_generation_workers_answer_as_one_process(model_dir: Path) -> None:
         HFLLM(str(model_dir), workers=0)
 
 
+def test_a_checkpoint_is_cached_by_its_files_not_its_path(model_dir: Path, tmp_path: Path) -> None:
+    """The request cache knows a local checkpoint by the digest of the files it generates
+    from: a copy at another path (a stage that kept its start's weights) answers from the
+    start's entries, with other run records beside it; retrained weights at the first path,
+    another chat template or another batch size miss."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from kgsynth.llm.cache import CachedLLM
+
+    first = tmp_path / "stage1"
+    shutil.copytree(model_dir, first)
+    (first / "train_summary.json").write_text('{"steps": 10}')
+    kept = tmp_path / "stage2"
+    shutil.copytree(model_dir, kept)
+    (kept / "selection.json").write_text('{"chosen_step": 0}')
+    (kept / "loss.png").write_bytes(b"png")
+    messages = [{"role": "user", "content": "who directed Kismet?"}]
+
+    def ask(folder: Path, **options: object) -> tuple[Completion, int]:
+        inner = HFLLM(str(folder), device="cpu", **options)  # type: ignore[arg-type]
+        cached = CachedLLM(inner, tmp_path / "cache.sqlite")
+        try:
+            return cached.generate(messages, max_tokens=6), inner.stats.requests
+        finally:
+            cached.close()
+
+    made, requests = ask(first)
+    assert requests == 1 and not made.cached
+    reused, requests = ask(kept)
+    assert requests == 0 and reused.cached and reused.text == made.text
+    _, requests = ask(kept, batch_size=4)
+    assert requests == 1
+    template = kept / "chat_template.jinja"
+    template.write_text(template.read_text() + " ")
+    _, requests = ask(kept)
+    assert requests == 1
+    weights = load_file(first / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in weights.items()}, first / "model.safetensors")
+    _, requests = ask(first)
+    assert requests == 1
+
+
 def test_rejects_a_head_size_rotary_embeddings_cannot_use(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="hidden_size"):
         build_tiny_model(TEXTS, tmp_path / "bad", hidden_size=60, num_heads=4)

@@ -107,7 +107,9 @@ def eval_cmd(
         Path | None,
         typer.Option(
             help="Request cache (SQLite); off by default, so every run samples afresh "
-            "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too)."
+            "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too). A "
+            "checkpoint (hf) is known there by its files, not its path: a folder holding the same "
+            "model (a stage that kept its start's weights) answers from it, retrained weights do not."
         ),
     ] = None,
     label: Annotated[

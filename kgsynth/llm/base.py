@@ -118,6 +118,11 @@ class LLM(abc.ABC):
         """What identifies this generator in cache keys and manifests."""
         return {"backend": self.backend, "model": self.model}
 
+    @property
+    def cache_fields(self) -> dict[str, Any]:
+        """What identifies this generator in cache keys (by default :attr:`key_fields`)."""
+        return self.key_fields
+
     def uses_context(self) -> bool:
         """True when outputs depend on ``Request.task/context`` (the template backend)."""
         return False

@@ -1,7 +1,9 @@
 """A persistent request cache for any LLM backend (SQLite, one row per request).
 
 The key is a hash of (backend, model, parameters, messages) — plus the task context for the
-template backend. Re-running a stage makes zero new requests. Every insert is its own
+template backend. A local checkpoint (``hf``) is known by the digest of its files rather than
+its path, so retrained weights never read an older answer, and a stage that kept its starting
+weights answers from the entries its start wrote. Re-running a stage makes zero new requests. Every insert is its own
 transaction in WAL mode, so a ``kill -9`` loses at most the request in flight and never leaves
 a corrupt cache. Cached texts pass through :func:`~kgsynth.text.clean_text` when read, so an
 entry written before replies were cleaned cannot fail every re-run.
@@ -23,7 +25,7 @@ from kgsynth.text import clean_optional, clean_text
 
 def request_key(llm: LLM, request: Request) -> str:
     data: dict[str, Any] = {
-        **llm.key_fields,
+        **llm.cache_fields,
         "params": request.params.as_dict(),
         "messages": request.messages,
     }
@@ -64,6 +66,10 @@ class CachedLLM(LLM):
     @property
     def key_fields(self) -> dict[str, Any]:
         return self.inner.key_fields
+
+    @property
+    def cache_fields(self) -> dict[str, Any]:
+        return self.inner.cache_fields
 
     def uses_context(self) -> bool:
         return self.inner.uses_context()

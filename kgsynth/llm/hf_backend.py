@@ -44,6 +44,21 @@ class HFLLM(LLM):
         self._model: Any = None
         self._tok: Any = None
         self._pool: Any = None
+        self._digest: str | None = None
+
+    @property
+    def cache_fields(self) -> dict[str, Any]:
+        """The model's file digest instead of its path, and what forms its batches."""
+        if self._digest is None:
+            from kgsynth.modelio import model_digest
+
+            self._digest = model_digest(self.model)
+        return {
+            "backend": self.backend,
+            "model_digest": self._digest,
+            "batch_size": self.batch_size,
+            "device": self._resolve_device(),
+        }
 
     def _load(self) -> None:
         if self._model is not None:

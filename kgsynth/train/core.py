@@ -202,6 +202,10 @@ HELP = {
     "chance (--select-alpha), else the starting ones; selection.json lists every score. "
     "\\[default: keep the last weights]",
     "select_limit": "--select-questions: how many of them (the first N).",
+    "select_cache": "--select-questions: a request cache (SQLite) the validation answers go "
+    "through. A model is known there by its files, so one scored before on the same questions "
+    "(stage 2's or GRPO's start, where an earlier stage kept its weights) answers from it. "
+    "\\[default: none]",
     "select_alpha": "--select-questions: the best checkpoint replaces the starting weights only "
     "if an exact sign test on the validation questions the two answer differently gives p "
     "below this (1: always the best).",

@@ -183,6 +183,7 @@ class GRPOConfig:
     select_questions: str | None = option(None, HELP["select_questions"])
     select_limit: int = option(150, HELP["select_limit"])
     select_alpha: float = option(0.05, HELP["select_alpha"])
+    select_cache: str | None = option(None, HELP["select_cache"])
     logging_steps: int = option(1, "Write metrics every N steps.")
     seed: int = option(0, HELP["seed"])
     deepspeed: str | None = option(None, HELP["deepspeed"])

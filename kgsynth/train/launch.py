@@ -21,6 +21,7 @@ from which the CLI writes the manifest once the launcher returns.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -158,6 +159,7 @@ def run_launched(command: list[str], summary_path: Path) -> dict[str, Any] | Non
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: train one process of a launched run (SFT, or GRPO for a spec whose
     ``kind`` is ``rl``)."""
+    import faulthandler
     import json
     import logging
 
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None)  # deepspeed's
     ns = parser.parse_args(argv)
+    faulthandler.enable()  # a native abort prints every thread's Python stack first
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -186,5 +189,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def leave(code: int) -> None:
+    """End a launched worker at once, without the interpreter's teardown.
+
+    Under load a gloo rank now and then aborted at interpreter exit ("terminate called without
+    an active exception", SIGABRT) after its run had ended and every file was written; the
+    launcher then reports the whole run failed. Native threads are torn down at that point in
+    no fixed order. A worker has nothing left to do once :func:`main` returns (outputs closed,
+    process group left), so it flushes its streams and logs and exits with ``os._exit``."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -46,15 +46,20 @@ def candidates(
 
 
 def _score(
-    folder: Path, records: list[Any], graph: Any, agent: Any, batch_size: int
+    folder: Path,
+    records: list[Any],
+    graph: Any,
+    agent: Any,
+    batch_size: int,
+    cache: str | Path | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Greedy Hits@1 of the model in ``folder`` on ``records``, as ``kgsynth eval`` scores it,
-    and each question's."""
+    and each question's; through the request cache ``cache`` when given."""
     from kgsynth.eval import EvalConfig, evaluate
     from kgsynth.llm import make_llm
 
     cfg = EvalConfig(agent=agent).for_policy("hf", str(folder))
-    llm = make_llm("hf", model=str(folder), batch_size=batch_size)
+    llm = make_llm("hf", model=str(folder), batch_size=batch_size, cache=cache)
     try:
         rows, metrics = evaluate(records, llm, graph, cfg)
     finally:
@@ -75,6 +80,7 @@ def select_weights(
     *,
     alpha: float = 0.05,
     batch_size: int = 64,
+    cache: str | Path | None = None,
     notify: Callable[[str], None] | None = None,
     prefix: str = "step-",
     run_files: tuple[str, ...] = RUN_FILES,
@@ -97,7 +103,7 @@ def select_weights(
     scores: list[dict[str, Any]] = []
     start: dict[str, float] = {}
     for step, folder in cands:
-        hits, per_question = _score(folder, records, graph, agent, batch_size)
+        hits, per_question = _score(folder, records, graph, agent, batch_size, cache)
         entry: dict[str, Any] = {"step": step, "hits_at_1": round(hits, 6)}
         said = f"select: step {step}: validation Hits@1 {hits:.3f} ({len(records)} questions)"
         if step == 0:

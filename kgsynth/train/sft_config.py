@@ -72,7 +72,7 @@ SUMMARY = "train_summary.json"
 METRICS = "metrics.jsonl"
 LOSS_PNG = "loss.png"
 # stage 2's early stopping (--select-questions) and the agent that answers its questions
-SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha")
+SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha", "select_cache")
 SELECT_AGENT_FIELDS = (
     "relation_ranking",
     "first_hop_fallback",
@@ -192,6 +192,7 @@ class SFTConfig:
     )
     select_limit: int = option(150, HELP["select_limit"])
     select_alpha: float = option(0.05, HELP["select_alpha"])
+    select_cache: str | None = option(None, HELP["select_cache"])
     relation_ranking: str = _select_agent_option("relation_ranking")
     first_hop_fallback: str = _select_agent_option("first_hop_fallback")
     entity_matching: str = _select_agent_option("entity_matching")

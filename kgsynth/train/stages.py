@@ -100,6 +100,7 @@ def run_sft(
             ("--config", config_path),
             ("--select-questions", cfg.select_questions),
             ("--select-kg", cfg.select_kg),
+            ("--select-cache", cfg.select_cache),
         ],
     )
     # one run per folder: a second one on it fails at once (the lock goes with the process)
@@ -252,6 +253,7 @@ def run_rl(
             ("--config", config_path),
             ("--phase2-questions", cfg.phase2_questions),
             ("--select-questions", cfg.select_questions),
+            ("--select-cache", cfg.select_cache),
         ],
     )
     with staged:
@@ -316,7 +318,7 @@ def _select(
     graph = KGGraph(open_kg(kg or str(DEFAULT_KG), profile=profile))
     record = select_weights(
         run_dir, cfg.init, steps, cfg.select_questions, cfg.select_limit, graph, cfg.agent,
-        alpha=cfg.select_alpha, notify=notify, **layout,
+        alpha=cfg.select_alpha, notify=notify, cache=cfg.select_cache, **layout,
     )  # fmt: skip
     return selection_summary(record)
 
