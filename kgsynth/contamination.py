@@ -25,18 +25,18 @@ and torch are imported when the first model is needed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kgsynth.cores import all_cores
 from kgsynth.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -84,19 +84,6 @@ def _name_of(model: Any) -> str | None:
         return None
 
 
-@contextlib.contextmanager
-def _all_cores() -> Iterator[None]:
-    """torch on every core of the machine inside, its thread count as it was after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(before, os.cpu_count() or 1))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def embed(
     model: Any,
     texts: Sequence[str],
@@ -115,7 +102,7 @@ def embed(
         raise ConfigError(f"batch_size must be >= 1 (got {batch_size})")
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     parts: list[np.ndarray] = []
-    with _all_cores():
+    with all_cores():
         for start in range(0, len(order), batch_size):
             batch = [texts[i] for i in order[start : start + batch_size]]
             vecs = model.encode(

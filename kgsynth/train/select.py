@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kgsynth.cores import all_cores
 from kgsynth.errors import ConfigError
 from kgsynth.modelio import is_adapter
 from kgsynth.train.grpo_config import CHECKPOINTS, RUN_FILES
@@ -103,7 +104,8 @@ def select_weights(
     scores: list[dict[str, Any]] = []
     start: dict[str, float] = {}
     for step, folder in cands:
-        hits, per_question = _score(folder, records, graph, agent, batch_size, cache)
+        with all_cores():  # training is over: the answers get the whole machine
+            hits, per_question = _score(folder, records, graph, agent, batch_size, cache)
         entry: dict[str, Any] = {"step": step, "hits_at_1": round(hits, 6)}
         said = f"select: step {step}: validation Hits@1 {hits:.3f} ({len(records)} questions)"
         if step == 0:
