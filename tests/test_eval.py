@@ -254,6 +254,67 @@ KISMET = _record("who directed Kismet", "Kismet", ["William Dieterle"], 1, 1)
 JUAREZ = _record("what genre is Juarez", "Juarez", ["Drama"], 2, 1)
 
 
+class LoopingPolicy(LLM):
+    """Greedy turns copy a name in a loop until the token cap (no closing tag); a sample at
+    another temperature closes its action, except for the questions in ``stuck``."""
+
+    backend = "scripted"
+    model = "loops"
+
+    def __init__(self, stuck: set[str]) -> None:
+        super().__init__()
+        self.stuck = stuck
+        self.seen: list[tuple[str, int, float, int | None]] = []
+
+    def generate_batch(self, requests, progress=None):
+        out = []
+        for r in requests:
+            msgs = r.message_dicts()
+            question = msgs[1]["content"].split("\n")[0].removeprefix("Question: ")
+            turn = sum(m["role"] == "assistant" for m in msgs)
+            p = r.params
+            self.seen.append((question, turn, p.temperature, p.seed))
+            if p.temperature == 0 or question in self.stuck:
+                text, n = "<think>I list the relations of Kismetmet met met met", p.max_tokens
+            elif turn == 0:
+                text = '<think>x</think><kg-query>get_triples("Kismet", ["directed_by"])</kg-query>'
+                n = 5
+            else:
+                text, n = '<think>found</think><answer>["William Dieterle"]</answer>', 3
+            out.append(Completion(text, completion_tokens=n))
+        return out
+
+
+@pytest.mark.parametrize("budget", [0, 2])
+def test_a_turn_cut_in_a_copy_loop_is_sampled_again(budget: int):
+    """--resample-cut-turns N: a turn that fills the token cap without closing its action is
+    sampled again at --resample-temperature (seed + try) until one closes, at most N new
+    samples an episode; the closing sample replaces it and its tokens count too. A question
+    whose samples all loop keeps the cut turn, and spends no more once its budget is gone."""
+    fixed = _record("who directed Kismet", "Kismet", ["William Dieterle"], 1, 1)
+    stuck = _record("what genre is Juarez", "Juarez", ["Drama"], 2, 1)
+    llm = LoopingPolicy({stuck.question})
+    cfg = EvalConfig(max_turns=3, max_tokens=8, seed=5, resample_cut_turns=budget)
+    rows, m = evaluate([fixed, stuck], llm, KGGraph(movie_kg()), cfg)
+    by = {r["question"]: r for r in rows}
+    hot = [s for s in llm.seen if s[2] != 0.0]
+    if budget == 0:
+        assert not hot and by[fixed.question]["hits_at_1"] == 0.0
+        assert by[fixed.question]["format_errors"] == 4
+        return
+    first = by[fixed.question]
+    # both of its greedy turns loop; each is replaced by its first new sample
+    assert first["hits_at_1"] == 1.0 and first["format_errors"] == 0 and first["resamples"] == 2
+    assert first["messages"][2]["content"].endswith("</kg-query>")
+    assert first["generated_tokens"] == (8 + 5) + (8 + 3)
+    assert [(t, seed) for q, t, _, seed in hot if q == fixed.question] == [(0, 6), (1, 6)]
+    loops = by[stuck.question]
+    assert loops["resamples"] == 2 and loops["format_errors"] == 4
+    assert [(t, seed) for q, t, _, seed in hot if q == stuck.question] == [(0, 6), (0, 7)]
+    assert loops["messages"][2]["content"].startswith("<think>I list the relations of Kismetmet")
+    assert m["process"]["resamples_per_question"] == 2.0
+
+
 def test_agent_runs_scored_with_tools_errors_and_tokens():
     q = '<think>look it up</think><kg-query>get_triples("Kismet", ["directed_by"])</kg-query>'
     scripts = {

@@ -104,6 +104,16 @@ class AgentConfig:
         "is read as the most similar name in the question or in the episode's observations, "
         "difflib ratio 0.6 or more, and the observation says so)",
     )
+    resample_cut_turns: int = option(
+        0,
+        "Text policies (eval, synthesis, early stopping): a turn cut at --max-turn-tokens "
+        "before it closes its action (a copy loop, as a rule) is sampled again at "
+        "--resample-temperature (seeded), at most N times in an episode; the first sample that "
+        "closes replaces it, else the cut turn stands. GRPO keeps every turn as sampled",
+    )
+    resample_temperature: float = option(
+        0.7, "--resample-cut-turns: the temperature of the new samples"
+    )
     kgr1_max_relations: int | None = option(
         None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
     )
@@ -136,6 +146,8 @@ class AgentConfig:
         need(self.toolset in TOOLSETS, "toolset", "graphwalker, kgr1, knowcoder, isp or sexpr")
         need(self.max_turns >= 1, "max_turns", ">= 1")
         need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
+        need(self.resample_cut_turns >= 0, "resample_cut_turns", ">= 0")
+        need(self.resample_temperature > 0, "resample_temperature", "> 0")
         need(self.system_prompt in PROMPT_STYLES, "system_prompt", " or ".join(PROMPT_STYLES))
         need(self.rerank in RERANK_MODES, "rerank", "none or llm")
         need(

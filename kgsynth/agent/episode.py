@@ -54,6 +54,7 @@ class Episode:
     forced_answer: bool = False
     timed_out: bool = False  # ended on its wall-time limit (RL rollouts)
     done: bool = False
+    resamples: int = 0  # new samples drawn for turns cut before their action closed
 
     @property
     def tool_errors(self) -> int:

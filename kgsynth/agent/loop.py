@@ -23,6 +23,7 @@ writes itself is stripped before parsing and never counts as observed.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -174,12 +175,25 @@ class TextPolicy:
     """An LLM client as the turn policy: one ``generate_batch`` of chat requests per turn,
     sampling until a closing action tag (an isp step: until the turn ends, or the model starts
     an observation). A task's reference (referenced rejection sampling) is shown in the user
-    prompt the policy sees, never stored in the episode."""
+    prompt the policy sees, never stored in the episode.
+
+    ``resample_cut_turns`` > 0: a turn that reached ``max_tokens`` without a closing tag
+    (run 2026-11-27 Y's stage 1 on dev: a name copied in a loop, "Maurice Pialatce Pialatce
+    …", in 27 of 300 questions, all missed) is sampled again at ``resample_temperature``, the
+    seed moved on with each try, until one closes or the episode has drawn that many new
+    samples; the cut turn stands when none closes. The episode counts what it drew
+    (``Episode.resamples``), and the turn's tokens count every sample."""
 
     batch_size = None
 
     def __init__(
-        self, llm: LLM, params: GenerationParams | None = None, toolset: str | None = None
+        self,
+        llm: LLM,
+        params: GenerationParams | None = None,
+        toolset: str | None = None,
+        *,
+        resample_cut_turns: int = 0,
+        resample_temperature: float = 0.7,
     ) -> None:
         base = params or GenerationParams(max_tokens=512)
         self.llm = llm
@@ -190,6 +204,8 @@ class TextPolicy:
             stop=tuple(dict.fromkeys((*base.stop, *stop_sequences(toolset)))),
             seed=base.seed,
         )
+        self.resample_cut_turns = resample_cut_turns
+        self.resample_temperature = resample_temperature
 
     def begin(self, episode: Episode) -> None:
         return None
@@ -208,10 +224,46 @@ class TextPolicy:
                 Request.make(messages, self.params, task="agent_turn", context={"turn": turn})
             )
         completions = self.llm.generate_batch(requests)
-        return [
+        out = [
             Generated(c.text, None, c.completion_tokens) if c.ok else Generated("", c.error)
             for c in completions
         ]
+        if self.resample_cut_turns:
+            self._resample_cut(live, requests, out)
+        return out
+
+    def _cut(self, text: str, completion_tokens: int) -> bool:
+        """A turn that used the whole token budget and closed no action."""
+        return completion_tokens >= self.params.max_tokens and not any(
+            text.rstrip().endswith(s) for s in self.params.stop
+        )
+
+    def _resample_cut(
+        self, live: Sequence[LiveEpisode], requests: list[Request], out: list[Generated]
+    ) -> None:
+        cut = [g.error is None and self._cut(g.text, g.completion_tokens) for g in out]
+        for attempt in range(1, self.resample_cut_turns + 1):
+            todo = [
+                i
+                for i in range(len(out))
+                if cut[i] and live[i].episode.resamples < self.resample_cut_turns
+            ]
+            if not todo:
+                return
+            params = dataclasses.replace(
+                self.params,
+                temperature=self.resample_temperature,
+                seed=(self.params.seed or 0) + attempt,
+            )
+            again = self.llm.generate_batch(
+                [dataclasses.replace(requests[i], params=params) for i in todo]
+            )
+            for i, c in zip(todo, again, strict=True):
+                live[i].episode.resamples += 1
+                spent = out[i].completion_tokens + c.completion_tokens
+                cut[i] = not c.ok or self._cut(c.text, c.completion_tokens)
+                text = out[i].text if cut[i] else c.text
+                out[i] = Generated(text, None, spent)
 
     def observe(
         self, live: LiveEpisode, generated: Generated, reply: dict[str, str], turn: int
@@ -229,11 +281,20 @@ def run_episodes(
     params: GenerationParams | None = None,
     on_turn: Callable[[int, int], None] | None = None,
     system_text: str | None = None,
+    resample_cut_turns: int = 0,
+    resample_temperature: float = 0.7,
 ) -> list[Episode]:
-    """:func:`run_turns` with an LLM client (:class:`TextPolicy`); ``system_text`` replaces
-    the rendered system prompt (a checkpoint's stored one)."""
+    """:func:`run_turns` with an LLM client (:class:`TextPolicy`, which also takes the
+    resampling options); ``system_text`` replaces the rendered system prompt (a checkpoint's
+    stored one)."""
     live = run_turns(
-        TextPolicy(llm, params, toolset),
+        TextPolicy(
+            llm,
+            params,
+            toolset,
+            resample_cut_turns=resample_cut_turns,
+            resample_temperature=resample_temperature,
+        ),
         tasks,
         make_env,
         system_text=system_text or system_prompt(toolset, max_turns),

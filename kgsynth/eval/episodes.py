@@ -78,6 +78,7 @@ def _episode_fields(ep: Episode, tokens: int) -> dict[str, Any]:
         "format_errors": summary["format_errors"],
         "llm_errors": sum(1 for t in ep.turns if t.llm_error),
         "generated_tokens": tokens,
+        "resamples": ep.resamples,
         "tool_calls": summary["tool_calls"],
         "messages": summary["messages"],
         "turns": summary["turns"],
@@ -132,6 +133,8 @@ def run_agent(
             params=cfg.params(run),
             on_turn=on_turn,
             system_text=cfg.system_text,
+            resample_cut_turns=cfg.agent.resample_cut_turns,
+            resample_temperature=cfg.agent.resample_temperature,
         )
         for rec, ep in zip(records, episodes, strict=True):
             fields = _episode_fields(ep, ep.generated_tokens)
@@ -202,6 +205,7 @@ def run_no_tools(
                     format_errors=format_errors,
                     llm_errors=int(not comp.ok),
                     generated_tokens=comp.completion_tokens,
+                    resamples=0,
                     tool_calls=[],
                     messages=stored,
                     turns=[],

@@ -212,6 +212,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "format_errors_per_question": per_prediction("format_errors"),
             "llm_errors_per_question": per_prediction("llm_errors"),
             "generated_tokens_per_question": per_prediction("generated_tokens"),
+            "resamples_per_question": per_prediction("resamples"),
             "answered": per_prediction("answered"),
             "forced_answer": per_prediction("forced_answer"),
         },

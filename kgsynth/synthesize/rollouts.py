@@ -86,6 +86,8 @@ def rollout_trajectories(
             params=params,
             on_turn=on_turn,
             system_text=sampling_text,
+            resample_cut_turns=cfg.tool_config().resample_cut_turns,
+            resample_temperature=cfg.tool_config().resample_temperature,
         )
         for i, ep in zip(idx, episodes, strict=True):
             row, s, ref = meta[i]

@@ -176,6 +176,13 @@ class GRPOConfig:
     max_triples_per_relation: int = agent_option("max_triples_per_relation")
     gate_high: float = agent_option("gate_high")
     gate_low: float = agent_option("gate_low")
+    resample_cut_turns: int = agent_option(
+        "resample_cut_turns",
+        help="--select-questions' agent: a turn cut at the token cap before it closes its "
+        "action is sampled again at --resample-temperature, at most N times in an episode "
+        "(GRPO's own rollouts keep every turn as sampled)",
+    )
+    resample_temperature: float = agent_option("resample_temperature")
     distance_max_depth: int = option(
         3, "The distance reward's search depth (hops from the topic entities)."
     )

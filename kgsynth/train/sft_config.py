@@ -79,6 +79,8 @@ SELECT_AGENT_FIELDS = (
     "entity_matching",
     "max_turns",
     "max_turn_tokens",
+    "resample_cut_turns",
+    "resample_temperature",
 )
 # Changing these between an interrupted run and its resumption keeps it the same run.
 RESUMABLE_CHANGES = frozenset(
@@ -198,6 +200,8 @@ class SFTConfig:
     entity_matching: str = _select_agent_option("entity_matching")
     max_turns: int = _select_agent_option("max_turns")
     max_turn_tokens: int = _select_agent_option("max_turn_tokens")
+    resample_cut_turns: int = _select_agent_option("resample_cut_turns")
+    resample_temperature: float = _select_agent_option("resample_temperature")
 
     @property
     def agent(self) -> AgentConfig:
