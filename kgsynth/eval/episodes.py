@@ -205,7 +205,6 @@ def run_no_tools(
                     format_errors=format_errors,
                     llm_errors=int(not comp.ok),
                     generated_tokens=comp.completion_tokens,
-                    resamples=0,
                     tool_calls=[],
                     messages=stored,
                     turns=[],

@@ -59,11 +59,12 @@ def rollout_trajectories(
             meta.append((row, sample, ref))
     by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
 
+    agent = cfg.tool_config()
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
-    prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
+    prime_relation_ranking(agent, (row["question"] for row in rows))
 
     def make_env(task: EpisodeTask) -> ToolEnvironment:
-        return ToolEnvironment(graph, by_task[id(task)], cfg.tool_config(), reranker)
+        return ToolEnvironment(graph, by_task[id(task)], agent, reranker)
 
     stored_text = system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     sampling_text = stored_text
@@ -86,8 +87,8 @@ def rollout_trajectories(
             params=params,
             on_turn=on_turn,
             system_text=sampling_text,
-            resample_cut_turns=cfg.tool_config().resample_cut_turns,
-            resample_temperature=cfg.tool_config().resample_temperature,
+            resample_cut_turns=agent.resample_cut_turns,
+            resample_temperature=agent.resample_temperature,
         )
         for i, ep in zip(idx, episodes, strict=True):
             row, s, ref = meta[i]
