@@ -117,10 +117,10 @@ all: install
 
 # `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,376 s (run X, with
 # round trips; V before them 1,537 s on a quiet machine) against `make all`'s 1,016 s (run U)
-# and 1,140-1,213 s on the slower hours of 2026-11-27 (runs W, Y, Z, AA). A one-process stage 1 scored higher than a two-process
-# one in 3 of 7 pairs of runs, lower or level in the others (X 0.457 against W 0.520); the
-# spread from run to run is wide (README, "What the tiny agent learns"). STAGE1_ARGS passes
-# stage-1 flags.
+# and 1,140-1,213 s on the slower hours of 2026-11-27 (runs W, Y, Z, AA). A one-process stage 1
+# scored higher than a two-process one in 3 of 8 pairs of runs, lower or level in the others
+# (AB 0.503 against AA 0.540, X 0.457 against W 0.520); the spread from run to run is wide
+# (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags.
 STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:

@@ -214,6 +214,32 @@ def test_dev_sample_is_drawn_from_consistent_dev_questions_and_regenerates(tmp_p
     assert out.read_bytes() == DEV_SAMPLE.read_bytes()
 
 
+@pytest.mark.skipif(not METAQA.is_dir(), reason=f"MetaQA data not found at {METAQA}")
+def test_the_check_sample_shares_no_question_with_the_dev_sample_and_regenerates(tmp_path):
+    script = str(DEV_SAMPLE.parents[1] / "make_dev_sample.py")
+    check = DEV_SAMPLE.parents[1] / "dev_check" / "metaqa_dev_check.jsonl"
+    out = tmp_path / "check.jsonl"
+    cmd = [sys.executable, script, "--seed", "1", "--exclude", str(DEV_SAMPLE), "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert out.read_bytes() == check.read_bytes()
+    rows = [json.loads(line) for line in check.read_text().splitlines()]
+    ids = {r["question_id"] for r in rows}
+    assert len(ids) == 300 and Counter(r["hops"] for r in rows) == {1: 100, 2: 100, 3: 100}
+    assert not ids & {
+        json.loads(line)["question_id"] for line in DEV_SAMPLE.read_text().splitlines()
+    }
+    # the exclusion is what changes the draw: seed 1 without it draws other questions
+    subprocess.run([*cmd[:4], "--out", str(out)], check=True, capture_output=True)
+    again = {json.loads(line)["question_id"] for line in out.read_text().splitlines()}
+    assert again != ids
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": "x"}\n')
+    done = subprocess.run(
+        [*cmd[:4], "--exclude", str(bad), "--out", str(out)], capture_output=True, text=True
+    )
+    assert done.returncode != 0 and f"{bad}, line 1: needs source and source_line" in done.stderr
+
+
 # --- agent and no-tools runs with a scripted policy ---------------------------------------
 
 

@@ -16,6 +16,15 @@ numbers into ``{1,2,3}-hop/vanilla/qa_dev.txt``), and writes them as JSONL, inte
 Same inputs and seed give the same bytes. Run from the repository root::
 
     python data/metaqa/make_dev_sample.py --metaqa ../shared/data/metaqa
+
+``--exclude FILE`` (repeatable) leaves out every question of an earlier sample (by its
+``source`` and ``source_line``), so a second sample shares none with the first. The check
+sample, drawn once to test the trained agent outside the dev sample and never used to choose
+anything::
+
+    python data/metaqa/make_dev_sample.py --seed 1 \
+        --exclude data/metaqa/dev_sample/metaqa_dev_sample.jsonl \
+        --out data/metaqa/dev_check/metaqa_dev_check.jsonl
 """
 
 from __future__ import annotations
@@ -32,7 +41,11 @@ DEFAULT_OUT = HERE / "dev_sample" / "metaqa_dev_sample.jsonl"
 BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 
 
-def sample_hop(metaqa: Path, hops: int, per_hop: int, rng: random.Random) -> list[dict]:
+def sample_hop(
+    metaqa: Path, hops: int, per_hop: int, rng: random.Random, taken: frozenset = frozenset()
+) -> list[dict]:
+    """``per_hop`` consistent questions of one hop count, none of whose 0-based line numbers
+    (with their ``source``) is in ``taken``."""
     source = f"{hops}-hop/vanilla/qa_dev.txt"
     lines = (metaqa / source).read_text(encoding="utf-8").splitlines()
     qtypes = (metaqa / f"{hops}-hop" / "qa_dev_qtype.txt").read_text(encoding="utf-8").splitlines()
@@ -41,6 +54,9 @@ def sample_hop(metaqa: Path, hops: int, per_hop: int, rng: random.Random) -> lis
     consistent = [
         int(x) for x in (metaqa / "derived" / f"consistent_dev_{hops}hop.idx").read_text().split()
     ]
+    consistent = [i for i in consistent if (source, i) not in taken]
+    if len(consistent) < per_hop:
+        raise SystemExit(f"{source}: {len(consistent)} questions left to draw, {per_hop} asked")
     rows = []
     for index in sorted(rng.sample(consistent, per_hop)):
         question, answers = lines[index].split("\t")
@@ -59,15 +75,32 @@ def sample_hop(metaqa: Path, hops: int, per_hop: int, rng: random.Random) -> lis
     return rows
 
 
+def sampled(path: Path) -> list[tuple[str, int]]:
+    """The (source, 0-based line) of every question of a sample file."""
+    pairs = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            pairs.append((row["source"], int(row["source_line"]) - 1))
+        except (ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{path}, line {n}: needs source and source_line ({e})") from None
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metaqa", type=Path, default=DEFAULT_METAQA, help="MetaQA folder")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--per-hop", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--exclude", type=Path, action="append", default=[],
+        help="an earlier sample (JSONL) whose questions this one leaves out; repeatable",
+    )  # fmt: skip
     args = parser.parse_args()
+    taken = frozenset(pair for path in args.exclude for pair in sampled(path))
     rng = random.Random(args.seed)
-    by_hops = [sample_hop(args.metaqa, hops, args.per_hop, rng) for hops in (1, 2, 3)]
+    by_hops = [sample_hop(args.metaqa, hops, args.per_hop, rng, taken) for hops in (1, 2, 3)]
     rows = [row for group in zip(*by_hops, strict=True) for row in group]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8", newline="\n") as fh:
