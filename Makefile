@@ -15,7 +15,7 @@ SMOKE ?=
 export OMP_NUM_THREADS ?= 1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install virtuoso test test-all lint format all learn bench clean sparql-agents kbqa-r1
+.PHONY: install virtuoso test test-all lint format all learn dev-check bench clean sparql-agents kbqa-r1
 
 install: $(STAMP)
 
@@ -125,6 +125,14 @@ STAGE1_ARGS ?=
 LEARN_RUN ?= runs/learn
 learn:
 	$(MAKE) all RUN=$(LEARN_RUN) NPROC=1
+
+# `make dev-check`: the final agent of a finished run ($(RUN)/rl) on 300 other MetaQA dev
+# questions (data/metaqa/dev_check/, none in the dev sample; evaluated only, never chosen on),
+# in $(RUN)/eval/check. RUN=$(LEARN_RUN) checks `make learn`'s agent.
+DEV_CHECK := data/metaqa/dev_check/metaqa_dev_check.jsonl
+dev-check: install
+	@test -f $(RUN)/rl/model.safetensors || { echo "dev-check: no final agent at $(RUN)/rl; run make all (or pass RUN=DIR)" >&2; exit 2; }
+	$(K) eval $(CFG) --questions $(DEV_CHECK) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) --model $(RUN)/rl --out $(RUN)/eval/check --label "rl (check sample)" --overwrite
 
 # The SPARQL-writing agents (issue 17) end to end on the shipped KB, one run per tool set:
 # oracle trajectories in the tool set's action space -> filter -> stage1 -> rl (the paper's
