@@ -83,10 +83,11 @@ SMOKE_RL := $(if $(SMOKE),--max-steps 2 --save-steps 1 --select-limit 6)
 SMOKE_VAL := $(if $(SMOKE),--n 30)
 SMOKE_EVAL := $(if $(SMOKE),--limit 9)
 # batches of 50: the 300 questions' first turn is 6 batches, 3 per worker
+EVAL_AGENT := $(CFG) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC)
 # the evals and the early stoppings go through request caches of this run (removed as it
 # starts): a model is known there by its files, so a stage that kept its start's weights
 # answers from its start's entries instead of generating the same answers again
-EVAL := $(CFG) --questions $(DEV) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) --cache $(RUN)/eval_cache.sqlite $(SMOKE_EVAL)
+EVAL := $(EVAL_AGENT) --questions $(DEV) --cache $(RUN)/eval_cache.sqlite $(SMOKE_EVAL)
 QUESTIONS := --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg
 
 all: install
@@ -132,7 +133,7 @@ learn:
 DEV_CHECK := data/metaqa/dev_check/metaqa_dev_check.jsonl
 dev-check: install
 	@test -f $(RUN)/rl/model.safetensors || { echo "dev-check: no final agent at $(RUN)/rl; run make all (or pass RUN=DIR)" >&2; exit 2; }
-	$(K) eval $(CFG) --questions $(DEV_CHECK) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC) --model $(RUN)/rl --out $(RUN)/eval/check --label "rl (check sample)" --overwrite
+	$(K) eval $(EVAL_AGENT) --questions $(DEV_CHECK) --model $(RUN)/rl --out $(RUN)/eval/check --label "rl (check sample)" --overwrite
 
 # The SPARQL-writing agents (issue 17) end to end on the shipped KB, one run per tool set:
 # oracle trajectories in the tool set's action space -> filter -> stage1 -> rl (the paper's

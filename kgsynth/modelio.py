@@ -55,16 +55,14 @@ def model_digest(folder: str | Path) -> str:
     generation config, tokenizer, chat template and stored system prompt (a LoRA folder adds
     its local base model's). Two folders holding the same model have the same digest whatever
     run wrote them (a stage that kept its starting weights); retrained weights change it."""
+    from kgsynth.manifest import sha256_file
+
     root = Path(folder)
     h = hashlib.sha256()
     for f in sorted(p for p in root.iterdir() if p.is_file()):
         if f.name in RUN_RECORDS or f.suffix in RECORD_SUFFIXES or f.name.startswith("."):
             continue
-        file_hash = hashlib.sha256()
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                file_hash.update(block)
-        h.update(f"{f.name}\0{file_hash.hexdigest()}\n".encode())
+        h.update(f"{f.name}\0{sha256_file(f)}\n".encode())
     if is_adapter(root):
         base = json.loads((root / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
         if base and Path(base).is_dir():

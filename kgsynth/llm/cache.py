@@ -4,9 +4,10 @@ The key is a hash of (backend, model, parameters, messages) — plus the task co
 template backend. A local checkpoint (``hf``) is known by the digest of its files rather than
 its path, so retrained weights never read an older answer, and a stage that kept its starting
 weights answers from the entries its start wrote. Re-running a stage makes zero new requests.
-Every insert is its own transaction in WAL mode, so a ``kill -9`` loses at most the request in flight and never leaves
-a corrupt cache. Cached texts pass through :func:`~kgsynth.text.clean_text` when read, so an
-entry written before replies were cleaned cannot fail every re-run.
+Every insert is its own transaction in WAL mode, so a ``kill -9`` loses at most the request in
+flight and never leaves a corrupt cache. Cached texts pass through
+:func:`~kgsynth.text.clean_text` when read, so an entry written before replies were cleaned
+cannot fail every re-run.
 """
 
 from __future__ import annotations
