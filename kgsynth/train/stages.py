@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -106,6 +107,7 @@ def run_sft(
     # one run per folder: a second one on it fails at once (the lock goes with the process)
     with OutputLock(out_dir):
         recover_input(corpus)
+        _drop_run_without_progress(out_dir)
         with (status or _quiet)("reading the corpus and preparing the run folder…"):
             spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=overwrite)
         check_batch_split(spec.config, p.launch.world_size)
@@ -121,6 +123,27 @@ def run_sft(
         if spec.config.select_questions:
             summary = _select_sft(spec, summary, notify)
         return _sft_manifest(spec, p, summary, started)
+
+
+def _drop_run_without_progress(out_dir: Path) -> None:
+    """Remove an unfinished SFT run folder that holds nothing to resume from: no complete
+    checkpoint, no saved weights, no manifest.
+
+    A run that failed or was killed before its first checkpoint (a bad ``--lora-target``
+    fails as training starts) leaves its ``train_config.json``; kept, it would make the
+    corrected command a "different run" that only ``--overwrite`` gets past, although there is
+    no progress to protect. A folder with a checkpoint or weights keeps its run: the same
+    options resume it and different ones are still refused."""
+    from kgsynth.train.sft_config import CHECKPOINTS
+    from kgsynth.train.sft_run import last_complete_checkpoint
+
+    if not (out_dir / SFT_SPEC).is_file() or (out_dir / "manifest.json").exists():
+        return  # not a kgsynth run folder (prepare_run refuses it), or a finished run
+    if last_complete_checkpoint(out_dir / CHECKPOINTS) is not None:
+        return
+    if any(out_dir.glob("*.safetensors")):  # trained to the end; only the manifest is missing
+        return
+    shutil.rmtree(out_dir)
 
 
 def _select_sft(spec: Any, summary: dict[str, Any], notify: Callable[[str], None] | None) -> dict:
