@@ -1,5 +1,9 @@
-"""One writer per output: an exclusive ``flock`` on ``.NAME.lock`` beside it, so that a second
-run on the same output fails at once with a message naming the holder's pid."""
+"""One writer per output: an exclusive ``flock`` on ``.STEM.lock`` beside it, so that a second
+run on the same output fails at once with a message naming the holder's pid.
+
+The lock is named after the output's stem, not its whole name, because a file output's sidecars
+are: ``walks.parquet`` and ``walks.pq`` both write ``walks.manifest.json``, so two runs on them
+are two writers of one file and must not run at once."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from kgsynth.errors import OutputBusyError
 
 
 class OutputLock:
-    """An exclusive, non-blocking ``flock`` on ``.NAME.lock`` beside ``out``.
+    """An exclusive, non-blocking ``flock`` on ``.STEM.lock`` beside ``out``.
 
     The lock file is removed on release. After a ``kill -9`` it stays behind, unlocked (the
     kernel drops the lock with the process); the next run takes it and removes it."""
@@ -19,7 +23,10 @@ class OutputLock:
     def __init__(self, out: str | Path, flag: str = "--out") -> None:
         self.out = Path(out)
         self.flag = flag
-        self.path = self.out.with_name(f".{self.out.name}.lock")
+        where = Path(os.path.abspath(self.out))  # "." and "" have no name to put a lock beside
+        if not where.name:
+            raise ValueError(f"{out}: an output needs a name (not the root folder)")
+        self.path = where.with_name(f".{where.stem}.lock")
         self._fd: int | None = None
 
     def acquire(self) -> OutputLock:

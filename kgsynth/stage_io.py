@@ -26,7 +26,9 @@ What it guarantees:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +37,8 @@ from typing import Any
 
 from kgsynth.errors import ConfigError, InputFileError, OutputBusyError
 from kgsynth.output_lock import OutputLock
+
+log = logging.getLogger(__name__)
 
 SIDECARS = ("manifest.json", "rejected.parquet")
 """Written beside a file output, named after it: ``questions.parquet`` → ``questions.manifest.json``."""
@@ -57,6 +61,12 @@ def owned_files(out: str | Path) -> list[Path]:
     """The files a file output consists of: itself, its sidecars and its plot."""
     out = Path(out)
     return [out, *(sidecar(out, n) for n in SIDECARS), stats_png(out)]
+
+
+def absolute(path: str | Path) -> Path:
+    """``path`` made absolute without resolving links: ``walks.parquet``, ``./walks.parquet``
+    and ``''`` (the current folder) all get a parent and a name to put hidden files beside."""
+    return Path(os.path.abspath(path))
 
 
 def _hidden(out: Path, suffix: str) -> Path:
@@ -142,6 +152,12 @@ def check_folder_target(out: Path, flag: str = "--out") -> None:
     """``out`` names a folder: not an existing file, not below a file."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{flag}: {out} is a file; this command writes a folder of outputs")
+    here = absolute(".")
+    if absolute(out) == here or absolute(out) in here.parents:
+        raise ConfigError(
+            f"{flag}: {out} is the current folder (or holds it); a folder output is replaced "
+            f"whole, so give a new folder name such as {Path(out) / 'out'}"
+        )
     _check_not_below_a_file(out, flag)
 
 
@@ -161,11 +177,76 @@ def _old(out: Path) -> Path:
     return _hidden(out, "old")
 
 
-def _finish(out: Path) -> None:
-    """Roll a committed output forward: every step is idempotent, so a crash anywhere in
-    here is finished by the next call."""
+MARKER_VERSION = 2
+
+
+def _signature(out: Path, folder: bool, names: list[str], cleanup: list[str]) -> str:
+    """What ties a commit marker to the one output it was written for: a digest of the
+    output's absolute path and of the marker's content. A marker copied from elsewhere (another
+    folder, another output, a run folder moved) or written by hand does not match it."""
+    body = json.dumps(
+        {"output": str(out), "folder": folder, "names": names, "cleanup": cleanup},
+        sort_keys=True,
+    )
+    return hashlib.sha256(f"kgsynth-commit-{MARKER_VERSION}\n{body}".encode()).hexdigest()
+
+
+def _cleanup_allowed(out: Path, path: Path) -> bool:
+    """A path a commit may remove: a sibling of the output named after it (a walk's
+    ``walks.parquet.parts``), never the output itself, one of its files, or anything else."""
+    return (
+        path.parent == out.parent
+        and path.name.startswith(out.name + ".")
+        and path.name not in {p.name for p in owned_files(out)}
+    )
+
+
+def _read_marker(out: Path) -> dict[str, Any] | None:
+    """The commit marker of ``out`` if kgsynth wrote it for this very output, else None (after
+    a warning naming the file): a stray, copied or damaged marker is reported and left alone."""
     marker = _marker(out)
-    data = json.loads(marker.read_text())
+    why = None
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data, why = None, f"not a kgsynth commit marker ({type(exc).__name__})"
+    if why is None:
+        fields = ("folder", "names", "cleanup", "output", "signature")
+        if not isinstance(data, dict) or any(f not in data for f in fields):
+            why = "not a kgsynth commit marker (fields missing)"
+        elif data["output"] != str(out):
+            why = f"written for another output ({data['output']})"
+        elif not (
+            isinstance(data["folder"], bool)
+            and isinstance(data["names"], list)
+            and all(isinstance(n, str) for n in data["names"])
+            and isinstance(data["cleanup"], list)
+            and all(isinstance(c, str) for c in data["cleanup"])
+        ) or data["signature"] != _signature(out, data["folder"], data["names"], data["cleanup"]):
+            why = "its signature does not match its content"
+        elif not data["folder"] and (
+            out.name not in data["names"]
+            or not set(data["names"]) <= {p.name for p in owned_files(out)}
+        ):
+            why = "it names files that are not this output's"
+        elif data["folder"] and out.exists() and not out.is_dir():
+            why = "it says folder, but the output is a file"
+        elif not all(_cleanup_allowed(out, Path(c)) for c in data["cleanup"]):
+            why = "it would remove paths that are not this output's"
+    if why is not None:
+        log.warning("%s: left alone, %s", marker, why)
+        return None
+    return data
+
+
+def _finish(out: Path) -> bool:
+    """Roll a committed output forward: every step is idempotent, so a crash anywhere in
+    here is finished by the next call. False (nothing done) when the marker is not one
+    kgsynth wrote for ``out``."""
+    marker = _marker(out)
+    data = _read_marker(out)
+    if data is None:
+        return False
     staging, old = _staging(out), _old(out)
     if data["folder"]:
         if staging.exists():
@@ -179,26 +260,29 @@ def _finish(out: Path) -> None:
             shutil.rmtree(old)
     else:
         names = set(data["names"])
-        for name in sorted(names):
-            src = staging / name
-            if src.exists():
-                os.replace(src, out.with_name(name))
-        for path in owned_files(out):
-            if path.name not in names and path.exists():
-                path.unlink()
-        _fsync_dir(out.parent)
-        shutil.rmtree(staging, ignore_errors=True)
-    for extra in data.get("cleanup", []):
+        # the staging folder goes last, so while it is there the old files may still be
+        # ours to replace; once it is gone every step before was done
+        if staging.is_dir():
+            for name in sorted(names):
+                src = staging / name
+                if src.exists():
+                    os.replace(src, out.with_name(name))
+            for path in owned_files(out):
+                if path.name not in names and path.exists():
+                    path.unlink()
+            _fsync_dir(out.parent)
+            shutil.rmtree(staging, ignore_errors=True)
+    for extra in data["cleanup"]:
         shutil.rmtree(extra, ignore_errors=True)
     marker.unlink()
     _fsync_dir(out.parent)
+    return True
 
 
 def _recover_locked(out: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         _hidden(out, "commit.tmp").unlink()
-    if _marker(out).exists():
-        _finish(out)
+    if _marker(out).exists() and _finish(out):
         return
     shutil.rmtree(_staging(out), ignore_errors=True)
     old = _old(out)
@@ -212,7 +296,9 @@ def _recover_locked(out: Path) -> None:
 def recover(out: str | Path) -> None:
     """Finish or undo an interrupted commit of ``out`` (a no-op when there is none). Readers
     call it on their inputs; a run writing ``out`` right now is left alone."""
-    out = Path(out)
+    out = absolute(out)
+    if not out.name:  # the root folder: nothing kgsynth writes
+        return
     pending = [p for p in (_marker(out), _staging(out), _old(out)) if p.exists()]
     if not pending:
         return
@@ -231,7 +317,7 @@ def recover_input(path: str | Path | None) -> None:
     """Recover ``path`` and the folder output it may lie in (``corpus/accepted.parquet``)."""
     if path is None:
         return
-    path = Path(path)
+    path = absolute(path)
     recover(path)
     recover(path.parent)
 
@@ -257,7 +343,13 @@ class StagedOutput:
         names: set[str] | frozenset[str] = frozenset(),
         resume: bool = False,
     ) -> None:
-        self.out = Path(out)
+        if not str(out).strip():
+            raise ConfigError(f"{flag}: an empty path; give the output's file or folder name")
+        # absolute, so that "walks.parquet", "./walks.parquet" and "." all have a parent and a
+        # name (messages show it this way too)
+        self.out = absolute(out)
+        if not self.out.name:
+            raise ConfigError(f"{flag}: {out} is the root folder; give a file or folder name")
         # keep the staging folder a killed run left (its checkpoints) instead of removing it
         self.resume = resume
         self.resumed = False
@@ -266,7 +358,10 @@ class StagedOutput:
         self.overwrite = overwrite
         self.inputs = inputs or {}
         self.flag = flag
-        self.cleanup = cleanup or []
+        self.cleanup = [absolute(p) for p in cleanup or []]
+        for path in self.cleanup:
+            if not _cleanup_allowed(self.out, path):
+                raise ValueError(f"{path}: a commit only removes paths named after {self.out}")
         self.staging = _staging(self.out)
         self.lock = OutputLock(self.out, flag)
         self.committed = False
@@ -359,14 +454,22 @@ class StagedOutput:
         _fsync_tree(self.staging)
         marker = _marker(self.out)
         tmp = _hidden(self.out, "commit.tmp")
-        data = {"folder": self.folder, "names": names, "cleanup": [str(p) for p in self.cleanup]}
+        cleanup = [str(absolute(p)) for p in self.cleanup]
+        data = {
+            "folder": self.folder,
+            "names": names,
+            "cleanup": cleanup,
+            "output": str(self.out),
+            "signature": _signature(self.out, self.folder, names, cleanup),
+        }
         with open(tmp, "w") as fh:
             fh.write(json.dumps(data) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, marker)
         _fsync_dir(marker.parent)
-        _finish(self.out)
+        if not _finish(self.out):  # our own marker always matches: a bug if it does not
+            raise RuntimeError(f"{marker}: the commit marker just written does not verify")
         self.committed = True
 
     # -- closing
@@ -394,7 +497,7 @@ def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kgsynth.schema import check_columns, fill_missing
+    from kgsynth.schema import check_columns, check_types, fill_missing
 
     recover_input(path)  # a commit of it that a crash interrupted is finished first
     if not path.is_file():
@@ -408,6 +511,7 @@ def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -
     if missing:
         raise InputFileError(path, f"{flag}: missing column(s) {', '.join(sorted(missing))}")
     check_columns(table, path, flag, schema, need)
+    check_types(table, path, flag, schema, set(schema.names) - need)
     rows = table.to_pylist()
     if {"topic_names", "branches", "merge_at"} <= need:
         for i, row in enumerate(rows):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kgsynth import stage_io
 from kgsynth.errors import ConfigError, OutputBusyError
 from kgsynth.stage_io import (
     OutputLock,
@@ -24,6 +25,14 @@ from kgsynth.stage_io import (
     recover_input,
     sidecar,
 )
+
+
+def signed_marker(out: Path, names: list[str], cleanup: list[str] | None = None) -> dict:
+    """A commit marker as kgsynth writes it for ``out`` (what a crash mid-commit leaves)."""
+    out, cleanup = out.absolute(), cleanup or []
+    signature = stage_io._signature(out, False, names, cleanup)
+    return {"folder": False, "names": names, "cleanup": cleanup, "output": str(out),
+            "signature": signature}  # fmt: skip
 
 
 def listing(folder: Path) -> list[str]:
@@ -132,7 +141,7 @@ def test_a_second_writer_is_told_who_holds_the_output(tmp_path: Path) -> None:
         assert OutputBusyError.exit_code == 6
     assert listing(tmp_path) == []  # the lock file goes with the run
     # a lock left by a killed process is not held: the next run takes it
-    (tmp_path / ".q.parquet.lock").write_text("12345\n")
+    (tmp_path / ".q.lock").write_text("12345\n")
     with OutputLock(out):
         pass
     assert listing(tmp_path) == []
@@ -210,7 +219,7 @@ def test_an_interrupted_commit_is_rolled_forward_by_recover(tmp_path: Path) -> N
     staging.mkdir()
     (staging / "q.parquet").write_text("rows new")
     (tmp_path / ".q.parquet.commit").write_text(
-        json.dumps({"folder": False, "names": ["q.manifest.json", "q.parquet"], "cleanup": []})
+        json.dumps(signed_marker(out, ["q.manifest.json", "q.parquet"]))
     )
     (tmp_path / "q.manifest.json").write_text('{"tag": "new"}')  # moved before the crash
     recover(out)
@@ -285,3 +294,97 @@ def test_a_folder_of_the_stages_own_files_is_replaced_with_overwrite(tmp_path: P
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="did not write"):
         StagedOutput(out, folder=True, overwrite=True, names=names).__enter__()
+
+
+def _input_beside(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    walks = tmp_path / "walks.parquet"
+    write_file_output(walks, "w")
+    (tmp_path / "walks_stats.png").write_bytes(b"png")
+    return walks, {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        # the issue's case: no names, a cleanup of a folder elsewhere
+        {"folder": False, "names": [], "cleanup": ["{victim}"]},
+        # a marker with every field, but not signed for this output
+        {"folder": False, "names": [], "cleanup": ["{victim}"], "output": "{out}",
+         "signature": "0" * 64},
+        # signed correctly, but for the same file in another folder (a copied run folder)
+        "copied",
+        # a correctly signed marker cannot name a folder that is not the output's
+        "outside",
+        "garbage",
+    ],
+    ids=["bare", "forged", "copied", "outside", "garbage"],
+)  # fmt: skip
+def test_a_stray_commit_marker_is_reported_and_touches_nothing(
+    tmp_path: Path, marker: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    victim = tmp_path / "some" / "dir"
+    victim.mkdir(parents=True)
+    (victim / "keep.txt").write_text("keep")
+    walks, before = _input_beside(work)
+    out = walks.absolute()
+    if marker == "copied":
+        elsewhere = tmp_path / "elsewhere" / "walks.parquet"
+        elsewhere.parent.mkdir()
+        text = json.dumps(signed_marker(elsewhere, []))
+    elif marker == "outside":
+        data = signed_marker(out, ["walks.parquet"], [str(victim)])
+        text = json.dumps(data)
+    elif marker == "garbage":
+        text = "{not json"
+    else:
+        text = json.dumps(marker).replace("{victim}", str(victim)).replace("{out}", str(out))
+    (work / ".walks.parquet.commit").write_text(text)
+    before[".walks.parquet.commit"] = text.encode()
+    recover_input(walks)  # what every stage does to its inputs
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+    assert (victim / "keep.txt").read_text() == "keep"
+    assert "left alone" in caplog.text
+    # and a stage writing that output later replaces the stray marker with its own
+    write_file_output(walks, "new", overwrite=True)
+    assert walks.read_text() == "rows new" and not (work / ".walks.parquet.commit").exists()
+
+
+PATH_FORMS = ["q.parquet", "./q.parquet", "sub/q.parquet", "../w/q.parquet"]
+
+
+@pytest.mark.parametrize("form", PATH_FORMS)
+def test_outputs_and_inputs_work_in_every_relative_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    write_file_output(Path(form), "one")
+    assert Path(form).read_text() == "rows one"
+    recover_input(Path(form))  # parent "." or "..": no crash, nothing changes
+    recover_input(Path("missing.parquet"))
+    recover(Path("/"))
+    assert Path(form).read_text() == "rows one"
+    assert not [p for p in Path(form).parent.iterdir() if p.name.startswith(".")]
+
+
+def test_the_current_folder_is_refused_as_an_output_with_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="is a directory"):
+        write_file_output(Path("."), "x")
+    with pytest.raises(ConfigError, match="current folder"):
+        StagedOutput(Path("."), folder=True).__enter__()
+    with pytest.raises(ConfigError, match="current folder"):
+        StagedOutput(Path(".."), folder=True).__enter__()
+    with pytest.raises(ConfigError, match="empty path"):
+        StagedOutput("", folder=True)
+    assert listing(tmp_path) == []
+
+
+def test_outputs_that_share_sidecars_share_one_lock(tmp_path: Path) -> None:
+    with StagedOutput(tmp_path / "walks.parquet"), pytest.raises(OutputBusyError):
+        StagedOutput(tmp_path / "walks.pq").__enter__()

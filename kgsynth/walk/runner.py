@@ -37,7 +37,11 @@ def _config_fingerprint(cfg: WalkConfig, kg: KG) -> str:
 
 
 def parts_dir(out: Path) -> Path:
-    """Where a walk run into ``out`` keeps its resumable chunks."""
+    """Where a walk run into ``out`` keeps its resumable chunks (beside it: ``walks.parquet``
+    gives ``walks.parquet.parts``; a relative ``out`` is taken from the current folder)."""
+    out = Path(os.path.abspath(out))
+    if not out.name:  # the root folder, which the output refuses as a file target anyway
+        return out / ".parts"
     return out.with_name(out.name + ".parts")
 
 
