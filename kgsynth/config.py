@@ -68,6 +68,9 @@ def type_problem(value: Any, hint: Any) -> str | None:
         return None if isinstance(value, bool) else "must be true or false"
     if hint is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -(2**63) <= value < 2**63:
+            # every count and seed ends in an int64 (Parquet, numpy, torch): say so up front
+            return "must be an integer within a signed 64-bit range (|value| < 2**63)"
         return None if ok else "must be an integer"
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

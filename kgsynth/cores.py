@@ -3,7 +3,8 @@
 The Makefile keeps torch on one thread (``OMP_NUM_THREADS=1``): the tiny models train in one
 process per core. A phase that runs alone in one process (the contamination guard's sentence
 encoder, the early stopping's greedy answers after training) takes every core instead, and
-gives the count back after."""
+gives the count back after. Worker processes leave Ctrl-C to their parent
+(:func:`worker_ignores_interrupts`)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ def all_cores() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def worker_ignores_interrupts() -> None:
+    """In a worker process: leave Ctrl-C to the parent. The terminal sends SIGINT to the whole
+    process group; a worker that took it would print its own KeyboardInterrupt traceback,
+    while the parent already stops the pool and reports one line."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -53,8 +53,10 @@ class OutputLock:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        # the pid only tells a second run who holds the lock: on a full disk, hold it without
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
         return self
 

@@ -224,6 +224,22 @@ def _first_null(array: pa.Array, rows: np.ndarray, where: str) -> tuple[int, str
     return None
 
 
+def check_types(
+    table: pa.Table, path: object, flag: str, schema: pa.Schema, columns: Iterable[str]
+) -> None:
+    """Each of ``columns`` that the table holds has ``schema``'s type (as in
+    :func:`check_columns`, nulls allowed): a column a stage only carries through to its output
+    is checked before any row is worked on, not when the output is written."""
+    for name in sorted(columns):
+        if name not in table.column_names or name not in schema.names:
+            continue
+        expected, found = schema.field(name).type, table.schema.field(name).type
+        if not _same_shape(found, expected):
+            raise InputFileError(
+                path, f"{flag}: column {name} has type {found}; expected {expected}"
+            )
+
+
 def check_columns(
     table: pa.Table, path: object, flag: str, schema: pa.Schema, columns: Iterable[str]
 ) -> None:

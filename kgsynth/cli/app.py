@@ -5,10 +5,14 @@ they share."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+import os
+from typing import Annotated, Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
+from kgsynth.cli.common import fail, fail_line, os_error_line
 from kgsynth.cli.eval import eval_cmd
 from kgsynth.cli.filter import filter_cmd
 from kgsynth.cli.kg import kg_app
@@ -16,8 +20,40 @@ from kgsynth.cli.report import report_cmd
 from kgsynth.cli.synthesize import synth_app
 from kgsynth.cli.train import train_app
 from kgsynth.cli.walk import walk_cmd
+from kgsynth.errors import KGSynthError
+
+
+class _OneLineErrors(TyperGroup):
+    """The top command: whatever escapes a command ends as one ``error:`` line and an exit
+    code, never a traceback. Commands already turn kgsynth's own errors into lines; this
+    catches what reaches here anyway: the disk filling up, Ctrl-C, and (as a last resort,
+    saying so) a bug, whose traceback ``KGSYNTH_TRACEBACK=1`` shows."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, typer.Exit):
+            raise
+        except KGSynthError as exc:
+            fail(exc)
+        except KeyboardInterrupt:
+            fail_line("interrupted; outputs are as they were before this run", 130)
+        except OSError as exc:
+            fail_line(os_error_line(exc), 7)
+        except MemoryError:
+            fail_line("out of memory; use a smaller --batch-size, --n or --workers", 7)
+        except Exception as exc:
+            if os.environ.get("KGSYNTH_TRACEBACK"):
+                raise
+            fail_line(
+                f"internal error: {type(exc).__name__}: {exc} (a bug in kgsynth: please report "
+                "it; KGSYNTH_TRACEBACK=1 shows where)",
+                70,
+            )
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="kgsynth",
     help="Turn a knowledge graph into training data for KG-tool-calling LLM agents, and train them.",
     no_args_is_help=True,

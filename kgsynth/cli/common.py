@@ -20,14 +20,35 @@ stderr = Console(stderr=True)
 
 def fail(exc: KGSynthError) -> NoReturn:
     """Print ``exc`` as one line (secrets redacted) and exit with its code."""
+    fail_line(str(exc), exc.exit_code)
+
+
+def fail_line(message: str, code: int) -> NoReturn:
+    """Print ``message`` as the one ``error:`` line (secrets redacted) and exit with ``code``."""
     from rich.markup import escape
 
     from kgsynth.text import clean_text, redact_text
 
-    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     message = escape(redact_text(clean_text(message)))
     stderr.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(exc.exit_code)
+    raise typer.Exit(code)
+
+
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error as one line naming the file: the disk full, a permission."""
+    import errno
+
+    where = exc.filename if exc.filename is not None else ""
+    if exc.errno == errno.ENOSPC:
+        what = "no space left on the disk; free some and run again (outputs are as they were)"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        what = "permission denied"
+    elif exc.errno == errno.EROFS:
+        what = "a read-only file system"
+    else:
+        what = exc.strerror or str(exc)
+    return f"{where}: {what}" if where else what
 
 
 def check_count(flag: str, value: int | None, minimum: int = 1) -> None:

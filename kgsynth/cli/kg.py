@@ -18,6 +18,9 @@ from kgsynth.cli.options import (
 )
 from kgsynth.errors import KGSynthError
 
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+"""The longest ``--timeout`` (a year): a deadline much further off overflows the clock."""
+
 kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
 
 
@@ -217,10 +220,12 @@ def kg_query(
     if fmt not in ("tsv", "json"):
         fail(KGSynthError(f"--format: unknown format {fmt!r}; choose tsv or json"))
     try:
-        if not (timeout > 0 and timeout != float("inf")):
+        if not 0 < timeout <= MAX_TIMEOUT_S:  # NaN fails too; past a year a deadline overflows
             from kgsynth.errors import ConfigError
 
-            raise ConfigError(f"--timeout must be a number of seconds > 0 (got {timeout})")
+            raise ConfigError(
+                f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}] (got {timeout})"
+            )
         graph = open_kg_option(kg, profile, timeout, max_rows=max_rows, isolate=True)
         import re
 

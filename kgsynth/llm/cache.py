@@ -12,6 +12,7 @@ cannot fail every re-run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -49,6 +50,7 @@ class CachedLLM(LLM):
             raise ConfigError(
                 f"--cache: {self.path} is a directory; give a file such as llm_cache.sqlite"
             )
+        new = not self.path.exists()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -59,6 +61,14 @@ class CachedLLM(LLM):
             )
             self._con.execute("SELECT key, value FROM completions LIMIT 1").fetchall()
         except (sqlite3.Error, OSError) as exc:
+            if new:  # a cache this run began (on a full disk, say) is not left behind empty
+                con = getattr(self, "_con", None)
+                if con is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        con.close()
+                for leftover in (self.path, *(Path(f"{self.path}{s}") for s in ("-wal", "-shm"))):
+                    with contextlib.suppress(OSError):
+                        leftover.unlink()
             raise ConfigError(
                 f"--cache: {self.path} is not a usable request cache ({exc}); "
                 "give another path or --no-cache"

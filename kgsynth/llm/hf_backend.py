@@ -23,6 +23,34 @@ from kgsynth.text import clean_text
 log = logging.getLogger(__name__)
 
 
+def check_device(device: str) -> None:
+    """A :class:`ConfigError` naming ``--device`` unless torch knows ``device`` and this machine
+    has it: ``tpu9`` is no device, ``cuda`` on a CPU-only torch or ``cuda:3`` on a one-GPU
+    machine is one this machine lacks."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(
+            f"--device: {device!r} is not a device torch knows; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if parsed.type == "cpu":
+        return
+    backend = getattr(torch, parsed.type, None)
+    if parsed.type == "mps":
+        backend = getattr(torch.backends, "mps", None)
+    available = bool(backend is not None and backend.is_available())
+    count = backend.device_count() if available and hasattr(backend, "device_count") else 1
+    if not available:
+        raise ConfigError(
+            f"--device: {device} is not available on this machine (torch {torch.__version__}); "
+            "use --device cpu"
+        )
+    if parsed.index is not None and parsed.index >= count:
+        raise ConfigError(f"--device: {device}: this machine has {count} {parsed.type} device(s)")
+
+
 class HFLLM(LLM):
     backend = "hf"
 
@@ -40,6 +68,8 @@ class HFLLM(LLM):
             raise ConfigError(f"--workers must be >= 1 (got {workers})")
         self.batch_size = max(1, batch_size)
         self.workers = workers
+        if device is not None:
+            check_device(device)
         self.device = device
         self._model: Any = None
         self._tok: Any = None
@@ -78,11 +108,14 @@ class HFLLM(LLM):
         self._model.eval()
 
     def _resolve_device(self) -> str:
-        """The device asked for, else CUDA where there is one, else the CPU."""
+        """The device asked for (checked: :func:`check_device`), else CUDA where there is
+        one, else the CPU."""
         if self.device is None:
             import torch
 
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        else:
+            check_device(self.device)
         return self.device
 
     def _prompt(self, req: Request) -> str:
@@ -204,7 +237,10 @@ _WORKER: HFLLM | None = None  # the model a worker process generates with
 def _worker_start(model: str, threads: int) -> None:
     import torch
 
+    from kgsynth.cores import worker_ignores_interrupts
+
     global _WORKER
+    worker_ignores_interrupts()
     torch.set_num_threads(threads)
     _WORKER = HFLLM(model, device="cpu")
     _WORKER._load()

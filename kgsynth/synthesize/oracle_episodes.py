@@ -291,8 +291,12 @@ def oracle_in_workers(
     shards = [list(rows[i : i + size]) for i in range(0, len(rows), size)] if size else []
     accepted: list[dict[str, Any]] = []
     rejected: list[Rejected] = []
+    from kgsynth.cores import worker_ignores_interrupts
+
     with ProcessPoolExecutor(
-        max_workers=n, mp_context=multiprocessing.get_context("spawn")
+        max_workers=n,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=worker_ignores_interrupts,
     ) as pool:
         futures = [
             pool.submit(_oracle_shard, location, graph.kg.profile.name, shard, cfg, generator)

@@ -172,7 +172,12 @@ def _run(
     chunks.mkdir(exist_ok=True)
     fingerprint = _config_fingerprint(cfg, kg)
     state, tables = _restore(chunks, fingerprint)
-    (chunks / "run.json").write_text(json.dumps({"fingerprint": fingerprint}))
+    try:
+        (chunks / "run.json").write_text(json.dumps({"fingerprint": fingerprint}))
+    except OSError:  # a full disk: a folder with no chunk in it is not left behind
+        if not tables:
+            shutil.rmtree(chunks, ignore_errors=True)
+        raise
     resumed = sum(t.num_rows for t in tables)
     buffer: list[dict[str, Any]] = []
     index = len(tables)

@@ -23,7 +23,10 @@ def _worker_start(
     location: str, profile: str, timeout: float, max_rows: int, cfg: WalkConfig
 ) -> None:
     global _worker
+    from kgsynth.cores import worker_ignores_interrupts
     from kgsynth.kg.open import open_kg
+
+    worker_ignores_interrupts()
 
     kg = open_kg(location, profile=profile, timeout=timeout, max_rows=max_rows)
     _worker = WalkSampler(KGGraph(kg), cfg, [])
