@@ -41,7 +41,7 @@ from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRej
 from kgsynth.kg.base import KG
 from kgsynth.kg.profiles import KGProfile
 from kgsynth.kg.terms import Row, Term
-from kgsynth.text import clean_text
+from kgsynth.text import clean_text, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +165,13 @@ class SparqlEndpointKG(KG):
         user_agent: str = "kgsynth",
     ) -> None:
         parts = urllib.parse.urlsplit(url)
+        # messages, logs and describe() show the URL without its credentials (?key=…, user:pw@)
+        shown = redact_text(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise KGError(f"not an http(s) SPARQL endpoint URL: {url!r}")
+            raise KGError(f"not an http(s) SPARQL endpoint URL: {shown!r}")
         self.location = url
         self.url = url
+        self.shown_url = shown
         self.profile = profile
         self.timeout = timeout
         self.retries = retries
@@ -286,13 +289,17 @@ class SparqlEndpointKG(KG):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1)
                 self.stats["retries"] += 1
-                log.warning("endpoint %s: %s; retry %d in %.1fs", self.url, last, attempt, delay)
+                log.warning(
+                    "endpoint %s: %s; retry %d in %.1fs", self.shown_url, last, attempt, delay
+                )
                 time.sleep(delay)
             self.stats["queries"] += 1
             try:
                 result = sw.query()
             except TimeoutError as exc:
-                raise KGTimeoutError(f"query timed out after {limit:.0f}s at {self.url}") from exc
+                raise KGTimeoutError(
+                    f"query timed out after {limit:.0f}s at {self.shown_url}"
+                ) from exc
             except (OSError, http.client.HTTPException) as exc:
                 last = exc
                 continue
@@ -311,7 +318,7 @@ class SparqlEndpointKG(KG):
                 text = raw[:300].decode("utf-8", "replace")
                 raise QueryRejectedError(f"endpoint rejected the query: {text}")
             if status != 200:
-                raise KGError(f"endpoint {self.url} answered HTTP {status}")
+                raise KGError(f"endpoint {self.shown_url} answered HTTP {status}")
             try:
                 # QueryResult's JSON conversion, by the body: convert() would pick a converter
                 # by Content-Type and hand back raw bytes or an XML tree for a mislabelled
@@ -321,7 +328,7 @@ class SparqlEndpointKG(KG):
                 last = KGError("malformed JSON from endpoint")
                 continue
         raise KGUnavailableError(
-            f"SPARQL endpoint {self.url} unavailable after {self.retries + 1} attempts: {last}"
+            f"SPARQL endpoint {self.shown_url} unavailable after {self.retries + 1} attempts: {last}"
         )
 
     # --- the KG protocol -----------------------------------------------------------------
@@ -348,20 +355,20 @@ class SparqlEndpointKG(KG):
         try:
             bindings = data["results"]["bindings"]
         except (KeyError, TypeError):
-            raise KGError(f"endpoint {self.url} returned no SELECT results") from None
+            raise KGError(f"endpoint {self.shown_url} returned no SELECT results") from None
         term = self._term
         return [{k: term(v) for k, v in b.items()} for b in bindings]
 
     def _ask(self, query: str, timeout: float | None) -> bool:
         data = self._request(query, ASK, timeout)
         if "boolean" not in data:
-            raise KGError(f"endpoint {self.url} returned no ASK result")
+            raise KGError(f"endpoint {self.shown_url} returned no ASK result")
         return bool(data["boolean"])
 
     def describe(self) -> dict[str, Any]:
         return {
             "backend": "endpoint",
-            "location": self.url,
+            "location": self.shown_url,
             "profile": self.profile.name,
             "timeout_s": self.timeout,
             "retries": self.retries,

@@ -8,7 +8,14 @@ counts and keeps it) instead of raising.
 
 Replies are passed through :func:`~kgsynth.text.clean_text` (a reply can carry lone surrogates
 as JSON escapes), and error texts through :func:`~kgsynth.text.redact_text` with the API key
-in use (a server may echo the key or the ``Authorization`` header back).
+in use (a server may echo the key or the ``Authorization`` header back). A server may echo the
+credentials into a reply too, which stages keep (accepted and rejected rows, the request
+cache), so replies lose the key and the base URL's credentials as well
+(:func:`~kgsynth.text.redact_known`: only those values, the rest of a reply is data).
+
+A base URL may carry its key as a query parameter (``http://host/v1?key=…``): the parameters
+are sent with every request (the client would otherwise append its paths after them), and the
+URL is recorded with the secret ones as ``***``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import logging
 import math
 import os
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,9 +34,25 @@ import openai
 
 from kgsynth.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
-from kgsynth.text import clean_text, redact_text
+from kgsynth.text import clean_text, redact_known, redact_text, url_secrets
 
 log = logging.getLogger(__name__)
+
+# replies lose known secrets of at least this length: a shorter "key" (ollama, dummy, EMPTY) is
+# no credential and would blank ordinary words out of the data
+MIN_SECRET_IN_REPLY = 8
+
+
+def split_query(base_url: str | None) -> tuple[str | None, dict[str, str]]:
+    """``base_url`` without its query string, and the query's parameters (sent with every
+    request: the client joins its paths onto the whole URL, query included)."""
+    if not base_url:
+        return base_url, {}
+    parts = urllib.parse.urlsplit(base_url)
+    if not parts.query:
+        return base_url, {}
+    params = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return urllib.parse.urlunsplit(parts._replace(query="", fragment="")), params
 
 
 def retry_after_seconds(headers: Any) -> float | None:
@@ -88,6 +112,10 @@ class OpenAILLM(LLM):
             raise ConfigError(f"--timeout must be a number of seconds > 0 (got {timeout})")
         if max_retries < 0:
             raise ConfigError(f"--max-retries must be >= 0 (got {max_retries})")
+        # what a server may echo back: the key given (not the placeholder a local server gets)
+        # and the credentials in the base URL
+        given_key = None if self.api_key == "EMPTY" else self.api_key
+        self.secrets = tuple(s for s in (given_key, *url_secrets(self.base_url)) if s)
         self.concurrency = concurrency
         self.timeout = timeout
         self.max_retries = max_retries
@@ -96,11 +124,22 @@ class OpenAILLM(LLM):
 
     @property
     def key_fields(self) -> dict[str, Any]:
-        return {"backend": self.backend, "model": self.model, "base_url": self.base_url}
+        """As manifests record it: the base URL without its credentials."""
+        shown = redact_text(self.base_url) if self.base_url else self.base_url
+        return {"backend": self.backend, "model": self.model, "base_url": shown}
+
+    @property
+    def cache_fields(self) -> dict[str, Any]:
+        """The base URL as given, so that cache keys stay what they were."""
+        return {**self.key_fields, "base_url": self.base_url}
 
     def _safe(self, message: str) -> str:
         """An error text fit to log and store: no key, no header, nothing unencodable."""
-        return redact_text(clean_text(message), [self.api_key])
+        return redact_text(clean_text(message), [self.api_key, *self.secrets])
+
+    def _reply(self, text: str) -> str:
+        """A reply fit to store: encodable, and without the credentials this client sent."""
+        return redact_known(clean_text(text), self.secrets, MIN_SECRET_IN_REPLY)
 
     async def _one(
         self, client: openai.AsyncOpenAI, sem: asyncio.Semaphore, req: Request
@@ -129,7 +168,7 @@ class OpenAILLM(LLM):
                         raise ValueError("response without message content")
                     usage = resp.usage
                     return Completion(
-                        text=clean_text(text),
+                        text=self._reply(text),
                         finish_reason=choice.finish_reason,
                         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
@@ -169,8 +208,13 @@ class OpenAILLM(LLM):
         self, requests: Sequence[Request], progress: ProgressFn | None
     ) -> list[Completion]:
         sem = asyncio.Semaphore(self.concurrency)
+        base_url, query = split_query(self.base_url)
         client = openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=self.api_key, timeout=self.timeout, max_retries=0
+            base_url=base_url,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            max_retries=0,
+            default_query=query or None,
         )
         try:
 
