@@ -146,7 +146,7 @@ COMMANDS = {
         "stage1",
         ("train", "stage1", "--corpus", "{in}", "--out", "{out}", "--model", "tiny",
          "--max-steps", "1", "--batch-size", "2", "--micro-batch-size", "2",
-         "--tiny-vocab-size", "300", "--max-length", "256"),
+         "--tiny-vocab-size", "300", "--max-length", "1024"),
         "corpus/accepted.parquet", "s1", folder=True,
     ),
 }  # fmt: skip
@@ -443,3 +443,81 @@ def test_ctrl_c_of_a_walk_with_two_workers_is_one_line(tmp_path: Path) -> None:
     assert lines[-1].startswith("error:") and "interrupted" in lines[-1], stderr
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith((".staging", ".lock"))]
+
+
+# ---------------------------------------------------------------------------------------------
+# the sites the issue named, each once (the properties above may not draw them)
+
+
+@pytest.mark.parametrize(
+    ("name", "column", "how"),
+    [
+        ("walks.parquet", "hops", "as-string"),
+        ("walks.parquet", "sparql", "as-int"),
+        ("questions.parquet", "structure", "as-int"),
+    ],
+)
+def test_a_carried_column_of_the_wrong_type_is_refused_before_any_row(
+    base: Path, name: str, column: str, how: str
+) -> None:
+    pick = pq.read_schema(base / name).names.index(column)
+    cmd = COMMANDS[CONSUMERS[name]]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        target, store = _lay_out(base, root, cmd, "data")
+        corrupt(target, how, column, seed=1)
+        fill = {"{in}": str(target), "{out}": str(root / cmd.out_name), "{store}": str(store)}
+        res = runner.invoke(app, [fill.get(a, a) for a in cmd.argv])
+        assert res.exit_code == 3, res.stderr  # an input file error
+        one_error_line(res, target.name, f"column {column} has type")
+    assert pick >= 0
+
+
+def test_numbers_past_what_the_machine_holds_are_config_errors(base: Path, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["walk", "--kg", str(base / "store"), "--out",
+                              str(tmp_path / "w.parquet"), "--seed", str(10**23)])  # fmt: skip
+    assert res.exit_code == 2
+    one_error_line(res, "--seed", "64-bit")
+    for timeout in ("1e308", "nan", "inf", "0"):
+        res = runner.invoke(app, ["kg", "query", "--kg", str(base / "store"), "--timeout",
+                                  timeout, "SELECT * WHERE { ?s ?p ?o } LIMIT 1"])  # fmt: skip
+        assert res.exit_code == 2, (timeout, res.output)
+        one_error_line(res, "--timeout")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("device", "needle"), [("tpu9", "not a device"), ("cuda", "not available")]
+)
+def test_a_device_this_machine_lacks_is_one_line(
+    base: Path, tmp_path: Path, device: str, needle: str
+) -> None:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # the device is checked before any weight loads
+    questions = base / "questions.parquet"
+    res = runner.invoke(app, ["eval", "--questions", str(questions), "--kg", str(base / "store"),
+                              "--model", str(model), "--device", device,
+                              "--out", str(tmp_path / "e")])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    one_error_line(res, "--device", device, needle)
+
+
+def test_a_reply_nested_past_the_recursion_limit_is_a_failed_request(
+    base: Path, tmp_path: Path
+) -> None:
+    from tests.llm_servers import FakeOpenAIServer, Reply
+
+    deep = b'{"choices": [' + b'{"a": [' * 100_000 + b"1" + b"]}" * 100_000 + b"]}"
+    with FakeOpenAIServer([Reply(body=deep)]) as fake:
+        res = runner.invoke(app, ["synthesize", "questions", "--walks",
+                                  str(base / "walks.parquet"), "--out", str(tmp_path / "q.parquet"),
+                                  "--llm", "openai", "--model", "m", "--api-key", "k",
+                                  "--base-url", fake.base_url, "--max-retries", "0",
+                                  "--limit", "2"])  # fmt: skip
+    one_error_line(res, "requests failed")
+    assert "RecursionError" not in res.output
