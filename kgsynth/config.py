@@ -22,6 +22,23 @@ from kgsynth.errors import ConfigError
 
 C = TypeVar("C")
 
+# A seed reaches numpy's generator (through transformers' set_seed), which takes 0..2**32-1;
+# torch and the OpenAI API take more. Half of that leaves room for the offsets added per run,
+# sample or retry (seed + r), so a seed that passes here passes everywhere; one that did not
+# used to fail inside the run, or make every request fail.
+SEED_RANGE = (0, 2**31 - 1)
+_RANGES = {"seed": SEED_RANGE}
+
+
+def range_problem(name: str, value: Any) -> str | None:
+    """Why the integer ``value`` is outside option ``name``'s range (None when it is within,
+    or the option has none)."""
+    bounds = _RANGES.get(name)
+    if bounds is None or not isinstance(value, int) or isinstance(value, bool):
+        return None
+    low, high = bounds
+    return None if low <= value <= high else f"must be within [{low}, {high}]"
+
 
 def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     """A YAML mapping (or one section of it); errors name the file."""
@@ -163,7 +180,7 @@ def build_config(
                 raise ConfigError(
                     f"--config: {config_file}: unknown option {key!r}; valid: {', '.join(sorted(fields))}"
                 )
-            problem = type_problem(value, fields[name][2])
+            problem = type_problem(value, fields[name][2]) or range_problem(name, value)
             if problem:
                 raise ConfigError(
                     f"--config: {config_file}: {key} {problem} (got {_yaml_repr(value)})"
@@ -173,6 +190,7 @@ def build_config(
         if value is None:
             continue
         problem = type_problem(value, fields[name][2] if name in fields else Any)
+        problem = problem or range_problem(name, value)
         if problem:
             raise ConfigError(f"--{name.replace('_', '-')} {problem} (got {value!r})")
         values[name] = value

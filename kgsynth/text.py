@@ -69,8 +69,13 @@ _SECRET_PATTERNS = (
     re.compile(r"()\b(?:sk-[A-Za-z0-9_-]{6,}|hf_[A-Za-z0-9]{10,})"),
     # credentials in a URL: scheme://user:password@host
     re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(?=@)"),
-    # a URL's query parameter named like a secret: …/v1?key=X, …&X-Amz-Signature=X
-    re.compile(rf"(?i)([?&;]{_SECRET_PARAM}=)[^&;#\s\"'<>]+"),
+    # a URL's query parameter named like a secret: …/v1?key=X, …&X-Amz-Signature=X; the
+    # punctuation that ends a sentence or a bracket after a URL (…?key=X: …, (…?key=X)) is
+    # part of the value only where more of the value follows it
+    re.compile(
+        rf"(?i)([?&;]{_SECRET_PARAM}=)"
+        r"(?:[^&;#\s\"'<>(),:.!]|[(),:.!](?=[^&;#\s\"'<>(),:.!]))+"
+    ),
 )
 
 

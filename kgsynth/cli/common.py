@@ -67,12 +67,23 @@ def check_fraction(flag: str, value: float) -> None:
         raise ConfigError(f"{flag} must be within [0, 1] (got {value})")
 
 
-def check_llm_failures(client, max_failed_fraction: float, written: Path) -> None:
-    """Raise :class:`LLMFailuresError` when more than ``max_failed_fraction`` of the stage's
-    LLM requests failed (after the outputs and manifest were written)."""
+def check_llm_failures(
+    client, max_failed_fraction: float, written: Path, stage: str = "this stage"
+) -> None:
+    """Raise :class:`LLMFailuresError` when every one of the stage's LLM requests failed (at
+    any ``max_failed_fraction``: a run that made nothing is no success), or more than
+    ``max_failed_fraction`` of them did; called after the outputs and manifest were written,
+    which stay for inspection."""
     from kgsynth.errors import LLMFailuresError
 
     st = client.stats
+    if st.requests and st.errors == st.requests:
+        raise LLMFailuresError(
+            f"{stage}: all {st.errors} of {st.requests} LLM requests failed "
+            f"({client.failure_note()}), an error at any --max-failed-fraction; what was "
+            f"written is kept in {written} for inspection; check --base-url, --model and "
+            "--api-key"
+        )
     if st.requests and st.errors / st.requests > max_failed_fraction:
         raise LLMFailuresError(
             f"{st.errors} of {st.requests} LLM requests failed "

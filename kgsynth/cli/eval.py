@@ -179,6 +179,7 @@ def _evaluate(
 ) -> None:
     from kgsynth import eval as evaluation
     from kgsynth.eval.outputs import eval_output, write_eval
+    from kgsynth.eval.subjects import check_answered
     from kgsynth.llm import make_llm
 
     started = time.perf_counter()
@@ -255,6 +256,7 @@ def _evaluate(
             clients=clients,
             started=started,
         )
+    check_answered(result.accepted, subjects, clients, out_dir)
     print_results(metrics)
     stdout.print(f"→ {out_dir} (predictions.parquet, metrics.json, eval.png, manifest.json)")
 

@@ -52,7 +52,7 @@ MaxFailedFractionOption = Annotated[
     float,
     typer.Option(
         help="Exit non-zero (after writing the outputs) when more than this share of the LLM "
-        "requests failed."
+        "requests failed (when all of them failed, at any value)."
     ),
 ]
 DeviceOption = Annotated[

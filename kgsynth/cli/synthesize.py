@@ -195,7 +195,7 @@ def synthesize_questions_cmd(
             + f"{manifest['elapsed_s']:.1f}s",
             highlight=False,
         )
-        check_llm_failures(client, max_failed_fraction, out_path)
+        check_llm_failures(client, max_failed_fraction, out_path, "synthesize questions")
     except KGSynthError as exc:
         fail(exc)
 
@@ -322,6 +322,6 @@ def synthesize_trajectories_cmd(
             f"{manifest['elapsed_s']:.1f}s",
             highlight=False,
         )
-        check_llm_failures(client, max_failed_fraction, out_path)
+        check_llm_failures(client, max_failed_fraction, out_path, "synthesize trajectories")
     except KGSynthError as exc:
         fail(exc)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.errors import ConfigError, LLMFailuresError
 from kgsynth.eval.checkpoints import untrained_model
 from kgsynth.eval.config import MODEL_SUBJECT, NO_TOOLS_SUBJECT, EvalConfig
 from kgsynth.eval.episodes import EvalProgress, run_agent, run_no_tools
@@ -137,3 +138,31 @@ def run(
     if cfg.greedy_repeats:
         stats["note"] = "several runs at temperature 0: greedy runs of a local model agree"
     return StageResult(accepted=rows, stats=stats)
+
+
+def check_answered(
+    rows: Sequence[dict[str, Any]],
+    subjects: Sequence[Subject],
+    clients: Mapping[str, LLM],
+    out_dir: Path,
+) -> None:
+    """Raise :class:`LLMFailuresError` when every prediction of a subject ended on an LLM error
+    (an unreachable server, a request the server refuses): its scores of 0 would read as
+    answers that were all wrong. Called after the outputs were written; they stay, for
+    inspection. ``clients``: model -> its client, for the first error and the server."""
+    problems = []
+    for subject in subjects:
+        own = [r for r in rows if r["system"] == subject.name]
+        if not own or any(not r["llm_errors"] for r in own):
+            continue
+        questions = len({r["question_id"] for r in own})
+        runs = len({r["run"] for r in own})
+        what = f"all {questions} questions failed" + (f" in all {runs} runs" if runs > 1 else "")
+        if subject.name != MODEL_SUBJECT:
+            what = f"the {subject.name} baseline: {what}"
+        problems.append(f"{what} ({clients[subject.model].failure_note()})")
+    if problems:
+        raise LLMFailuresError(
+            f"eval: {'; '.join(problems)}; nothing scored (the predictions and metrics in "
+            f"{out_dir} are kept for inspection)"
+        )

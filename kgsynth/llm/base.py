@@ -85,6 +85,9 @@ class Completion:
 
 @dataclass
 class LLMStats:
+    """What a client did. ``first_error`` keeps the first failure's text, so that a stage whose
+    every request failed can say why in its one line (and its manifest records it)."""
+
     requests: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
@@ -92,10 +95,13 @@ class LLMStats:
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    first_error: str | None = None
 
     def add(self, c: Completion) -> None:
         self.requests += 1
         self.errors += c.error is not None
+        if c.error is not None and self.first_error is None:
+            self.first_error = c.error
         self.prompt_tokens += c.prompt_tokens
         self.completion_tokens += c.completion_tokens
 
@@ -144,6 +150,13 @@ class LLM(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {**self.key_fields, "stats": asdict(self.stats)}
+
+    def failure_note(self) -> str:
+        """Why requests failed, for a one-line message: the first error, and where the server
+        is when the backend has one (its base URL, credentials redacted)."""
+        error = self.stats.first_error or "no reason given"
+        where = self.key_fields.get("base_url")
+        return f"LLM error at {where}: {error}" if where else f"LLM error: {error}"
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients or models."""
