@@ -48,81 +48,37 @@ lint: install
 format: install
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-# The main job on the embedded default (the MetaQA movie KB shipped in data/), offline:
-# import -> walk -> questions (template paraphrases; contamination guard against the MetaQA dev
-# sample) -> oracle trajectories (train split) -> filter -> stage1 (tiny model) -> stage 2 by
-# rejection sampling (free rollouts of stage1 on held-back questions, several samples at
-# temperature, kept by outcome and evidence grounding, plus oracle replays of those questions)
-# -> validation questions (walks with another seed; nothing trains on them) -> stage2, keeping
-# the checkpoint with the best validation Hits@1 if it beats stage 1's weights beyond chance
-# (early stopping) -> GRPO, the same early stopping against the stage-2 weights -> eval of the untrained model, stage1 (+ no-tools), stage2 and rl on
-# 300 MetaQA dev questions -> summary with 95 % CIs and each stage against the one before it
-# (paired, on the same questions) -> report.html (the whole run on one page).
-# The recipe, every setting of every step, is pipelines/metaqa_default.yaml (one section per
-# step); this file passes only paths, LLM clients and, with SMOKE=1, the smaller sizes CI can
-# afford. Every stage refuses to replace an existing output unless --overwrite: `make all`
-# owns $(RUN), so it passes it throughout.
+# The main job: `kgsynth run` runs the recipe (pipelines/metaqa_default.yaml: its steps in order,
+# every setting of every step, and the smoke sizes) on the embedded default, the MetaQA movie KB
+# shipped in data/, offline: import -> walk -> template questions (contamination guard against
+# the evaluation questions) -> oracle trajectories -> filter -> stage1 (tiny model) -> stage 2
+# by rejection sampling -> validation questions -> stage2 and GRPO with early stopping -> eval of
+# each stage on 300 MetaQA dev questions -> summary with 95 % CIs -> report.html.
+# `make all KG=FILE EVAL=FILE` runs the same recipe on another KG (a triple file, a store or a
+# SPARQL endpoint) with its own evaluation questions (without EVAL the evaluations are left out).
+# A step whose output is complete is skipped: a killed `make all` resumes.
 K := $(BIN)/kgsynth
 PIPELINE ?= pipelines/metaqa_default.yaml
 CFG := --config $(PIPELINE)
 DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
+KG ?=
+EVAL ?= $(if $(KG),,$(DEV))
 # Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT and GRPO
-# data-parallel (torchrun on gloo, a free port; an SFT batch of 8 is 4 rows per process, and
-# NPROC=1 trains the same batches in one process; GRPO's questions of a step are split between
-# the processes), and the policy's generation in eval and the free rollouts in NPROC worker
-# processes (the same answers as one process).
-# benchmarks/README.md, "make all in 20 minutes", has what each saves.
+# data-parallel, and the policy's generation in eval and the free rollouts in NPROC worker
+# processes (the same answers as one process). benchmarks/README.md, "make all in 20 minutes".
 NPROC ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
-LAUNCH := --nproc-per-node $(NPROC) --master-port 0
-# SMOKE=1: the same chain at a size CI can afford (flags override the pipeline file)
-SMOKE_WALK := $(if $(SMOKE),--n 300)
-SMOKE_STAGE1 := $(if $(SMOKE),--max-steps 40 --copy-warmup-steps 20 --copy-warmup-max-steps 20)
-SMOKE_FREE := $(if $(SMOKE),--limit 8 --samples 2)
-SMOKE_STAGE2 := $(if $(SMOKE),--max-steps 10 --save-steps 5 --select-limit 6)
-SMOKE_RL := $(if $(SMOKE),--max-steps 2 --save-steps 1 --select-limit 6)
-SMOKE_VAL := $(if $(SMOKE),--n 30)
-SMOKE_EVAL := $(if $(SMOKE),--limit 9)
 # batches of 50: the 300 questions' first turn is 6 batches, 3 per worker
 EVAL_AGENT := $(CFG) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC)
-# the evals and the early stoppings go through request caches of this run (removed as it
-# starts): a model is known there by its files, so a stage that kept its start's weights
-# answers from its start's entries instead of generating the same answers again
-EVAL := $(EVAL_AGENT) --questions $(DEV) --cache $(RUN)/eval_cache.sqlite $(SMOKE_EVAL)
-QUESTIONS := --questions $(RUN)/questions/questions.parquet --kg $(RUN)/kg
 
 all: install
-	@mkdir -p $(RUN) && date +%s > $(RUN)/.started
-	@rm -f $(RUN)/select_cache.sqlite* $(RUN)/eval_cache.sqlite*
-	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(RUN)/kg --overwrite
-	$(K) kg stats --kg $(RUN)/kg --json > $(RUN)/kg_stats.json
-	$(K) kg tool --kg $(RUN)/kg --question "who directed Kismet" 'get_relations("Kismet")'
-	$(K) walk $(CFG) --kg $(RUN)/kg --out $(RUN)/walks/walks.parquet --overwrite $(SMOKE_WALK)
-	$(K) synthesize questions $(CFG) --walks $(RUN)/walks/walks.parquet --out $(RUN)/questions/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) synthesize trajectories $(CFG) $(QUESTIONS) --llm template --out $(RUN)/trajectories/trajectories.parquet --overwrite
-	$(K) filter $(CFG) --in $(RUN)/trajectories/trajectories.parquet --out $(RUN)/corpus --overwrite
-	$(K) train stage1 $(CFG) --corpus $(RUN)/corpus/accepted.parquet --model tiny --out $(RUN)/stage1 --overwrite $(LAUNCH) $(SMOKE_STAGE1) $(STAGE1_ARGS)
-	$(K) synthesize trajectories $(CFG) --section free_rollouts $(QUESTIONS) --llm hf --model $(RUN)/stage1 --no-cache --out $(RUN)/stage2_data/free.parquet --overwrite --workers $(NPROC) $(SMOKE_FREE)
-	$(K) synthesize trajectories $(CFG) --section heldout_oracle $(QUESTIONS) --llm template --out $(RUN)/stage2_data/oracle.parquet --overwrite
-	$(K) filter $(CFG) --section filter_stage2 --in $(RUN)/stage2_data/free.parquet --in $(RUN)/stage2_data/oracle.parquet --out $(RUN)/corpus_stage2 --overwrite
-	$(K) walk $(CFG) --section val_walk --kg $(RUN)/kg --out $(RUN)/val/walks.parquet --overwrite $(SMOKE_VAL)
-	$(K) synthesize questions $(CFG) --section val_questions --walks $(RUN)/val/walks.parquet --out $(RUN)/val/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) train stage2 $(CFG) --corpus $(RUN)/corpus_stage2/accepted.parquet --init $(RUN)/stage1 --out $(RUN)/stage2 --select-questions $(RUN)/val/questions.parquet --select-kg $(RUN)/kg --select-cache $(RUN)/select_cache.sqlite --overwrite $(LAUNCH) $(SMOKE_STAGE2)
-	$(K) train rl $(CFG) $(QUESTIONS) --init $(RUN)/stage2 --out $(RUN)/rl --select-questions $(RUN)/val/questions.parquet --select-cache $(RUN)/select_cache.sqlite --overwrite $(LAUNCH) $(SMOKE_RL)
-	$(K) eval $(EVAL) --model $(RUN)/stage1 --out $(RUN)/eval/stage1 --label stage1 --baseline untrained --baseline no-tools --overwrite
-	$(K) eval $(EVAL) --model $(RUN)/stage2 --out $(RUN)/eval/stage2 --label stage2 --overwrite
-	$(K) eval $(EVAL) --model $(RUN)/rl --out $(RUN)/eval/rl --label rl --overwrite
-	$(K) eval --compare $(RUN)/eval/stage1 $(RUN)/eval/stage2 $(RUN)/eval/rl --out $(RUN)/summary --overwrite
-	$(K) report $(RUN) --overwrite
-	@cat $(RUN)/summary/compare.md
-	@echo "make all: $$(( $$(date +%s) - $$(cat $(RUN)/.started) ))s; summary in $(RUN)/summary/compare.md"
+	$(K) run $(PIPELINE) --out $(RUN) $(if $(KG),--kg $(KG)) $(if $(EVAL),--eval-questions $(EVAL)) --nproc $(NPROC) $(if $(SMOKE),--smoke)
 
 # `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,376 s (run X, with
 # round trips; V before them 1,537 s on a quiet machine) against `make all`'s 1,016 s (run U)
 # and 1,140-1,213 s on the slower hours of 2026-11-27 (runs W, Y, Z, AA). A one-process stage 1
 # scored higher than a two-process one in 3 of 8 pairs of runs, lower or level in the others
 # (AB 0.503 against AA 0.540, X 0.457 against W 0.520); the spread from run to run is wide
-# (README, "What the tiny agent learns"). STAGE1_ARGS passes stage-1 flags.
-STAGE1_ARGS ?=
+# (README, "What the tiny agent learns").
 LEARN_RUN ?= runs/learn
 learn:
 	$(MAKE) all RUN=$(LEARN_RUN) NPROC=1

@@ -208,7 +208,7 @@ def _output_arg(form: str, name: str, here: Path, root: Path) -> tuple[str, Path
 def run_path_case(base: Path, command: str, folder: str, in_form: str, out_form: str) -> None:
     cmd = COMMANDS[command]
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = Path(tmp) / "r"  # one level down: a "../" output stays inside the temporary folder
         target, store = _lay_out(base, root, cmd, folder)
         arg_in, here = _input_arg(in_form, target, root)
         arg_out, expected = _output_arg(out_form, cmd.out_name, here, root)

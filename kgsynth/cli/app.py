@@ -17,6 +17,7 @@ from kgsynth.cli.eval import eval_cmd
 from kgsynth.cli.filter import filter_cmd
 from kgsynth.cli.kg import kg_app
 from kgsynth.cli.report import report_cmd
+from kgsynth.cli.run import run_cmd
 from kgsynth.cli.synthesize import synth_app
 from kgsynth.cli.train import train_app
 from kgsynth.cli.walk import walk_cmd
@@ -67,6 +68,7 @@ app.command("filter")(filter_cmd)
 app.add_typer(train_app, name="train")
 app.command("eval")(eval_cmd)
 app.command("report")(report_cmd)
+app.command("run")(run_cmd)
 
 
 @app.callback()

@@ -192,8 +192,9 @@ class OpenAILLM(LLM):
                     TypeError,
                     IndexError,
                     AttributeError,
+                    RecursionError,  # a reply of JSON nested past Python's recursion limit
                 ) as exc:
-                    last = f"unreadable response: {exc}"[:500]
+                    last = f"unreadable response: {type(exc).__name__}: {exc}"[:500]
             if attempt == self.max_retries:
                 break
             self.stats.retries += 1
