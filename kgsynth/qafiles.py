@@ -4,7 +4,8 @@ Shared by the question stage's contamination guard and by ``kgsynth eval``. Form
 by the file name (each may be gzipped, ``.gz``):
 
 * ``.txt`` / ``.tsv`` — MetaQA: ``question<TAB>answer1|answer2|...`` with every topic entity
-  in ``[...]``. Answers are split on ``|`` only (names contain commas: "Washington, D.C.").
+  in ``[...]``; or PathQuestion, told by its three fields (``question<TAB>answer(a1/a2/)<TAB>
+  topic#r1#e1#…#<end>#answer``, the topic the path's first element, hops its relations). Answers are split on ``|`` only (names contain commas: "Washington, D.C.").
   An optional question-type file (``qa_dev_qtype.txt``: one type such as
   ``movie_to_director_to_movie_to_language`` per question, same order) gives ``qtype`` and
   ``hops`` (the number of ``_to_``); for ``<dir>/qa_<split>.txt`` it is found by itself as
@@ -86,6 +87,10 @@ def read_questions(
             raise InputFileError(qtype_file, "a qtype file goes with MetaQA .txt questions")
         return read_benchmark(path, format, limit=limit)
     if kind == "txt":
+        if _is_pathquestion(path):
+            if qtype_file:
+                raise InputFileError(qtype_file, "a qtype file goes with MetaQA questions")
+            return _read_pathquestion(path, limit)
         return _read_metaqa(path, qtype_file, limit)
     if qtype_file:
         raise InputFileError(
@@ -168,6 +173,54 @@ def _read_qtypes(path: Path) -> list[tuple[int, str]]:
             raise InputFileError(path, f"qtype must be one word, got {qtype!r}", lineno)
         types.append((lineno, qtype))
     return types
+
+
+def _is_pathquestion(path: Path) -> bool:
+    """Whether a text file is PathQuestion's: its first line has three tab-separated fields,
+    the last a ``topic#relation#entity…#<end>#answer`` path."""
+    for _, line in _lines(path):
+        fields = line.split("\t")
+        return len(fields) == 3 and "#<end>#" in fields[2]
+    return False
+
+
+def _read_pathquestion(path: Path, limit: int | None) -> list[QARecord]:
+    """PathQuestion (Zhou et al., COLING 2018): ``question<TAB>answer(a1/a2/…)<TAB>path``,
+    the path ``topic#r1#e1#r2#…#answer#<end>#answer``; the topic entity is the path's first
+    element and the question names it as written, so ``qtype`` is the relation path and
+    ``hops`` its length."""
+    records: list[QARecord] = []
+    for lineno, line in _lines(path):
+        if limit is not None and len(records) >= limit:
+            break
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise InputFileError(
+                path, f"expected 3 tab-separated fields (question, answer(...), path), "
+                f"found {len(fields)}", lineno
+            )  # fmt: skip
+        question, answer_field, route = (f.strip() for f in fields)
+        if not question:
+            raise InputFileError(path, "field question is empty", lineno)
+        opened, closed = answer_field.find("("), answer_field.rfind(")")
+        if opened < 0 or closed < opened:
+            raise InputFileError(
+                path, f"field answer is not name(a1/a2/...): {answer_field!r}", lineno
+            )
+        answers = [a.strip() for a in answer_field[opened + 1 : closed].split("/") if a.strip()]
+        parts = route.split("#")
+        if "<end>" not in parts or len(parts) < 4:
+            raise InputFileError(
+                path, f"field path has no topic#relation#…#<end>: {route!r}", lineno
+            )
+        relations = parts[1 : parts.index("<end>") : 2]
+        if not answers:
+            raise InputFileError(path, "field answer names no answer", lineno)
+        records.append(
+            QARecord(question, question, [parts[0]], answers, "#".join(relations),
+                     len(relations), lineno)
+        )  # fmt: skip
+    return records
 
 
 def _read_metaqa(

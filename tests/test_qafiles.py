@@ -267,3 +267,23 @@ def test_bad_structure_or_question_id_names_the_field(tmp_path, extra, field):
     src = write(tmp_path / "q.jsonl", [json.dumps(row)])
     with pytest.raises(InputFileError, match=rf"q\.jsonl:1: {field}"):
         read_questions(src)
+
+
+def test_pathquestion_files_are_read_with_topic_path_and_hops(tmp_path: Path) -> None:
+    """PathQuestion (``question<TAB>answer(a/b/)<TAB>topic#r1#e1#…#<end>#answer``): the topic is
+    the path's first element, the answers the names between the parentheses."""
+    path = tmp_path / "PQ-2H.txt"
+    path.write_text(
+        "which nationality is anna_x 's couple ?\tunited_kingdom(united_kingdom/)\t"
+        "anna_x#spouse#bob_y#nationality#united_kingdom#<end>#united_kingdom\n"
+        "who are the children of carl_z 's wife ?\tdora(dora/emil/)\t"
+        "carl_z#spouse#fay#children#dora#<end>#dora\n"
+    )
+    first, second = read_questions(path)
+    assert first.topic_names == ["anna_x"] and first.answer_names == ["united_kingdom"]
+    assert (first.hops, first.qtype, first.line) == (2, "spouse#nationality", 1)
+    assert second.answer_names == ["dora", "emil"]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("q ?\tx(x/)\ta#r#x#<end>#x\nq2 ?\tnothing here\ta#r#x#<end>#x\n")
+    with pytest.raises(InputFileError, match=r"bad.txt:2: field answer"):
+        read_questions(bad)
