@@ -22,6 +22,7 @@ from rank_bm25 import BM25Okapi
 
 from kgsynth.agent.stemming import stem
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
+from kgsynth.kg.relnames import relation_phrase
 
 
 class DenseScorer(Protocol):
@@ -74,8 +75,10 @@ def ranking_terms(text: str) -> list[str]:
 
 
 def relation_words(rel: Relation) -> str:
-    """A relation's name as words (``film.film.directed_by`` -> ``film film directed by``)."""
-    return " ".join(tokenize(rel.name)) or rel.name
+    """A relation's name as words: its property, with its type as context
+    (:func:`~kgsynth.kg.relnames.relation_phrase`: ``film.film.directed_by`` -> ``directed by
+    film``, ``/people/person/nationality`` -> ``nationality person``)."""
+    return relation_phrase(rel.name)
 
 
 def rank_relations(

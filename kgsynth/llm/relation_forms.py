@@ -1,7 +1,7 @@
 """How a KG relation reads in English, for the template backend's questions.
 
-Only the relation's own name is read (``film.film.directed_by`` -> "directed by", ``has_genre``
--> "genre"): :func:`relation_form` says what kind of English its words make, and
+Only the relation's own name is read, its property part (``film.film.directed_by`` -> "directed
+by", ``__film__film__country`` -> "country", ``has_genre`` -> "genre"): :func:`relation_form` says what kind of English its words make, and
 :func:`hop_forms`, :func:`hop_predicates` and :func:`hop_gaps` give every way this backend can
 say what is one hop from a description (:class:`Phrase`). :mod:`kgsynth.llm.rule_questions`
 puts these together into whole questions."""
@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kgsynth.kg.relnames import property_words
+
 
 def relation_words(relation: str) -> str:
-    """``film.film.directed_by`` / ``has_genre`` / ``P57`` -> plain words."""
-    last = relation.split(".")[-1] if "." in relation else relation
-    words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", last).replace("_", " ").strip().lower()
+    """``film.film.directed_by`` / ``/people/person/nationality`` / ``has_genre`` / ``P57`` ->
+    plain words: the property's (:func:`~kgsynth.kg.relnames.property_words`), without a
+    leading has/is/in."""
+    words = property_words(relation)
     return re.sub(r"^(has|is|in) ", "", words) or relation
 
 

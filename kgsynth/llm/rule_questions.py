@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.kg.relnames import relation_parts
 from kgsynth.llm.relation_forms import (
     Phrase,
     hop_forms,
@@ -38,7 +39,7 @@ def hop_phrase(noun_phrase: str, relation: str, inverse: bool) -> str:
     directed by". Inverse ``? r X``: "the things whose genre is X" / "the things directed by X".
     """
     words = relation_words(relation)
-    passive = relation.split(".")[-1].endswith("_by") or words.endswith(" by")
+    passive = relation_parts(relation).property.endswith("_by") or words.endswith(" by")
     if passive:
         return (
             f"the things {words} {noun_phrase}" if inverse else f"the one {noun_phrase} was {words}"
