@@ -163,7 +163,9 @@ def _run_steps(steps, run: Path, from_step: str | None, until: str | None) -> No
             break
     compare = run / "summary" / "compare.md"
     if compare.is_file():
-        stdout.print(compare.read_text(encoding="utf-8"), highlight=False, markup=False)
+        stdout.print(
+            compare.read_text(encoding="utf-8"), highlight=False, markup=False, soft_wrap=True
+        )
     stdout.print(f"kgsynth run: {time.perf_counter() - started:,.0f}s; outputs in {run}")
 
 
