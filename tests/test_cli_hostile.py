@@ -235,13 +235,15 @@ def _inside(path: Path, folder: Path) -> bool:
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@settings(max_examples=18, **SETTINGS)
-@given(
-    command=st.sampled_from(FAST),
+FORMS = dict(
     folder=st.sampled_from(FOLDERS),
     in_form=st.sampled_from(IN_FORMS),
     out_form=st.sampled_from(OUT_FORMS),
 )
+
+
+@settings(max_examples=18, **SETTINGS)
+@given(command=st.sampled_from(FAST), **FORMS)
 def test_every_path_form_runs_or_gets_one_line(
     base: Path, command: str, folder: str, in_form: str, out_form: str
 ) -> None:
@@ -264,12 +266,7 @@ def test_a_missing_bare_input_says_no_such_file(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @settings(max_examples=150, **SETTINGS)
-@given(
-    command=st.sampled_from(list(COMMANDS)),
-    folder=st.sampled_from(FOLDERS),
-    in_form=st.sampled_from(IN_FORMS),
-    out_form=st.sampled_from(OUT_FORMS),
-)
+@given(command=st.sampled_from(list(COMMANDS)), **FORMS)
 def test_every_path_form_of_every_command_slow(
     base: Path, command: str, folder: str, in_form: str, out_form: str
 ) -> None:
@@ -338,13 +335,16 @@ def run_corruption_case(base: Path, name: str, how: str, pick: int, seed: int) -
         assert digest(target.parent) == before
 
 
-@settings(max_examples=30, **SETTINGS)
-@given(
+CORRUPTION_CASES = dict(
     name=st.sampled_from(list(CONSUMERS)),
     how=st.sampled_from(CORRUPTIONS),
     pick=st.integers(0, 40),
     seed=st.integers(1, 10_000),
 )
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(**CORRUPTION_CASES)
 def test_a_corrupted_input_runs_or_gets_one_line_naming_file_and_column(
     base: Path, name: str, how: str, pick: int, seed: int
 ) -> None:
@@ -353,12 +353,7 @@ def test_a_corrupted_input_runs_or_gets_one_line_naming_file_and_column(
 
 @pytest.mark.slow
 @settings(max_examples=300, **SETTINGS)
-@given(
-    name=st.sampled_from(list(CONSUMERS)),
-    how=st.sampled_from(CORRUPTIONS),
-    pick=st.integers(0, 40),
-    seed=st.integers(1, 10_000),
-)
+@given(**CORRUPTION_CASES)
 def test_a_corrupted_input_runs_or_gets_one_line_slow(
     base: Path, name: str, how: str, pick: int, seed: int
 ) -> None:
