@@ -46,6 +46,11 @@ class KGTimeoutError(KGError):
     """A query ran past its timeout."""
 
 
+class KGMemoryError(KGError):
+    """A query needed more memory than its limit (an agent's query, run in a child process
+    with a memory limit) and was stopped."""
+
+
 class QueryRejectedError(KGError):
     """A query that is not read-only (an UPDATE) or does not parse."""
 

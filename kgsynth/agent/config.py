@@ -14,6 +14,7 @@ A stage config that still declares these fields flat gets its agent settings wit
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +30,8 @@ RELATION_RANKINGS = ("bm25", "hybrid", "focus")
 ENTITY_MATCHINGS = ("exact", "near")
 FIRST_HOP_FALLBACKS = ("none", "dense")
 PROMPT_STYLES = ("full", "short")
+AGENT_QUERY_TIMEOUT_S = 10.0
+"""Seconds an agent-written query may run by default (the store is shared by every rollout)."""
 
 # Stage-config field names that differ from AgentConfig's (the stage's name -> the field here).
 STAGE_FIELD_NAMES = {
@@ -132,6 +135,12 @@ class AgentConfig:
         "relations are listed to pick from; below it the relation is not found (KBQA-R1's "
         "tau_low)",
     )
+    query_timeout_s: float = option(
+        AGENT_QUERY_TIMEOUT_S,
+        "Seconds a query the agent wrote may run (knowcoder's ExecuteSPARQL, isp's sparql, the "
+        "query an sexpr action compiles to); past it the query is stopped (on a store "
+        "directory its child process is killed) and the agent reads a timeout error",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
@@ -168,6 +177,11 @@ class AgentConfig:
         need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")
+        need(
+            math.isfinite(self.query_timeout_s) and self.query_timeout_s > 0,
+            "query_timeout_s",
+            "a number of seconds > 0",
+        )
         need(0.0 <= self.gate_low <= 1.0, "gate_low", "within [0, 1]")
         need(0.0 < self.gate_high <= 1.0, "gate_high", "within (0, 1]")
         need(

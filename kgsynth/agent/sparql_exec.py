@@ -7,6 +7,13 @@ a row cap. A refused query raises :class:`QueryRefused`, a timeout or an unreach
 KG's typed errors, and the tool environment turns each into a typed result the agent reads, so
 nothing an agent writes escapes the tool. A result past the row cap shows its
 first rows and says that more were cut.
+
+The query runs through the KG's agent path (:meth:`kgsynth.kg.base.KG.agent_select_iter`):
+on a store directory, in a child process that is killed at the timeout or past its memory
+limit (:mod:`kgsynth.kg.embedded`), because pyoxigraph cannot stop a query in-process, and a
+``COUNT`` over a cross product or a ``(p|^p)*`` path would otherwise hold the episode (and
+the eval, RL or synthesis run around it) for as long as it computes. The timeout is the
+agent's ``query_timeout_s`` setting (:class:`~kgsynth.agent.config.AgentConfig`).
 """
 
 from __future__ import annotations
@@ -14,12 +21,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kgsynth.agent.config import AGENT_QUERY_TIMEOUT_S, AgentConfig
 from kgsynth.errors import QueryRejectedError, RowLimitError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.terms import Term
 
-AGENT_QUERY_TIMEOUT_S = 10.0
-"""Seconds an agent's query may run (the store is shared by every rollout)."""
+__all__ = [
+    "AGENT_MAX_ROWS",
+    "AGENT_QUERY_TIMEOUT_S",
+    "QueryAnswer",
+    "QueryRefused",
+    "agent_timeout",
+    "query_form",
+    "run_agent_query",
+]
+
 AGENT_MAX_ROWS = 50
 """Rows an agent's query may show; the query stops at the next one."""
 
@@ -49,29 +65,44 @@ def query_form(query: str) -> str | None:
     return m.group(1).upper() if m else None
 
 
+def agent_timeout(timeout: float | None, config: AgentConfig | None) -> float:
+    """The seconds an agent's query gets: ``timeout`` when given (a tool set's own bound),
+    else the agent's ``query_timeout_s``, else :data:`AGENT_QUERY_TIMEOUT_S`."""
+    if timeout is not None:
+        return timeout
+    return config.query_timeout_s if config is not None else AGENT_QUERY_TIMEOUT_S
+
+
 def run_agent_query(
     graph: KGGraph,
     query: str,
     *,
-    timeout: float = AGENT_QUERY_TIMEOUT_S,
+    timeout: float | None = None,
     max_rows: int = AGENT_MAX_ROWS,
+    config: AgentConfig | None = None,
 ) -> QueryAnswer:
-    """Run ``query`` (guarded, bounded) and render the rows with entity names.
+    """Run ``query`` (guarded, bounded: the KG's agent path, see the module doc) and render
+    the rows with entity names. ``timeout`` defaults to ``config.query_timeout_s``
+    (:func:`agent_timeout`); the tool sets pass the environment's config, and a timeout only
+    where a caller sets one.
 
     Raises :class:`QueryRefused` for a query the agent must rewrite, and the KG's own
-    :class:`~kgsynth.errors.KGTimeoutError` / :class:`~kgsynth.errors.KGUnavailableError`,
-    which the tool environment already maps to typed results."""
+    :class:`~kgsynth.errors.KGTimeoutError` / :class:`~kgsynth.errors.KGUnavailableError` /
+    :class:`~kgsynth.errors.KGMemoryError`, which the tool sets and the tool environment map
+    to typed results."""
     form = query_form(query)
     if form in ("CONSTRUCT", "DESCRIBE"):
         raise QueryRefused(f"{form} queries are not allowed; write a SELECT or an ASK query")
     kg = graph.kg
+    seconds = agent_timeout(timeout, config)
     try:
         if form == "ASK":
-            return QueryAnswer("true" if kg.ask(query, timeout=timeout) else "false", (), False)
+            answer = kg.agent_ask(query, timeout=seconds)
+            return QueryAnswer("true" if answer else "false", (), False)
         rows: list[dict[str, Term]] = []
         capped = False
         try:
-            for row in kg.select_iter(query, timeout=timeout, max_rows=max_rows):
+            for row in kg.agent_select_iter(query, timeout=seconds, max_rows=max_rows):
                 rows.append(row)
         except RowLimitError:
             capped = True

@@ -54,6 +54,19 @@ class KG(abc.ABC):
 
         return self._ask(guard.ensure_read_only(query), timeout)
 
+    def agent_select_iter(
+        self, query: str, *, timeout: float | None = None, max_rows: int | None = None
+    ) -> Iterator[Row]:
+        """:meth:`select_iter` for a query whose text an agent wrote, which may run as long and
+        take as much memory as the engine lets it. A backend whose queries cannot be stopped
+        in-process runs it where it can be (the embedded store: a child process); an endpoint
+        is bounded by its HTTP timeout, so by default this is :meth:`select_iter`."""
+        return self.select_iter(query, timeout=timeout, max_rows=max_rows)
+
+    def agent_ask(self, query: str, *, timeout: float | None = None) -> bool:
+        """:meth:`ask` for a query whose text an agent wrote (see :meth:`agent_select_iter`)."""
+        return self.ask(query, timeout=timeout)
+
     def _row_cap(self, max_rows: int | None) -> int:
         cap = self.max_rows if max_rows is None else max_rows
         if cap < 1:

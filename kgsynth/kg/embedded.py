@@ -8,10 +8,22 @@ imported before it existed lack it and are queried instead).
 Queries are bounded two ways. In-process (the default: kgsynth's own look-ups, thousands a
 second) rows are read lazily with the deadline checked between rows and the row cap applied
 while reading, so a query that streams rows stops at either; pyoxigraph has no way to
-interrupt a query that computes before its next row, so one blocked inside the engine runs to
-its end. With ``isolate=True`` (``kgsynth kg query`` uses it) a store directory's queries run
-in a child process that is killed at the deadline, its memory freed
-(:mod:`kgsynth.kg.query_process`).
+interrupt a query that computes before its next row, so one blocked inside the engine (a
+``COUNT`` or ``ORDER BY`` over a cross product, a ``(p|^p)*`` path) runs to its end. With
+``isolate=True`` (``kgsynth kg query`` uses it) a store directory's queries run in a child
+process that is killed at the deadline, its memory freed (:mod:`kgsynth.kg.query_process`).
+
+Queries an agent wrote (:meth:`EmbeddedKG.agent_select_iter`, :meth:`EmbeddedKG.agent_ask`:
+``ExecuteSPARQL``, ``sparql(...)``, compiled S-expressions) always run in such a child when the
+store is a directory, whatever ``isolate`` says, so that one query a policy writes cannot
+stall synthesis, eval or RL: one persistent child per store (started on the first agent query,
+started again after a kill, so normal agent queries cost a round trip of a pipe), bounded by
+the query's timeout and by :attr:`EmbeddedKG.agent_memory` bytes of memory beyond the open
+store (:data:`AGENT_MEMORY_BYTES`, 4 GiB, by default). kgsynth's own fixed-form look-ups stay
+in-process. An in-memory store (``location`` ``:memory:``, tests) has no directory for a child
+to open, so its agent queries run in-process with the in-process bounds above: a query blocked
+inside the engine is not stopped there. Every store a user opens (``--kg``: a store directory,
+or a triple file imported into one) is a directory.
 """
 
 from __future__ import annotations
@@ -24,7 +36,13 @@ from typing import Any
 
 import pyoxigraph as ox
 
-from kgsynth.errors import ConfigError, KGError, KGTimeoutError, QueryRejectedError
+from kgsynth.errors import (
+    ConfigError,
+    KGError,
+    KGMemoryError,
+    KGTimeoutError,
+    QueryRejectedError,
+)
 from kgsynth.kg.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, KG
 from kgsynth.kg.fanouts import FanoutTable
 from kgsynth.kg.names import NameIndex
@@ -36,6 +54,11 @@ META_FILE = "kg.json"
 STORE_SUBDIR = "oxigraph"
 NAMES_FILE = "names.sqlite"
 TERM_CACHE_SIZE = 100_000  # converted terms kept per store (cleared when full)
+AGENT_MEMORY_BYTES = 4 << 30
+"""Memory an agent's query may use beyond the open store (its child process's address space
+past what the store took to open): far more than a query whose shown rows are capped needs
+(a normal agent query adds megabytes), small enough that a runaway join or sort is stopped
+before it takes the memory of the machine a run shares with its model."""
 
 
 def to_term(node: Any) -> Term:
@@ -69,6 +92,7 @@ class EmbeddedKG(KG):
         timeout: float = DEFAULT_TIMEOUT_S,
         max_rows: int = DEFAULT_MAX_ROWS,
         isolate: bool = False,
+        agent_memory: int | None = AGENT_MEMORY_BYTES,
     ) -> None:
         self.store = store
         self.profile = profile
@@ -79,6 +103,15 @@ class EmbeddedKG(KG):
         self.timeout = timeout
         self.max_rows = max_rows
         self._process: QueryProcess | None = None
+        if agent_memory is not None and agent_memory < 1:
+            raise ConfigError(
+                f"agent_memory: {agent_memory} is not a number of bytes (use 1 or more)"
+            )
+        self.agent_memory = agent_memory
+        # agent-written queries' child (module doc), made on the first one; a store in memory
+        # has no directory for it
+        self._agent_store = Path(location) / STORE_SUBDIR if is_store_dir(Path(location)) else None
+        self._agent_process: QueryProcess | None = None
         if isolate:
             if not is_store_dir(Path(location)):
                 raise ConfigError(
@@ -99,8 +132,10 @@ class EmbeddedKG(KG):
         timeout: float = DEFAULT_TIMEOUT_S,
         max_rows: int = DEFAULT_MAX_ROWS,
         isolate: bool = False,
+        agent_memory: int | None = AGENT_MEMORY_BYTES,
     ) -> EmbeddedKG:
-        """Open a store directory read-only (several processes may read it at once)."""
+        """Open a store directory read-only (several processes may read it at once);
+        ``agent_memory`` bounds agent-written queries (module doc; None: no bound)."""
         path = Path(path)
         if not is_store_dir(path):
             raise KGError(f"{path}: not a kgsynth store (expected {META_FILE} and {STORE_SUBDIR}/)")
@@ -125,6 +160,7 @@ class EmbeddedKG(KG):
             timeout=timeout,
             max_rows=max_rows,
             isolate=isolate,
+            agent_memory=agent_memory,
         )
 
     @classmethod
@@ -208,22 +244,79 @@ class EmbeddedKG(KG):
         # the child sends one row past the cap, so that the cap is seen to be passed
         return self._capped(self._isolated_rows(text, timeout, cap + 1), cap)
 
+    # --- agent-written queries ---------------------------------------------------------------
+
+    def agent_process(self) -> QueryProcess | None:
+        """The child process that runs agent-written queries (started lazily by its first
+        query; module doc), or None for a store that is not a directory."""
+        if self._agent_process is None and self._agent_store is not None:
+            self._agent_process = QueryProcess(self._agent_store, memory_limit=self.agent_memory)
+        return self._agent_process
+
+    def agent_select_iter(
+        self, query: str, *, timeout: float | None = None, max_rows: int | None = None
+    ) -> Iterator[Row]:
+        """An agent's SELECT, run in :meth:`agent_process`: killed at the deadline
+        (:class:`~kgsynth.errors.KGTimeoutError`) or past :attr:`agent_memory`
+        (:class:`~kgsynth.errors.KGMemoryError`); in-process for a store in memory."""
+        process = self.agent_process()
+        if process is None:
+            return self.select_iter(query, timeout=timeout, max_rows=max_rows)
+        from kgsynth.kg import guard
+
+        text = guard.ensure_read_only(query)
+        cap = self._row_cap(max_rows)
+        return self._capped(self._isolated_rows(text, timeout, cap + 1, process), cap)
+
+    def agent_ask(self, query: str, *, timeout: float | None = None) -> bool:
+        """An agent's ASK, run as :meth:`agent_select_iter` runs a SELECT."""
+        process = self.agent_process()
+        if process is None:
+            return self.ask(query, timeout=timeout)
+        from kgsynth.kg import guard
+
+        return self._isolated_ask(guard.ensure_read_only(query), timeout, process)
+
+    # --- queries in a child process --------------------------------------------------------
+
     def _isolated(
-        self, query: str, form: str, timeout: float | None, max_rows: int
+        self,
+        query: str,
+        form: str,
+        timeout: float | None,
+        max_rows: int,
+        process: QueryProcess | None = None,
     ) -> list[tuple[Any, ...]]:
-        assert self._process is not None
+        process = process or self._process
+        assert process is not None
         try:
-            return self._process.run(query, form, timeout or self.timeout, max_rows)
+            return process.run(query, form, timeout or self.timeout, max_rows)
         except QueryProcessError as exc:
             if exc.kind == "timeout":
                 raise self._timed_out(timeout) from None
+            if exc.kind == "memory":
+                raise KGMemoryError(str(exc)) from None
             if exc.kind == "syntax":
                 raise QueryRejectedError(f"SPARQL syntax error: {exc}") from None
             raise KGError(f"store error: {exc}") from None
 
-    def _isolated_rows(self, query: str, timeout: float | None, max_rows: int) -> Iterator[Row]:
+    def _isolated_ask(
+        self, query: str, timeout: float | None, process: QueryProcess | None = None
+    ) -> bool:
+        frames = self._isolated(query, "ask", timeout, 1, process)
+        if not frames or frames[0][0] != "bool":
+            raise KGError("store error: no ASK result")
+        return bool(frames[0][1])
+
+    def _isolated_rows(
+        self,
+        query: str,
+        timeout: float | None,
+        max_rows: int,
+        process: QueryProcess | None = None,
+    ) -> Iterator[Row]:
         names: list[str] = []
-        for frame in self._isolated(query, "select", timeout, max_rows):
+        for frame in self._isolated(query, "select", timeout, max_rows, process):
             if frame[0] == "vars":
                 names = frame[1]
                 continue
@@ -251,10 +344,7 @@ class EmbeddedKG(KG):
 
     def _ask(self, query: str, timeout: float | None) -> bool:
         if self._process is not None:
-            frames = self._isolated(query, "ask", timeout, 1)
-            if not frames or frames[0][0] != "bool":
-                raise KGError("store error: no ASK result")
-            return bool(frames[0][1])
+            return self._isolated_ask(query, timeout)
         result = self._run(query)
         if not isinstance(result, ox.QueryBoolean):
             raise QueryRejectedError("expected an ASK query")
@@ -272,3 +362,5 @@ class EmbeddedKG(KG):
             self.fanout_table.close()
         if self._process is not None:
             self._process.kill()
+        if self._agent_process is not None:
+            self._agent_process.kill()

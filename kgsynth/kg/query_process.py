@@ -9,6 +9,17 @@ query's deadline, and past it kills the child (``SIGKILL``: the operating system
 its memory) and raises :class:`~kgsynth.errors.KGTimeoutError`. The next query starts a new
 child. Frames are length-prefixed ``marshal`` payloads over the child's stdin/stdout.
 
+A ``memory_limit`` bounds the child's memory too: once the store is open, the child caps its
+address space (``RLIMIT_AS``) at what it then uses plus ``memory_limit`` bytes, so the limit is
+what queries may add whatever the store's own footprint. A query past it fails an allocation;
+the engine (Rust) then aborts the child, which the parent reports as kind ``memory`` (a Python
+``MemoryError`` in the child is reported the same way) and the next query starts a new child.
+A child is owned by the process that started it: after a ``fork`` the new process starts its
+own rather than share the pipes. On Linux a child dies with its parent (``PR_SET_PDEATHSIG``):
+a run killed mid-query leaves no query computing on (the signal follows the thread that
+started the child: should that thread end first, the child is killed, a query it was running
+fails as a store error, and the next query starts another).
+
 The child answers only texts the parent sends, and the parent sends only texts the read-only
 guard returned (:meth:`kgsynth.kg.base.KG.select`).
 """
@@ -17,8 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import marshal
+import math
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -32,8 +45,20 @@ CHUNK_ROWS = 512  # rows per frame
 START_TIMEOUT_S = 60.0
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has data (or its end) within ``timeout`` seconds. ``poll`` where there
+    is one: ``select`` refuses descriptors past 1023, which a process holding a model, its data
+    and their files (an RL run) reaches."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(1, math.ceil(timeout * 1000))))
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
 class QueryProcessError(Exception):
-    """The child failed: ``kind`` is ``timeout``, ``syntax``, ``store`` or ``died``."""
+    """The child failed: ``kind`` is ``timeout``, ``memory``, ``syntax``, ``store`` or
+    ``died``."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -43,9 +68,11 @@ class QueryProcessError(Exception):
 class QueryProcess:
     """One child process answering queries on the store directory ``store`` (see module doc)."""
 
-    def __init__(self, store: str | Path) -> None:
+    def __init__(self, store: str | Path, *, memory_limit: int | None = None) -> None:
         self.store = str(store)
+        self.memory_limit = memory_limit  # bytes a query may add to the open store (None: any)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = os.getpid()  # the process whose child ``_proc`` is
         self._lock = threading.Lock()
         self.started = 0  # children started (a killed one is replaced on the next query)
 
@@ -53,13 +80,19 @@ class QueryProcess:
 
     def _start(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), self.store],
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                self.store,
+                str(self.memory_limit or 0),
+                str(os.getpid()),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
         )
-        self._proc = proc
+        self._proc, self._owner = proc, os.getpid()
         self.started += 1
         try:
             kind, *rest = self._read(time.monotonic() + START_TIMEOUT_S)
@@ -74,8 +107,8 @@ class QueryProcess:
     def kill(self) -> None:
         """Kill the child now (its memory is freed); the next query starts another."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
+        if proc is None or self._owner != os.getpid():
+            return  # a forked process leaves its parent's child alone
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait()
@@ -98,7 +131,7 @@ class QueryProcess:
         chunks: list[bytes] = []
         while n:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not _readable(fd, left):
                 raise QueryProcessError("timeout", "deadline passed")
             data = os.read(fd, min(n, 1 << 20))
             if not data:
@@ -128,27 +161,54 @@ class QueryProcess:
         SELECT (at most ``max_rows`` rows: the child stops evaluating after them), or
         ``("bool", value)`` for an ASK. Raises :class:`QueryProcessError`; a timeout or a lost
         child kills the child first."""
-        deadline = time.monotonic() + timeout
         frames: list[tuple[Any, ...]] = []
         with self._lock:
+            if self._owner != os.getpid():
+                self._proc = None  # forked: the parent's child and pipes stay the parent's
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = None
                 self._start()
+            # the query's time starts once a child is ready: starting one (after a kill, say)
+            # takes part of a second that a short timeout would otherwise lose
+            deadline = time.monotonic() + timeout
             self._send((query, form, max_rows))
             while True:
                 try:
                     frame = self._read(deadline)
-                except QueryProcessError:
+                except QueryProcessError as exc:
+                    proc = self._proc
+                    if exc.kind == "died" and proc is not None:
+                        # its pipe closed as it exited: wait for its status before any kill
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout=5)
                     self.kill()
+                    if exc.kind == "died" and self._out_of_memory(proc):
+                        raise self._memory_error() from None
                     raise
                 kind = frame[0]
                 if kind == "error":
+                    if frame[1] == "memory":
+                        self.kill()  # a child that ran out may hold a damaged heap
+                        raise self._memory_error()
                     raise QueryProcessError(frame[1], frame[2])
                 if kind == "end":
                     return frames
                 frames.append(frame)
                 if kind == "bool":
                     return frames
+
+    def _out_of_memory(self, proc: subprocess.Popen[bytes] | None) -> bool:
+        """Whether the child that just exited was stopped by its memory limit: the engine
+        aborts (``SIGABRT``) when an allocation fails."""
+        return (
+            self.memory_limit is not None
+            and proc is not None
+            and proc.returncode == -signal.SIGABRT
+        )
+
+    def _memory_error(self) -> QueryProcessError:
+        limit = "" if self.memory_limit is None else f" ({self.memory_limit / 2**30:g} GiB)"
+        return QueryProcessError("memory", f"the query needed more than its memory limit{limit}")
 
 
 # --- the child -------------------------------------------------------------------------------
@@ -167,7 +227,44 @@ def _encode(node: Any, named: type, literal: type) -> Any:
     return (node.value,)
 
 
-def _child(store_path: str) -> None:  # pragma: no cover - runs in the child process
+def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child process
+    """Ask Linux to kill this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``), and
+    exit now if the parent is already gone; elsewhere nothing (the child still ends when its
+    stdin closes, after the query it is running)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:
+        os._exit(0)
+
+
+def _limit_memory(extra: int) -> None:  # pragma: no cover - runs in the child process
+    """Cap this process's address space at its present size plus ``extra`` bytes (Linux reads
+    the size from ``/proc``; elsewhere the cap is ``extra`` alone, and may not be enforced)."""
+    import resource
+
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            size = int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        size = 0
+    limit = size + extra
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _child(
+    store_path: str, memory_limit: int = 0, parent: int = 0
+) -> None:  # pragma: no cover - runs in the child process
+    _die_with_parent(parent)
     import pyoxigraph as ox
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -182,6 +279,8 @@ def _child(store_path: str) -> None:  # pragma: no cover - runs in the child pro
     except (OSError, ValueError) as exc:
         send(("error", "store", str(exc)))
         return
+    if memory_limit > 0:
+        _limit_memory(memory_limit)
     send(("ready",))
     named, literal = ox.NamedNode, ox.Literal
     while True:
@@ -219,7 +318,10 @@ def _child(store_path: str) -> None:  # pragma: no cover - runs in the child pro
             send(("error", "syntax", str(exc)))
         except OSError as exc:
             send(("error", "store", str(exc)))
+        except MemoryError:
+            send(("error", "memory", "out of memory"))
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _child(sys.argv[1])
+    limit, parent = ([int(a) for a in sys.argv[2:4]] + [0, 0])[:2]  # older callers pass neither
+    _child(sys.argv[1], limit, parent)

@@ -5,7 +5,9 @@ whose expressions compile to SPARQL. Each module's ``make_tools(env)`` returns t
 a :class:`~kgsynth.agent.tools.ToolEnvironment`: name -> (arity, function returning a
 ``ToolResult``); a function raises :class:`~kgsynth.agent.toolkit.ToolFailure` to fail a call.
 Both run agent queries through :func:`sparql_result`, which adds the guard, the timeout and the
-row cap of :mod:`kgsynth.agent.sparql_exec`."""
+row cap of :mod:`kgsynth.agent.sparql_exec`; ``sexpr`` runs its compiled queries the same way
+(the KG's agent path: on a store directory a child process killed at the timeout or past its
+memory limit). A query stopped at its memory limit fails as :func:`memory_failure` says."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kgsynth.agent.toolkit import ToolHost, ToolResult
+    from kgsynth.agent.toolkit import ToolFailure, ToolHost, ToolResult
+    from kgsynth.errors import KGMemoryError
 
 ToolTable = dict[str, tuple[int, Callable[..., "ToolResult"]]]
 
@@ -36,14 +39,28 @@ def make_tools(env: ToolHost) -> ToolTable:
     raise ValueError(f"unknown tool set {name!r}")
 
 
+def memory_failure(exc: KGMemoryError) -> ToolFailure:
+    """How a query stopped past its memory limit fails the call: as a ``timeout`` (the query
+    was stopped at one of its bounds, and the agent's remedy is the same: a narrower query),
+    with a text that names the bound."""
+    from kgsynth.agent.toolkit import ErrorType, ToolFailure
+
+    return ToolFailure(ErrorType.TIMEOUT, f"{exc} and was stopped; try a narrower query.")
+
+
 def sparql_result(env: ToolHost, query: str, tool: str, **bounds: Any) -> ToolResult:
     """Run an agent's query (guarded, bounded: :func:`~kgsynth.agent.sparql_exec.run_agent_query`)
-    as the result of tool ``tool``; a refused query fails the call as ``query_refused``."""
+    as the result of tool ``tool``; a refused query fails the call as ``query_refused``.
+    ``bounds`` (``timeout``, ``max_rows``) override the agent's config; without a ``timeout``
+    the query gets ``env.config.query_timeout_s``."""
     from kgsynth.agent.sparql_exec import QueryRefused, run_agent_query
     from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult
+    from kgsynth.errors import KGMemoryError
 
     try:
-        answer = run_agent_query(env.graph, query, **bounds)
+        answer = run_agent_query(env.graph, query, config=env.config, **bounds)
     except QueryRefused as exc:
         raise ToolFailure(ErrorType.QUERY_REFUSED, f"{exc}.") from None
+    except KGMemoryError as exc:
+        raise memory_failure(exc) from None
     return ToolResult(answer.text, None, tool, (query,), answer.names)

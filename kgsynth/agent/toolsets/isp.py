@@ -15,8 +15,10 @@ by name, how many distinct answers ``?x`` the template reaches, and its SPARQL t
 with the entity's IRI; IRIs are written as prefixed names where Oxigraph can parse them back,
 after ``PREFIX`` lines the agent copies into its query (:class:`Prefixes`).
 
-``sparql("SELECT ...")`` — runs the agent's query through the read-only guard, the timeout and
-the row cap (:func:`kgsynth.agent.toolsets.sparql_result`); rows are shown by name.
+``sparql("SELECT ...")`` — runs the agent's query through the read-only guard, the timeout
+(the agent's ``query_timeout_s``; on a store directory the query runs in a child process that
+is killed at it) and the row cap (:func:`kgsynth.agent.toolsets.sparql_result`); rows are shown
+by name.
 
 The work of one ``node`` call is bounded: only the :data:`MAX_FIRST_HOP` best-ranked first-hop
 relations are expanded to a second hop, each through at most :data:`MAX_MIDS` of its
@@ -48,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
+from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS
 from kgsynth.agent.toolcall import ToolCall
 from kgsynth.agent.toolkit import (
     DenseScorer,
@@ -321,11 +323,12 @@ def node(
 def make_tools(
     env: ToolHost,
     *,
-    timeout: float = AGENT_QUERY_TIMEOUT_S,
+    timeout: float | None = None,
     max_rows: int = AGENT_MAX_ROWS,
 ) -> ToolTable:
     """The ``isp`` tool table of ``env``: ``node`` (arity 1) and ``sparql`` (arity 1);
-    ``timeout`` and ``max_rows`` bound the agent's queries."""
+    ``timeout`` (None: the agent's ``query_timeout_s``) and ``max_rows`` bound the agent's
+    queries."""
     ranker = TemplateRanker(env.question, env.dense)
 
     def node_tool(name: str) -> ToolResult:

@@ -17,9 +17,14 @@ episode's state, one :class:`Session` per :class:`~kgsynth.agent.tools.ToolEnvir
 is one per question; tree rollouts restore each branch's own with
 :meth:`~kgsynth.agent.tools.ToolEnvironment.restore`). The whole expression is compiled to one
 SPARQL query (:func:`kgsynth.kg.sexpr.compile_sparql`) and run through the KG's read-only
-guard, :data:`~kgsynth.agent.sparql_exec.AGENT_QUERY_TIMEOUT_S` and a row cap (as
+guard, the agent's ``query_timeout_s`` and a row cap (as
 :func:`~kgsynth.agent.sparql_exec.run_agent_query`; past the cap a COUNT query gives the
-total). The observation: ``expressionK = <S-expression>``, the number of results and the first
+total). The agent composes that query (a chain of Find_relation steps joins without a
+``DISTINCT`` between them, and its COUNT computes before its first row), so it runs on the
+KG's agent path (:meth:`~kgsynth.kg.base.KG.agent_select_iter`: on a store directory a child
+process killed at the timeout or past its memory limit); the gating look-ups
+(:mod:`~kgsynth.agent.toolsets.sexpr_gate`) are kgsynth's own fixed-form queries and stay
+in-process. The observation: ``expressionK = <S-expression>``, the number of results and the first
 :data:`SHOWN_RESULTS` by name, the relations of the new set ranked against the question (top
 ``top_k_relations``, written as the agent writes them: ``rel`` / ``(R rel)``) and its number
 and date attributes (what Order, Compare and Time_constraint take). An empty result makes no
@@ -38,9 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, AGENT_QUERY_TIMEOUT_S
+from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, agent_timeout
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, rank_relations
-from kgsynth.agent.toolsets import ToolTable
+from kgsynth.agent.toolsets import ToolTable, memory_failure
 from kgsynth.agent.toolsets import sexpr_gate as g
 from kgsynth.agent.toolsets.sexpr_gate import (
     attributes_of,
@@ -70,7 +75,7 @@ from kgsynth.agent.toolsets.sexpr_syntax import (
     wrong,
     year_atom,
 )
-from kgsynth.errors import QueryRejectedError, RowLimitError
+from kgsynth.errors import KGMemoryError, QueryRejectedError, RowLimitError
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import Relation
 from kgsynth.kg.terms import Term
@@ -143,10 +148,10 @@ class Session:
 class SExprTools:
     """The six actions over one environment and its :class:`Session`."""
 
-    def __init__(self, env: ToolHost, timeout: float, max_rows: int) -> None:
+    def __init__(self, env: ToolHost, timeout: float | None, max_rows: int) -> None:
         self.env = env
         self.session = Session()
-        self.timeout = timeout
+        self.timeout = agent_timeout(timeout, env.config)
         self.max_rows = max_rows
 
     # --- running an expression -------------------------------------------------------------
@@ -162,7 +167,7 @@ class SExprTools:
         rows: list[dict[str, Term]] = []
         try:
             try:
-                for row in self.env.graph.kg.select_iter(
+                for row in self.env.graph.kg.agent_select_iter(
                     query, timeout=self.timeout, max_rows=max_rows
                 ):
                     rows.append(row)
@@ -172,6 +177,8 @@ class SExprTools:
             reason = str(exc).removeprefix("refused: ")
             msg = f"the query was refused: {reason}."
             raise ToolFailure(ErrorType.QUERY_REFUSED, msg) from None
+        except KGMemoryError as exc:
+            raise memory_failure(exc) from None
         return rows, False
 
     def _count(self, tree: sx.SExpr) -> int:
@@ -455,9 +462,10 @@ def _dense(env: ToolHost) -> Any:
 
 
 def make_tools(
-    env: ToolHost, *, timeout: float = AGENT_QUERY_TIMEOUT_S, max_rows: int = AGENT_MAX_ROWS
+    env: ToolHost, *, timeout: float | None = None, max_rows: int = AGENT_MAX_ROWS
 ) -> ToolTable:
-    """The ``sexpr`` tool table of ``env`` (its :class:`Session` becomes ``env.session``)."""
+    """The ``sexpr`` tool table of ``env`` (its :class:`Session` becomes ``env.session``);
+    ``timeout`` (None: the agent's ``query_timeout_s``) and ``max_rows`` bound its queries."""
     tools = SExprTools(env, timeout, max_rows)
     env.session = tools.session  # type: ignore[attr-defined]
 
