@@ -154,6 +154,17 @@ def alias_names(cls: type) -> dict[str, str]:
     return names
 
 
+def file_options(cls: type, config_file: str | Path, section: str | None = None) -> dict[str, Any]:
+    """The options the ``--config`` file (its ``section``) sets, by their one names (older
+    names resolved); unchecked: :func:`build_config` checks them and refuses unknown ones."""
+    aliases = alias_names(cls)
+    options = {}
+    for key, value in load_yaml(config_file, section).items():
+        name = str(key).replace("-", "_")
+        options[aliases.get(name, name)] = value
+    return options
+
+
 def build_config(
     cls: type[C],
     config_file: str | Path | None,

@@ -24,6 +24,9 @@ RUN_RECORDS = frozenset(
         "rl_spec.json",
         "selection.json",
         "resume_state.pt",
+        # the agent's settings decide the prompts, which the request cache keys hold; a stage
+        # that kept its start's weights under other settings still answers from the cache
+        "agent_config.json",
     }
 )
 RECORD_SUFFIXES = (".png", ".jsonl", ".md", ".log", ".html")

@@ -107,6 +107,17 @@ def progress_bar(
     return Progress(*columns, console=console)
 
 
+def model_carries(given: dict[str, Any], params: dict[str, Any]) -> Any:
+    """The agent settings a local checkpoint (``--llm hf --model DIR``) was trained with, for
+    ``config_command(carried=...)``: eval and rollouts of it start from them. An API model
+    (``--llm openai``) or a folder without them carries none."""
+    if params.get("llm") != "hf" or not params.get("model"):
+        return None
+    from kgsynth.agent.carried import model_agent
+
+    return model_agent(params["model"])
+
+
 def open_kg_option(kg: str | None, profile: str | None, timeout: float = 30.0, **bounds: Any):
     """The KG named by ``--kg``/``--profile`` (the shipped default without ``--kg``)."""
     from kgsynth.kg import open_kg

@@ -18,7 +18,14 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli.common import fail, open_graph_option, progress_bar, stderr, stdout
+from kgsynth.cli.common import (
+    fail,
+    model_carries,
+    open_graph_option,
+    progress_bar,
+    stderr,
+    stdout,
+)
 from kgsynth.cli.eval_tables import print_compare, print_paired, print_results
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import (
@@ -37,7 +44,7 @@ from kgsynth.errors import ConfigError, KGSynthError
 from kgsynth.eval.config import EvalConfig
 
 
-@config_command(EvalConfig, section="eval")
+@config_command(EvalConfig, section="eval", carried=model_carries)
 def eval_cmd(
     cfg: EvalConfig,
     dirs: Annotated[

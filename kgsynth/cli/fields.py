@@ -17,6 +17,7 @@ bad value ends the command with the config's one-line error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import types
@@ -28,11 +29,23 @@ from typing import Annotated, Any
 
 import typer
 
-from kgsynth.cli.common import fail
-from kgsynth.config import build_config, field_help, flat_fields, load_yaml, nested_default
+from kgsynth.cli.common import fail, stderr
+from kgsynth.config import (
+    build_config,
+    field_help,
+    file_options,
+    flat_fields,
+    load_yaml,
+    nested_default,
+)
 from kgsynth.errors import ConfigError, KGSynthError
 
+if typing.TYPE_CHECKING:
+    from kgsynth.agent.carried import CarriedAgent
+
 _LAST = ("config", "overwrite")
+# a parameter of the command that config_command fills (with what its model carries), no flag
+_CARRIED = "carried_agent"
 
 
 def _cli_type(hint: Any) -> Any:
@@ -88,21 +101,31 @@ def config_command(
     section: str | None = None,
     skip: typing.Iterable[str] = (),
     base: Callable[[dict[str, Any], Any, str | None], dict[str, Any] | None] | None = None,
+    carried: Callable[[dict[str, Any], dict[str, Any]], CarriedAgent | None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give a command one flag per field of ``cls`` and call it with the built ``cfg``.
 
     A parameter of the command itself that is also a field of ``cls`` (rl's required
     ``--init``) keeps the command's declaration and reaches both the command and the config.
     ``base(given, config_file, section)`` returns the values layered under the file and the flags (rl's
-    ``--preset``); ``given`` holds the flags as given (None where not)."""
+    ``--preset``); ``given`` holds the flags as given (None where not).
+
+    ``carried(given, params)`` names the agent settings the command's model carries
+    (:mod:`kgsynth.agent.carried`: eval's ``--model``, rl's ``--init``, an SFT corpus's
+    trajectories), from ``given`` (the options the preset, the file and the flags set, by
+    name) and ``params`` (the command's own parameters). They are layered under the preset, the
+    file and the flags (defaults < carried < preset < file < flags), and one warning line on
+    stderr names every setting given there that overrides a different carried one. A command
+    with a ``carried_agent`` parameter gets them (None where there are none)."""
     skip = set(skip)
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [
             p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
             for p in inspect.signature(fn, eval_str=True).parameters.values()
-            if p.name != "cfg"
+            if p.name not in ("cfg", _CARRIED)
         ]
+        wants_carried = _CARRIED in inspect.signature(fn).parameters
         names = {p.name for p in own}
         fields = field_params(cls, skip | names)
         field_names = [p.name for p in fields]
@@ -141,12 +164,82 @@ def config_command(
                             f"(it has: {', '.join(sorted(map(str, sections))) or 'none'})"
                         )
                 layer = base(overrides, kwargs.get("config"), part) if base else None
-                cfg = build_config(cls, kwargs.get("config"), overrides, section=part, base=layer)
+                agent, warning, kept = None, None, ()
+                if carried is not None:
+                    agent, layer, warning, kept = _carried_layer(
+                        cls, carried, layer, overrides, kwargs, part
+                    )
+                try:
+                    cfg = build_config(
+                        cls, kwargs.get("config"), overrides, section=part, base=layer
+                    )
+                except ConfigError as exc:
+                    raise _carried_hint(exc, agent, kept) from None
             except KGSynthError as exc:
                 fail(exc)
+            if warning:
+                from rich.markup import escape
+
+                stderr.print(
+                    f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True
+                )
+            if wants_carried:
+                kwargs[_CARRIED] = agent
             return fn(cfg=cfg, **kwargs)
 
         command.__signature__ = inspect.Signature([*first, *fields, *last])  # type: ignore[attr-defined]
         return command
 
     return wrap
+
+
+def _carried_layer(
+    cls: type,
+    carried: Callable[[dict[str, Any], dict[str, Any]], CarriedAgent | None],
+    preset: dict[str, Any] | None,
+    overrides: dict[str, Any],
+    params: dict[str, Any],
+    section: str | None,
+) -> tuple[CarriedAgent | None, dict[str, Any] | None, str | None, tuple[str, ...]]:
+    """What the command's model carries, the base layer with it under ``preset``, the
+    warning naming the settings the preset, the file or the flags override (None: none), and
+    the carried settings the command takes as they are."""
+    from kgsynth.agent.carried import SAVED_FIELDS, override_line, shown
+
+    config = params.get("config")
+    in_file = file_options(cls, config, section) if config is not None else {}
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    given = {**(preset or {}), **in_file, **flags}
+    agent = carried(given, params)
+    if agent is None:
+        return None, preset, None, ()
+    fields = flat_fields(cls)
+    layer = {**{k: v for k, v in agent.values.items() if k in fields}, **(preset or {})}
+    sectioned = config is not None and isinstance(load_yaml(config).get(section), dict)
+    where = f"--config {config}" + (f", section {section}" if sectioned else "")
+    how = []
+    for name in agent.values:
+        if name in flags:
+            how.append((name, flags[name], f"{flag_name(name)} {shown(flags[name])}"))
+        elif name in in_file:
+            how.append((name, in_file[name], f"{name} {shown(in_file[name])} ({where})"))
+        elif name in (preset or {}):
+            label = f"--preset {given['preset']}" if given.get("preset") else "the preset"
+            how.append((name, preset[name], f"{name} {shown(preset[name])} ({label})"))  # type: ignore[index]
+    kept = tuple(name for name in layer if name not in given)
+    agent = dataclasses.replace(agent, given=tuple(n for n in given if n in SAVED_FIELDS))
+    return agent, layer, override_line(agent, how), kept
+
+
+def _carried_hint(exc: ConfigError, agent: CarriedAgent | None, kept: tuple[str, ...]) -> Exception:
+    """``exc`` naming the carried settings it is about: a check between two settings
+    (``--relation-ranking bm25`` with the ``first_hop_fallback dense`` a model carries) fails on
+    a value the user never typed, so the message says where it came from and what to give."""
+    from kgsynth.agent.carried import shown
+
+    names = [n for n in kept if agent is not None and n in str(exc)]
+    if agent is None or not names:
+        return exc
+    held = ", ".join(f"{n} {shown(agent.values[n])}" for n in names)
+    flags = ", ".join(flag_name(n) for n in names)
+    return ConfigError(f"{exc} ({held}: what {agent.origin}; give {flags} too)")

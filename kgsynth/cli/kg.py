@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kgsynth.cli.common import check_count, fail, open_graph_option, open_kg_option, stderr, stdout
@@ -16,7 +17,7 @@ from kgsynth.cli.options import (
     ProfileOption,
     RelationRankingOption,
 )
-from kgsynth.errors import KGSynthError
+from kgsynth.errors import ConfigError, KGSynthError
 
 MAX_TIMEOUT_S = 365 * 24 * 3600.0
 """The longest ``--timeout`` (a year): a deadline much further off overflows the clock."""
@@ -131,34 +132,50 @@ def kg_tool(
     kg: KGOption = None,
     profile: ProfileOption = None,
     question: Annotated[str, typer.Option(help="Question used to rank the relations.")] = "",
+    agent_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--agent-from",
+            help="A checkpoint folder: its tools show what they showed the model in training "
+            "(the agent settings it carries, agent_config.json); the flags below override them.",
+        ),
+    ] = None,
     tools: Annotated[
-        str, typer.Option(help="Tool set: graphwalker, kgr1, knowcoder, isp or sexpr.")
-    ] = "graphwalker",
-    top_k: Annotated[int, typer.Option(help="Relations shown by get_relations.")] = 10,
-    max_triples: Annotated[int, typer.Option(help="Triples shown per relation.")] = 5,
+        str | None,
+        typer.Option(
+            help="Tool set: graphwalker, kgr1, knowcoder, isp or sexpr. \\[default: graphwalker]"
+        ),
+    ] = None,
+    top_k: Annotated[
+        int | None, typer.Option(help="Relations shown by get_relations. \\[default: 10]")
+    ] = None,
+    max_triples: Annotated[
+        int | None, typer.Option(help="Triples shown per relation. \\[default: 5]")
+    ] = None,
     relation_ranking: RelationRankingOption = None,
     entity_matching: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="exact (a name of the KG) or near (a name the KG lacks is read as the most "
-            "similar word span of --question)."
+            "similar word span of --question). \\[default: exact]"
         ),
-    ] = "exact",
+    ] = None,
     first_hop_fallback: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="focus ranking: none, or dense (a first relation list with no match mark marks "
-            "the relation nearest the question)."
+            "the relation nearest the question). \\[default: none]"
         ),
-    ] = "none",
+    ] = None,
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
+    from kgsynth.agent.carried import model_agent, override_line
     from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
     from kgsynth.agent.protocol import render_observation
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.text import clean_text
 
-    if tools not in TOOLSETS:
+    if tools not in (None, *TOOLSETS):
         fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose {', '.join(TOOLSETS)}"))
     if relation_ranking not in (None, *RELATION_RANKINGS):
         fail(
@@ -168,22 +185,34 @@ def kg_tool(
         )
     # argv holds a non-UTF-8 byte as a lone surrogate
     call, question = clean_text(call), clean_text(question)
+    # each flag: (the setting it gives, its value, its name); a flag not given leaves the
+    # checkpoint's setting (--agent-from), else the default
+    flags = [
+        ("toolset", tools, "--tools"),
+        ("top_k_relations", top_k, "--top-k"),
+        ("max_triples_per_relation", max_triples, "--max-triples"),
+        ("relation_ranking", relation_ranking, "--relation-ranking"),
+        ("entity_matching", entity_matching, "--entity-matching"),
+        ("first_hop_fallback", first_hop_fallback, "--first-hop-fallback"),
+    ]
+    given = [(name, value, f"{flag} {value}") for name, value, flag in flags if value is not None]
     try:
         check_count("--top-k", top_k)
         check_count("--max-triples", max_triples)
+        carried = model_agent(agent_from) if agent_from is not None else None
+        if agent_from is not None and carried is None:
+            raise ConfigError(
+                f"--agent-from: {agent_from} carries no agent settings (no agent_config.json: "
+                "a model from before they were kept, or not a kgsynth checkpoint)"
+            )
+        if carried is not None:
+            warning = override_line(carried, given)
+            if warning:
+                stderr.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,
+                             soft_wrap=True)  # fmt: skip
+        settings = {**(carried.values if carried else {}), **{n: v for n, v, _ in given}}
         graph = open_graph_option(kg, profile)
-        env = ToolEnvironment(
-            graph,
-            question,
-            ToolConfig(
-                toolset=tools,  # type: ignore[arg-type]
-                top_k_relations=top_k,
-                max_triples_per_relation=max_triples,
-                relation_ranking=relation_ranking or "bm25",  # type: ignore[arg-type]
-                entity_matching=entity_matching,  # type: ignore[arg-type]
-                first_hop_fallback=first_hop_fallback,  # type: ignore[arg-type]
-            ),
-        )
+        env = ToolEnvironment(graph, question, ToolConfig(**settings))
         result = env.execute(call)
     except KGSynthError as exc:
         fail(exc)

@@ -18,6 +18,7 @@ from kgsynth.cli.common import (
     check_llm_failures,
     fail,
     make_stage_llm,
+    model_carries,
     open_graph_option,
     progress_bar,
     stderr,
@@ -201,7 +202,7 @@ def synthesize_questions_cmd(
 
 
 @synth_app.command("trajectories")
-@config_command(TrajectoryConfig, section="trajectories")
+@config_command(TrajectoryConfig, section="trajectories", carried=model_carries)
 def synthesize_trajectories_cmd(
     cfg: TrajectoryConfig,
     questions: Annotated[

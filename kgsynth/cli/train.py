@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kgsynth.agent.carried import CarriedAgent
 from kgsynth.cli.common import fail, progress_bar, stderr, stdout
 from kgsynth.cli.fields import config_command, field_params
 from kgsynth.cli.options import ConfigOption, KGOption, ProfileOption
@@ -90,11 +91,21 @@ def _sft_command(stage: str, skip: tuple[str, ...], doc: str) -> Callable[..., A
         config: ConfigOption = None,
         overwrite: SFTOverwriteOption = False,
         dry_run: DryRunOption = False,
+        carried_agent: CarriedAgent | None = None,
     ) -> None:
-        _sft(stage, cfg, launch, corpus, out_dir, config, overwrite, dry_run)
+        _sft(stage, cfg, launch, corpus, out_dir, config, overwrite, dry_run, carried_agent)
+
+    def carried(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent | None:
+        """What the corpus's trajectories were made with (stage 2: where they do not say, what
+        its --init carries): the settings the run trains under, before its own options."""
+        from kgsynth.agent.carried import sft_agent
+
+        return sft_agent(params["corpus"], given.get("init") if stage == "stage2" else None)
 
     command.__doc__ = doc
-    return config_command(SFTConfig, section=stage, skip=skip)(with_launch(command))
+    return config_command(SFTConfig, section=stage, skip=skip, carried=carried)(
+        with_launch(command)
+    )
 
 
 stage1_cmd = train_app.command("stage1")(
@@ -144,6 +155,7 @@ def _sft(
     config: Path | None,
     overwrite: bool,
     dry_run: bool,
+    carried: CarriedAgent | None = None,
 ) -> None:
     from kgsynth.train import stages
     from kgsynth.train.sft_config import SPEC
@@ -151,13 +163,14 @@ def _sft(
     try:
         plan = stages.plan(launch, cfg.deepspeed, out_dir / SPEC)
         if dry_run:
-            stdout.print_json(data=stages.sft_dry_run(stage, cfg, corpus, out_dir, plan))
+            stdout.print_json(data=stages.sft_dry_run(stage, cfg, corpus, out_dir, plan, carried))
             where = "in this process, equivalent to" if plan.launcher == "none" else "command"
             stdout.print(f"# {where}:\n{shlex.join(plan.command)}", highlight=False, soft_wrap=True)
             return
         manifest = stages.run_sft(
             stage, cfg, corpus, out_dir, plan, overwrite=overwrite, config_path=config,
             status=stderr.status, progress=lambda: _sft_progress(stage), notify=_notify,
+            carried=carried,
         )  # fmt: skip
     except KGSynthError as exc:
         fail(exc)
@@ -204,8 +217,15 @@ def _preset_layer(given: dict[str, Any], config: Path | None, section: str | Non
     return preset_base(given["preset"], config, section)
 
 
+def _init_carries(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent | None:
+    """RL rolls out in the tool environment its --init was trained in, unless told otherwise."""
+    from kgsynth.agent.carried import model_agent
+
+    return model_agent(given.get("init"))
+
+
 @train_app.command("rl")
-@config_command(GRPOConfig, section="rl", base=_preset_layer)
+@config_command(GRPOConfig, section="rl", base=_preset_layer, carried=_init_carries)
 @with_launch
 def rl_cmd(
     cfg: GRPOConfig,
@@ -279,7 +299,8 @@ def merge_cmd(
     ] = False,
 ) -> None:
     """Fold a LoRA run's adapter into its base weights: a plain save_pretrained folder (weights,
-    config, tokenizer, the agent's system prompt) that transformers and vLLM load directly."""
+    config, tokenizer, the agent's system prompt and settings) that transformers and vLLM load
+    directly."""
     from kgsynth.train.stages import run_merge
 
     try:

@@ -7,7 +7,7 @@
 - DeepSpeed: reading a ZeRO config (:func:`load_deepspeed_config`), the environment a
   one-process DeepSpeed run needs (:func:`single_process_env`) and its CPU communication
   backend (:func:`use_gloo_on_cpu`);
-- the agent's system prompt stored beside every saved checkpoint;
+- the agent's system prompt and settings stored beside every saved checkpoint;
 - the process group of a launched run: this process's rank and the world size
   (:func:`rank_and_world`) and element-wise sums over the ranks (:func:`all_sum`), used by
   GRPO's steps and SFT's copy warm-up.
@@ -165,12 +165,26 @@ def deepspeed_env(deepspeed: str | None) -> contextlib.AbstractContextManager[bo
     return single_process_env() if deepspeed is not None else contextlib.nullcontext(False)
 
 
-def store_system_prompt(folder: Path, system_text: str | None) -> None:
-    """Eval, RL and rollouts of a checkpoint prompt it the way it was trained."""
+def store_system_prompt(
+    folder: Path, system_text: str | None, agent: Any = None, agent_file: Path | None = None
+) -> None:
+    """Eval, RL and rollouts of a checkpoint prompt it the way it was trained, in the tool
+    environment it was trained in: the system prompt, and the agent settings (``agent``, an
+    AgentConfig, or the run's ``agent_file`` copied) as ``agent_config.json``
+    (:mod:`kgsynth.agent.carried`)."""
+    import shutil
+
+    from kgsynth.agent.carried import AGENT_CONFIG_FILE, write_agent_file
     from kgsynth.agent.loop import SYSTEM_PROMPT_FILE
 
     if system_text is not None:
         (folder / SYSTEM_PROMPT_FILE).write_text(system_text, encoding="utf-8")
+    if agent is not None:
+        write_agent_file(folder, agent)
+    elif agent_file is not None and agent_file.is_file():
+        tmp = folder / f".{AGENT_CONFIG_FILE}.tmp"
+        shutil.copyfile(agent_file, tmp)
+        os.replace(tmp, folder / AGENT_CONFIG_FILE)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -268,7 +268,7 @@ def _train(
             progress(step_i, cfg.max_steps, row)
     if tracker is not None:
         tracker.close()
-    save_model(run.policy, run.tok, out, run.rcfg.system_text)
+    save_model(run.policy, run.tok, out, run.rcfg.system_text, run.tool_cfg)
     summary = run_summary(st.history, st.qs, started, device, dtype, st.totals, world)
     summary["resumed_from_step"] = st.first_step - 1 if st.first_step > 1 else None
     if rank == 0:

@@ -273,8 +273,14 @@ class GRPOConfig:
     @property
     def agent(self) -> AgentConfig:
         """The agent these options describe (the turn-token budget as the recipe filled it;
-        64 until it is)."""
-        return agent_config_of(self, max_turn_tokens=self.max_turn_tokens or 64)
+        64 until it is), and for the settings rl has no option for (the system prompt style,
+        the observation caps, the neighbour order, …) what ``init`` carries
+        (:mod:`kgsynth.agent.carried`): the rollouts keep the environment the model was
+        trained in. The run saves this agent with its weights."""
+        from kgsynth.agent.carried import undeclared_values
+
+        carried = undeclared_values(self.init, self)
+        return agent_config_of(self, **carried, max_turn_tokens=self.max_turn_tokens or 64)
 
 
 def resolve_config(cfg: GRPOConfig) -> GRPOConfig:

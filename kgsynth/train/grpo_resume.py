@@ -94,7 +94,7 @@ def save_checkpoint(run: Run, st: LoopState, step_i: int, folder: Path) -> None:
 
     if run.rank == 0:  # a folder rewritten after a resume is not whole until the end again
         (folder / RESUME_STATE).unlink(missing_ok=True)
-    save_model(run.policy, run.tok, folder, run.rcfg.system_text)
+    save_model(run.policy, run.tok, folder, run.rcfg.system_text, run.tool_cfg)
     rng = _rng_file(folder, run.rank)
     rng.parent.mkdir(parents=True, exist_ok=True)
     torch.save(rng_states(), rng)

@@ -121,13 +121,16 @@ class RLSpec:
         )  # fmt: skip
 
 
-def save_model(policy: Policy, tok: Any, folder: Path, system_text: str | None = None) -> None:
-    """A ``save_pretrained`` folder (weights gathered under ZeRO-3), with the tokenizer and the
-    stored system prompt the policy was trained with."""
+def save_model(
+    policy: Policy, tok: Any, folder: Path, system_text: str | None = None, agent: Any = None
+) -> None:
+    """A ``save_pretrained`` folder (weights gathered under ZeRO-3), with the tokenizer, the
+    stored system prompt and the agent settings (an AgentConfig: the rollouts') the policy was
+    trained with."""
     folder.mkdir(parents=True, exist_ok=True)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
-        store_system_prompt(folder, system_text)
+        store_system_prompt(folder, system_text, agent)
     engine = policy.engine
     if engine is not None and engine.zero_optimization_stage() == 3:
         state = engine._zero3_consolidated_16bit_state_dict()  # every rank takes part

@@ -59,6 +59,9 @@ def merge(run: str | Path, out: str | Path) -> dict[str, Any]:
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoTokenizer
 
+    from kgsynth.agent.carried import AGENT_CONFIG_FILE
+    from kgsynth.agent.prompt import SYSTEM_PROMPT_FILE
+
     run, out = Path(run), Path(out)
     if not is_adapter(run):
         raise ConfigError(f"{run} holds no LoRA adapter ({ADAPTER_CONFIG}); nothing to merge")
@@ -67,7 +70,7 @@ def merge(run: str | Path, out: str | Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out)
     AutoTokenizer.from_pretrained(run).save_pretrained(out)
-    for name in ("agent_system_prompt.txt",):
+    for name in (SYSTEM_PROMPT_FILE, AGENT_CONFIG_FILE):  # the merged model carries its agent
         if (run / name).is_file():
             (out / name).write_text((run / name).read_text(encoding="utf-8"), encoding="utf-8")
     return {"parameters": sum(p.numel() for p in merged.parameters()), "out": str(out)}

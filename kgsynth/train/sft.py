@@ -261,6 +261,7 @@ def _train(
 ) -> dict[str, Any]:
     import torch
 
+    from kgsynth.agent.carried import AGENT_CONFIG_FILE
     from kgsynth.modelio import load_causal_lm
     from kgsynth.train.data import Collator, RowDataset
     from kgsynth.train.sft_trainer import (
@@ -327,7 +328,7 @@ def _train(
         processing_class=tokenizer,
         callbacks=[
             metrics_callback(metrics_path, progress),
-            prompt_callback(system_text),
+            prompt_callback(system_text, out / AGENT_CONFIG_FILE),  # stages.run_sft wrote it
             *callbacks,
         ],
     )

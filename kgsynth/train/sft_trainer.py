@@ -232,16 +232,17 @@ def metrics_callback(path: Path, progress: Callable[[int, int, dict], None] | No
     return MetricsCallback()
 
 
-def prompt_callback(system_text: str | None) -> Any:
+def prompt_callback(system_text: str | None, agent_file: Path | None = None) -> Any:
     from transformers import TrainerCallback
 
     class PromptCallback(TrainerCallback):
-        """Stores the system prompt in every intermediate checkpoint too."""
+        """Stores the system prompt and the run's agent settings (``agent_file``) in every
+        intermediate checkpoint too."""
 
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 if folder.is_dir():
-                    store_system_prompt(folder, system_text)
+                    store_system_prompt(folder, system_text, agent_file=agent_file)
 
     return PromptCallback()

@@ -23,12 +23,16 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgsynth.errors import KGSynthError
 from kgsynth.train.core import SFT_SPEC, free_port
 from kgsynth.train.grpo_config import RL_SPEC
 from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
+
+if TYPE_CHECKING:
+    from kgsynth.agent.carried import CarriedAgent
+    from kgsynth.agent.config import AgentConfig
 
 Progress = Callable[[int, int, dict], None]
 
@@ -56,15 +60,47 @@ def plan(launch: LaunchConfig, deepspeed: str | None, spec_path: Path) -> Plan:
     return Plan(launch, launcher, spec_path)
 
 
-def sft_dry_run(stage: str, cfg: Any, corpus: Path, out_dir: Path, p: Plan) -> dict[str, Any]:
-    """What ``--dry-run`` prints of an SFT run: the resolved configuration and the launch."""
+def sft_agent(cfg: Any, carried: CarriedAgent | None) -> tuple[dict[str, Any], str] | None:
+    """The agent settings an SFT run trains under, and where they came from: what its corpus's
+    trajectories were made with (``carried``, :func:`kgsynth.agent.carried.sft_agent`) with the
+    run's own agent options over it (stage 2's early stopping's, from its ``--config`` section
+    or flags, which the CLI layered over ``carried``). None where nothing says what the corpus
+    was made with: the run then carries no settings, as runs did before they were kept."""
+    from kgsynth.agent.config import AgentConfig
+    from kgsynth.train.sft_config import SELECT_AGENT_FIELDS
+
+    if carried is None:
+        return None
+    # the run's options where they hold a carried setting or were given (a default of its own
+    # is no setting the corpus was made with: an oracle corpus carries no turn-token cap)
+    own = {
+        name: getattr(cfg, name)
+        for name in SELECT_AGENT_FIELDS
+        if name in carried.values or name in carried.given
+    }
+    values = {**carried.values, **own}
+    AgentConfig(**values)  # the settings together pass the agent's checks
+    given = [n for n in own if n not in carried.values or own[n] != carried.values[n]]
+    origin = carried.subject
+    if given:
+        origin += f"; {', '.join(given)} as the training command gave them"
+    return values, origin
+
+
+def sft_dry_run(
+    stage: str, cfg: Any, corpus: Path, out_dir: Path, p: Plan, carried: CarriedAgent | None = None
+) -> dict[str, Any]:
+    """What ``--dry-run`` prints of an SFT run: the resolved configuration, the agent settings
+    it trains under (None: none known) and the launch."""
     from kgsynth.train.sft import resolve_config
 
+    trained = sft_agent(cfg, carried)
     return {
         "stage": stage,
         "corpus": str(corpus),
         "out": str(out_dir),
         "config": dataclasses.asdict(resolve_config(cfg, stage)),
+        "agent": trained[0] if trained else None,
         "launcher": p.launcher,
         "world_size": p.launch.world_size,
     }
@@ -82,11 +118,15 @@ def run_sft(
     status: Callable[[str], AbstractContextManager[Any]] | None = None,
     progress: Callable[[], AbstractContextManager[Progress]] | None = None,
     notify: Callable[[str], None] | None = None,
+    carried: CarriedAgent | None = None,
 ) -> dict[str, Any] | None:
     """Train an SFT stage into ``out_dir`` and write its manifest; the manifest, or None on a
     torchrun node other than rank 0's. ``status(message)`` wraps the preparation,
     ``progress()`` yields the step callback of a run in this process, ``notify`` is told the
-    launch command of a launched one."""
+    launch command of a launched one. ``carried``: what the corpus's trajectories were made
+    with (:func:`sft_agent`); the run folder and each checkpoint carry the agent it gives
+    (``agent_config.json``), and stage 2's early stopping answers with it."""
+    from kgsynth.agent.carried import write_agent_file
     from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
     from kgsynth.train.sft import SUMMARY, prepare_run, train_sft
     from kgsynth.train.sft_config import check_batch_split
@@ -110,6 +150,9 @@ def run_sft(
         _drop_run_without_progress(out_dir)
         with (status or _quiet)("reading the corpus and preparing the run folder…"):
             spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=overwrite)
+        trained = sft_agent(spec.config, carried)
+        if trained is not None:  # before training: the trainer copies it into each checkpoint
+            write_agent_file(out_dir, *trained)
         check_batch_split(spec.config, p.launch.world_size)
         if p.launcher == "none":
             with (progress or _no_progress)() as step:
@@ -121,8 +164,12 @@ def run_sft(
         if summary is None:  # a torchrun node other than rank 0's
             return None
         if spec.config.select_questions:
-            summary = _select_sft(spec, summary, notify)
-        return _sft_manifest(spec, p, summary, started)
+            from kgsynth.agent.config import AgentConfig
+
+            # the run's settings; where it carries none, its own options (as before)
+            agent = AgentConfig(**trained[0]) if trained else None
+            summary = _select_sft(spec, summary, notify, agent)
+        return _sft_manifest(spec, p, summary, started, trained)
 
 
 def _drop_run_without_progress(out_dir: Path) -> None:
@@ -146,9 +193,15 @@ def _drop_run_without_progress(out_dir: Path) -> None:
     shutil.rmtree(out_dir)
 
 
-def _select_sft(spec: Any, summary: dict[str, Any], notify: Callable[[str], None] | None) -> dict:
-    """Stage 2's early stopping: the stage-1 model, each ``checkpoint-N`` and the last weights;
-    the summary (``train_summary.json``) records the scores."""
+def _select_sft(
+    spec: Any,
+    summary: dict[str, Any],
+    notify: Callable[[str], None] | None,
+    agent: AgentConfig | None = None,
+) -> dict:
+    """Stage 2's early stopping: the stage-1 model, each ``checkpoint-N`` and the last weights,
+    answering as ``agent`` (the run's; its own agent options where it carries none); the
+    summary (``train_summary.json``) records the scores."""
     from kgsynth.train.sft import SUMMARY
     from kgsynth.train.sft_config import LOSS_PNG, METRICS
 
@@ -157,7 +210,7 @@ def _select_sft(spec: Any, summary: dict[str, Any], notify: Callable[[str], None
         **summary,
         **_select(
             spec.config, run_dir, summary["steps"], spec.config.select_kg, None, notify,
-            prefix="checkpoint-",
+            agent=agent, prefix="checkpoint-",
             run_files=(METRICS, SUMMARY, LOSS_PNG, SFT_SPEC, "training_args.bin"),
         ),
     }  # fmt: skip
@@ -175,7 +228,13 @@ def _no_progress() -> Iterator[None]:
     yield None
 
 
-def _sft_manifest(spec: Any, p: Plan, summary: dict[str, Any], started: float) -> dict[str, Any]:
+def _sft_manifest(
+    spec: Any,
+    p: Plan,
+    summary: dict[str, Any],
+    started: float,
+    trained: tuple[dict[str, Any], str] | None = None,
+) -> dict[str, Any]:
     from kgsynth.manifest import sha256_file, write_manifest
 
     run_dir = Path(spec.out)
@@ -199,6 +258,8 @@ def _sft_manifest(spec: Any, p: Plan, summary: dict[str, Any], started: float) -
             "rows": summary["data"]["rows"],
         },
         start_from=start_from,
+        # the agent settings the run trained under (agent_config.json), and whose they were
+        agent={"settings": trained[0], "from": trained[1]} if trained else None,
         output={
             "path": str(run_dir),
             "weights_sha256": sha256_file(final) if final.is_file() else None,
@@ -329,18 +390,21 @@ def _select(
     kg: str | None,
     profile: str | None,
     notify: Callable[[str], None] | None,
+    agent: AgentConfig | None = None,
     **layout: Any,
 ) -> dict[str, Any]:
     """Early stopping on the validation questions of ``cfg`` (GRPO's or stage 2's; their
-    ``init`` is the start, :mod:`kgsynth.train.select`) on ``kg`` (None: the shipped KB); the
-    summary fields it adds. ``layout``: the batch size and the run folder's checkpoint names."""
+    ``init`` is the start, :mod:`kgsynth.train.select`) on ``kg`` (None: the shipped KB),
+    answered by ``agent`` (default: ``cfg.agent``); the summary fields it adds. ``layout``:
+    the batch size and the run folder's checkpoint names."""
     from kgsynth.kg.graph import KGGraph
     from kgsynth.kg.open import DEFAULT_KG, open_kg
     from kgsynth.train.select import select_weights, selection_summary
 
     graph = KGGraph(open_kg(kg or str(DEFAULT_KG), profile=profile))
     record = select_weights(
-        run_dir, cfg.init, steps, cfg.select_questions, cfg.select_limit, graph, cfg.agent,
+        run_dir, cfg.init, steps, cfg.select_questions, cfg.select_limit, graph,
+        agent or cfg.agent,
         alpha=cfg.select_alpha, notify=notify, cache=cfg.select_cache, **layout,
     )  # fmt: skip
     return selection_summary(record)
