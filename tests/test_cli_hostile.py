@@ -517,3 +517,31 @@ def test_a_reply_nested_past_the_recursion_limit_is_a_failed_request(
     one_error_line(res, "requests failed")
     # a failed request whose reason the line names, not a crash
     assert "unreadable response" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["stage1", "report"])
+def test_a_full_disk_in_training_and_the_report_is_one_line(
+    base: Path, small_disk: Path, command: str
+) -> None:
+    """The tiny model's build (``kgsynth/tiny.py``) and the report's page on a full disk."""
+    filler = small_disk / "filler"
+    with contextlib.suppress(OSError), open(filler, "wb") as fh:
+        fh.write(b"\0" * (300 * 1024 - 4 * 1024))
+    before = digest(small_disk)
+    if command == "stage1":
+        cmd = COMMANDS["stage1"]
+        fill = {"{in}": str(base / cmd.source), "{out}": str(small_disk / "s1")}
+        argv = [fill.get(a, a) for a in cmd.argv]
+    else:
+        argv = ["report", str(base), "--out", str(small_disk / "report.html")]
+    res = runner.invoke(app, argv)
+    line = " ".join(one_error_line(res).split()).lower()
+    assert "no space left" in line or "disk is full" in line, line
+    assert digest(small_disk) == before
+
+
+def test_a_usage_error_is_the_usage_message_not_an_internal_error(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["filter", "--in", "a", "b", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2, res.output
+    assert "internal error" not in res.output and "unexpected extra argument" in res.output

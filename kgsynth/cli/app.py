@@ -33,7 +33,14 @@ class _OneLineErrors(TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, typer.Exit):
+        except (
+            click.exceptions.Exit,
+            click.ClickException,
+            click.exceptions.Abort,
+            typer.Exit,
+            typer.Abort,
+            typer.TyperException,  # typer's own click's usage errors: click prints them
+        ):
             raise
         except KGSynthError as exc:
             fail(exc)
