@@ -24,8 +24,11 @@ Rules, stated once:
   only without a KV cache (transformers skips the detection when one is passed), so training
   runs with ``use_cache=False``.
 - Without packing (default for the seed recipe, so ``batch_size`` counts trajectories as in
-  the papers), every row is one sample, and the trainer's length-grouped sampler batches
-  samples of similar length together.
+  the papers), every row is one sample, and batches group samples of similar length.
+- The order rows are trained in (:class:`RowOrder`) is a function of the seed and the epoch
+  alone, never of a random state left over from earlier epochs, so a run resumed from a
+  checkpoint inside an epoch trains on that epoch's remaining batches in the order the
+  uninterrupted run did.
 - Batches are right-padded to their longest row (to a multiple of ``pad_to_multiple_of``);
   padding is causal-invisible to real tokens (it comes after them; its positions continue the
   row's last sample) and is ``-100`` in ``labels``. Every batch carries its real and padded token
@@ -35,7 +38,7 @@ Rules, stated once:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,6 +217,58 @@ class RowDataset:
 
     def __getitem__(self, i: int) -> dict[str, list[int]]:
         return row_features(self.rows[i])
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of one epoch's row order: a hash of both, so neighbouring seeds do not share
+    orders shifted by an epoch (as ``seed + epoch`` would)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"sft-row-order|{seed}|{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+class RowOrder:
+    """The training sampler: a shuffle of the rows, a fresh one every epoch, and with
+    ``group_size`` grouped by length (transformers' length grouping: shuffled, cut into
+    megabatches, each sorted longest first) so a batch pads little.
+
+    Why not transformers' own samplers: its ``LengthGroupedSampler`` shuffles with the global
+    torch generator, whose state at the start of epoch ``e`` is whatever the epochs before left
+    there; a run resumed inside epoch ``e`` starts with a fresh state, draws another order and
+    skips the wrong batches (its final weights differed from an uninterrupted run's, issue 41).
+    The random sampler accelerate seeds per epoch learns its epoch through ``set_epoch``, which
+    a multi-process dataloader that skips the resumed epoch's first batches does not pass on.
+    Here each epoch's order is drawn from :func:`epoch_seed` alone; the epoch comes through
+    ``set_epoch`` (from the trainer's dataloader and from its epoch-begin callback)."""
+
+    def __init__(self, lengths: Sequence[int], seed: int, group_size: int | None) -> None:
+        self.lengths = list(lengths)
+        self.seed = seed
+        self.group_size = group_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def order(self, epoch: int) -> list[int]:
+        """Epoch ``epoch``'s row indices, in training order."""
+        import torch
+
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
+        if self.group_size:
+            from transformers.trainer_pt_utils import get_length_grouped_indices
+
+            return list(
+                get_length_grouped_indices(self.lengths, self.group_size, generator=generator)
+            )
+        return torch.randperm(len(self.lengths), generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order(self.epoch))
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ with a byte-level BPE tokenizer trained on the corpus, built offline by
 they start from and, in the papers, in their data (synthetic walks, then expert or
 rejection-sampled trajectories).
 
-Trainer: transformers' ``Trainer``, subclassed only to count tokens for the metrics. It
-brings the maintained DeepSpeed/ZeRO integration, gradient accumulation with token-level
+Trainer: transformers' ``Trainer``, subclassed to count tokens for the metrics and to draw
+each epoch's row order from the seed and the epoch alone (:class:`kgsynth.train.data.RowOrder`).
+It brings the maintained DeepSpeed/ZeRO integration, gradient accumulation with token-level
 loss normalisation (``num_items_in_batch``), warmup + cosine, bf16 autocast, resumable
 checkpoints (optimizer, scheduler, RNG and sampler position) and ``save_model`` that gathers
-ZeRO-3 shards. TRL's ``SFTTrainer`` was not used: it tokenizes and masks conversations itself
+ZeRO-3 shards. Resuming from any checkpoint, inside an epoch too, ends in the weights of the
+uninterrupted run, byte for byte (``tests/test_sft_resume_exact.py``). TRL's ``SFTTrainer`` was not used: it tokenizes and masks conversations itself
 (its own chat-template path and ``assistant_only_loss`` generation tags), and this project has
 one renderer and one loss mask (:mod:`kgsynth.agent.render`) shared with GRPO; feeding it
 pre-tokenized rows leaves nothing it adds over ``Trainer``. Data rules (the loss mask, the
@@ -265,11 +267,13 @@ def _train(
     from kgsynth.modelio import load_causal_lm
     from kgsynth.train.data import Collator, RowDataset
     from kgsynth.train.sft_trainer import (
+        RunComplete,
         load_tokenizer,
         make_trainer_class,
         masked_logits_supported,
         metrics_callback,
         prompt_callback,
+        read_run_state,
         training_arguments,
     )
 
@@ -352,14 +356,22 @@ def _train(
         resumed_from = int(Path(last).name.split("-")[-1])
         if rank0:  # only rank 0 writes (and logs) the metrics
             keep_metrics_upto(metrics_path, resumed_from)
-            done = read_metrics(metrics_path)
-            if done:
-                trainer.tokens_seen = int(done[-1].get("tokens", 0))
-                trainer.loss_tokens_seen = int(done[-1].get("loss_tokens", 0))
+            state = read_run_state(last)
+            if state is not None:
+                trainer.restore_run_state(state)
+            else:  # a checkpoint saved before it kept the totals: its last metrics line's
+                done = read_metrics(metrics_path)
+                if done:
+                    trainer.tokens_seen = int(done[-1].get("tokens", 0))
+                    trainer.loss_tokens_seen = int(done[-1].get("loss_tokens", 0))
         log.info("resuming from %s", last)
     elif rank0 and metrics_path.exists():
         metrics_path.unlink()
-    result = trainer.train(resume_from_checkpoint=last)
+    try:
+        result = trainer.train(resume_from_checkpoint=last)
+        train_s, train_loss = result.metrics.get("train_runtime"), result.training_loss
+    except RunComplete:  # killed after its last checkpoint: the weights are that checkpoint's
+        train_s, train_loss = 0.0, None
 
     model.config.use_cache = True
     trainer.save_model(str(out))  # weights, config, generation config, tokenizer + template
@@ -372,7 +384,7 @@ def _train(
     metrics = read_metrics(metrics_path)
     loss_curve_png(metrics, out / LOSS_PNG, f"{spec.stage} SFT ({cfg.recipe} recipe)")
     wall = time.perf_counter() - started
-    train_s = float(result.metrics.get("train_runtime", wall))
+    train_s = float(wall if train_s is None else train_s)
     summary = {
         "stage": spec.stage,
         "model_path": str(model_path),
@@ -389,7 +401,7 @@ def _train(
         "resumed_from_step": resumed_from,
         "loss_first": metrics[0]["loss"] if metrics else None,
         "loss_last": metrics[-1]["loss"] if metrics else None,
-        "train_loss_mean": result.training_loss,
+        "train_loss_mean": train_loss,
         "copy_drills": len(data["drills"]),
         "copy_warmup": warmup_stats,
         "copy_probe": {

@@ -132,18 +132,29 @@ def _changed_fields(before: RunSpec, now: RunSpec) -> list[str]:
 def last_complete_checkpoint(ckpt_dir: Path) -> str | None:
     """The newest ``checkpoint-N`` that was saved whole, or None.
 
-    The Trainer writes a checkpoint in place: weights, then optimizer, scheduler and RNG
-    states, then ``trainer_state.json``. A run killed while saving leaves a folder without the
-    last of these, and resuming from it would silently start with a fresh optimizer, so such
-    folders are passed over (the resumed run saves them again when it gets there)."""
+    The Trainer writes a checkpoint in place: kgsynth's run state, weights, then optimizer,
+    scheduler and RNG states, then ``trainer_state.json``. A run killed while saving leaves a
+    folder without the last of these, and resuming from it would silently start with a fresh
+    optimizer, so such folders are passed over (the resumed run saves them again when it gets
+    there). ``trainer_state.json`` itself is written in place, not renamed into it: a kill
+    between its creation and its one write leaves it empty, and resuming from that folder
+    would fail to parse it, so it must parse too."""
     if not ckpt_dir.is_dir():
         return None
     steps = []
     for folder in ckpt_dir.iterdir():
         m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        if m and folder.is_dir() and (folder / "trainer_state.json").is_file():
+        if m and folder.is_dir() and _whole_json(folder / "trainer_state.json"):
             steps.append((int(m.group(1)), folder))
     return str(max(steps)[1]) if steps else None
+
+
+def _whole_json(path: Path) -> bool:
+    """Whether ``path`` is a file holding a JSON object (not one a kill cut short)."""
+    try:
+        return isinstance(json.loads(path.read_text()), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def keep_metrics_upto(path: Path, step: int) -> None:

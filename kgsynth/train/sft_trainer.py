@@ -1,7 +1,9 @@
 """SFT on transformers' ``Trainer``: its arguments from an :class:`SFTConfig`, the tokenizer,
-and what SFT adds to it: token counting for the metrics, the ``metrics.jsonl`` writer and the
-system prompt kept in every checkpoint. Built lazily
-(importing kgsynth loads no torch)."""
+and what SFT adds to it: token counting for the metrics, the row order of
+:class:`kgsynth.train.data.RowOrder` (seeded by epoch, so a resumed run trains on the batches
+an uninterrupted one would), the run's own state kept in every checkpoint
+(:data:`RUN_STATE`), the ``metrics.jsonl`` writer and the system prompt kept in every
+checkpoint. Built lazily (importing kgsynth loads no torch)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,33 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kgsynth.train.core import store_system_prompt
+from kgsynth.train.core import store_system_prompt, write_json_atomic
 from kgsynth.train.sft_config import SFTConfig
+
+# What a checkpoint holds of kgsynth's own run state (transformers' files hold the rest): the
+# token totals the metrics and the summary count on from (``metrics.jsonl`` has them only as
+# of its last line, which a checkpoint between two logs is past).
+RUN_STATE = "kgsynth_state.json"
+
+
+class RunComplete(Exception):
+    """``Trainer.train`` resumed from a checkpoint of the run's last step: nothing is left to
+    train (raised from its ``on_train_begin``, once the checkpoint is loaded)."""
+
+
+def read_run_state(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The :data:`RUN_STATE` of a checkpoint, or None for one saved before it was kept."""
+    path = Path(checkpoint) / RUN_STATE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
 
 
 def load_tokenizer(model_path: Path) -> Any:
@@ -138,18 +159,54 @@ def labelled_positions(labels: Any) -> tuple[Any, Any]:
 
 
 def make_trainer_class() -> type:
-    """``Trainer`` plus token counting (imported lazily: importing kgsynth loads no torch)."""
+    """``Trainer`` plus token counting, the epoch-seeded row order and the run state kept in
+    checkpoints (imported lazily: importing kgsynth loads no torch)."""
     import torch
-    from transformers import Trainer
+    from transformers import Trainer, TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from kgsynth.train.data import RowDataset, RowOrder
+
+    class EpochOfRowOrder(TrainerCallback):
+        """Tells the trainer's :class:`RowOrder` which epoch begins. The dataloader passes
+        ``set_epoch`` on too, except through the wrapper a multi-process run resumed inside
+        an epoch iterates (accelerate's skip of the first batches around its per-process
+        shard), where the order would otherwise stay at epoch 0's."""
+
+        def __init__(self, trainer: Any) -> None:
+            self.trainer = trainer
+
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            order = getattr(self.trainer, "row_order", None)
+            if order is not None:
+                # epochs done, and the part of this one a resumed run starts inside
+                order.set_epoch(math.floor(state.epoch or 0))
+
+    class StopWhenComplete(TrainerCallback):
+        """Raises :class:`RunComplete` when a resumed run's checkpoint is its last step. A run
+        killed after that checkpoint (while saving the final model, or during stage 2's
+        selection of the best checkpoint, which takes minutes) resumes from it, and
+        transformers would otherwise take one more step in an epoch left part done: its loop
+        checks the step limit only after a step (a 15th step of a 14-step run, its checkpoint,
+        metrics line and step count; with a constant learning rate, other weights too)."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.global_step >= state.max_steps > 0:
+                raise RunComplete
 
     class TokenCountingTrainer(Trainer):
         """Counts real, padded and labelled tokens per micro-batch and adds tokens/s and the
         non-padding fraction (over the logging window, and its worst batch) to every log. With
         ``masked_logits`` (set by the caller, where the model supports it) the logits are
-        computed at labelled positions only (:func:`labelled_positions`)."""
+        computed at labelled positions only (:func:`labelled_positions`). Rows come in the
+        order of :class:`RowOrder`; every checkpoint keeps the token totals
+        (:data:`RUN_STATE`), which the caller restores with :meth:`restore_run_state`."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.add_callback(EpochOfRowOrder(self))
+            self.add_callback(StopWhenComplete())
+            self.row_order: RowOrder | None = None  # made with the training dataloader
             self.masked_logits = False
             self._window_start: float | None = None  # set by the window's first micro-batch
             self._counts: torch.Tensor | None = None  # real, padded, labelled (on device)
@@ -158,6 +215,50 @@ def make_trainer_class() -> type:
             self.loss_tokens_seen = 0
             self.session_tokens = 0  # this session only (a resumed run starts a session)
             self.session_padded = 0
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> RowOrder:
+            """The row order: length-grouped in megabatches of a step's rows per process
+            (``train_sampling_strategy`` ``group_by_length``, as transformers' own sampler), or
+            a plain shuffle, drawn per epoch from the data seed alone."""
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            if isinstance(dataset, RowDataset):
+                lengths = [len(row) for row in dataset.rows]
+            else:
+                lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+            grouped = getattr(self.args, "train_sampling_strategy", "") == "group_by_length"
+            step_rows = self.args.train_batch_size * self.args.gradient_accumulation_steps
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            self.row_order = RowOrder(lengths, seed, step_rows if grouped else None)
+            return self.row_order
+
+        def run_state(self) -> dict[str, int]:
+            """The token totals up to the last step taken: the logged ones plus the logging
+            window's so far (summed over the processes; every process must call this)."""
+            pending = self._counts if self._counts is not None else torch.zeros(3)
+            pending = pending.to(self.args.device, torch.float64)
+            if self.args.world_size > 1:
+                pending = self.accelerator.reduce(pending, reduction="sum")
+            real, _, labelled = (int(x) for x in pending.cpu())
+            return {
+                "step": int(self.state.global_step),
+                "tokens_seen": self.tokens_seen + real,
+                "loss_tokens_seen": self.loss_tokens_seen + labelled,
+            }
+
+        def restore_run_state(self, state: dict[str, Any]) -> None:
+            """Count on from a checkpoint's :data:`RUN_STATE`."""
+            self.tokens_seen = int(state["tokens_seen"])
+            self.loss_tokens_seen = int(state["loss_tokens_seen"])
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            """The run state first, then transformers' files: its ``trainer_state.json``,
+            written last, marks a checkpoint complete, so a complete one holds the state."""
+            state = self.run_state()
+            if self.args.should_save:
+                folder = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state['step']}"
+                folder.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(folder / RUN_STATE, state)
+            super()._save_checkpoint(model, trial)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             real = inputs.pop("num_real_tokens", None)
