@@ -47,6 +47,12 @@ def test_a_run_that_failed_before_any_checkpoint_does_not_block_the_corrected_on
     res = runner.invoke(train_app, lora_run(corpus, out, "nosuchmodule"))
     assert res.exit_code == 2, res.output
     assert "--lora-target" in one_line_error(res.output)
+    assert not out.exists()  # the run made the folder and made no progress: nothing is left
+    # a folder that was there before is kept, with the failed run's train_config.json
+    out.mkdir()
+    res = runner.invoke(train_app, lora_run(corpus, out, "nosuchmodule"))
+    assert res.exit_code == 2, res.output
+    assert (out / "train_config.json").is_file()
 
     # a checkpoint in the folder: its run is progress, so other options are still refused
     ckpt = out / "checkpoints" / "checkpoint-1"
