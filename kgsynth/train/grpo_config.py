@@ -183,6 +183,7 @@ class GRPOConfig:
         "(GRPO's own rollouts keep every turn as sampled)",
     )
     resample_temperature: float = agent_option("resample_temperature")
+    query_timeout_s: float = agent_option("query_timeout_s")
     distance_max_depth: int = option(
         3, "The distance reward's search depth (hops from the topic entities)."
     )
