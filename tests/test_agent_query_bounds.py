@@ -201,3 +201,18 @@ def test_kg_tool_returns_within_the_agent_timeout(store_dir: Path):
     assert "Error (timeout): the KG query timed out" in done.stdout
     assert "tool error type: timeout" in done.stderr
     assert elapsed < AGENT_QUERY_TIMEOUT_S + 10  # the CLI's start, then the query's limit
+
+
+def test_kg_tool_takes_the_agent_query_timeout(store_dir: Path):
+    """``kg tool --query-timeout-s 2``: the same runaway COUNT is a timeout within 2 s (plus the
+    CLI's start), not the default 10."""
+    command = [sys.executable, "-m", "kgsynth.cli", "kg", "tool", "--kg", str(store_dir)]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "--tools", "knowcoder", "--query-timeout-s", "2",
+         f'ExecuteSPARQL("{CARTESIAN}")'],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert "Error (timeout)" in done.stdout, done.stdout + done.stderr
+    assert elapsed < AGENT_QUERY_TIMEOUT_S, elapsed

@@ -167,6 +167,13 @@ def kg_tool(
             "the relation nearest the question). \\[default: none]"
         ),
     ] = None,
+    query_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a query the agent wrote (knowcoder, isp, sexpr) may run before its "
+            "child process is killed. \\[default: 10]"
+        ),
+    ] = None,
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
     from kgsynth.agent.carried import model_agent, override_line
@@ -194,11 +201,17 @@ def kg_tool(
         ("relation_ranking", relation_ranking, "--relation-ranking"),
         ("entity_matching", entity_matching, "--entity-matching"),
         ("first_hop_fallback", first_hop_fallback, "--first-hop-fallback"),
+        ("query_timeout_s", query_timeout_s, "--query-timeout-s"),
     ]
     given = [(name, value, f"{flag} {value}") for name, value, flag in flags if value is not None]
     try:
         check_count("--top-k", top_k)
         check_count("--max-triples", max_triples)
+        if query_timeout_s is not None and not 0 < query_timeout_s <= MAX_TIMEOUT_S:
+            raise ConfigError(
+                f"--query-timeout-s must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}] "
+                f"(got {query_timeout_s})"
+            )
         carried = model_agent(agent_from) if agent_from is not None else None
         if agent_from is not None and carried is None:
             raise ConfigError(
