@@ -41,6 +41,7 @@ from typing import Any
 
 from kgsynth.config import load_yaml
 from kgsynth.errors import ConfigError
+from kgsynth.stage_io import sidecar
 
 COMMANDS = (
     "kg import", "kg stats", "walk", "synthesize questions", "synthesize trajectories", "filter",
@@ -110,7 +111,7 @@ class Step:
             return self.out.is_file()
         if self.folder_output:
             return (self.out / "manifest.json").is_file()
-        return self.out.with_name(f"{self.out.stem}.manifest.json").is_file()
+        return sidecar(self.out, "manifest.json").is_file()
 
 
 @dataclass
@@ -168,8 +169,7 @@ def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
             flags |= opts.llm
         if command == "train stage1" and opts.model:
             flags["model"] = opts.model
-        needs_eval = any(_PLACEHOLDER.search(str(v)) and "{eval_questions}" in str(v)
-                         for k, v in flags.items() if k != "benchmark")  # fmt: skip
+        needs_eval = any("{eval_questions}" in str(v) for k, v in flags.items() if k != "benchmark")
         if needs_eval and opts.eval_questions is None:
             continue  # an evaluation on a KG that came without questions
         if opts.eval_questions is None:
@@ -182,7 +182,7 @@ def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
         argv = command.split() if command != "compare" else ["eval"]
         if command == "kg import":
             argv.append(opts.kg)
-        if command in ("kg stats",):
+        if command == "kg stats":
             argv += ["--kg", str(resolve("kg", flags.pop("kg", "kg")))]
         if command == "report":
             argv.append(str(run))

@@ -246,13 +246,8 @@ def check_columns(
     """Each of ``columns`` has ``schema``'s type (up to string, list and integer widths) and no
     nulls at any depth; otherwise an :class:`InputFileError` naming the file, the column and,
     for a null, the row (counted from 0)."""
+    check_types(table, path, flag, schema, columns)
     for name in sorted(columns):
-        expected = schema.field(name).type
-        found = table.schema.field(name).type
-        if not _same_shape(found, expected):
-            raise InputFileError(
-                path, f"{flag}: column {name} has type {found}; expected {expected}"
-            )
         column = table.column(name)
         array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
         null = _first_null(array, np.arange(len(array)), name)

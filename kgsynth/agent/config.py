@@ -14,12 +14,12 @@ A stage config that still declares these fields flat gets its agent settings wit
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
+from kgsynth.kg.base import MAX_TIMEOUT_S
 
 ToolSetName = Literal["graphwalker", "kgr1", "knowcoder", "isp", "sexpr"]
 NeighborOrder = Literal["relevance", "alphabetical"]
@@ -178,9 +178,9 @@ class AgentConfig:
         for name in ("kgr1_max_relations", "kgr1_max_entities"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")
         need(
-            math.isfinite(self.query_timeout_s) and self.query_timeout_s > 0,
+            0 < self.query_timeout_s <= MAX_TIMEOUT_S,  # NaN fails too
             "query_timeout_s",
-            "a number of seconds > 0",
+            f"a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]",
         )
         need(0.0 <= self.gate_low <= 1.0, "gate_low", "within [0, 1]")
         need(0.0 < self.gate_high <= 1.0, "gate_high", "within (0, 1]")

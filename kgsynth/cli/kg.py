@@ -18,9 +18,7 @@ from kgsynth.cli.options import (
     RelationRankingOption,
 )
 from kgsynth.errors import ConfigError, KGSynthError
-
-MAX_TIMEOUT_S = 365 * 24 * 3600.0
-"""The longest ``--timeout`` (a year): a deadline much further off overflows the clock."""
+from kgsynth.kg.base import MAX_TIMEOUT_S
 
 kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
 
@@ -207,11 +205,6 @@ def kg_tool(
     try:
         check_count("--top-k", top_k)
         check_count("--max-triples", max_triples)
-        if query_timeout_s is not None and not 0 < query_timeout_s <= MAX_TIMEOUT_S:
-            raise ConfigError(
-                f"--query-timeout-s must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}] "
-                f"(got {query_timeout_s})"
-            )
         carried = model_agent(agent_from) if agent_from is not None else None
         if agent_from is not None and carried is None:
             raise ConfigError(

@@ -12,6 +12,9 @@ from kgsynth.kg.terms import Row
 
 DEFAULT_MAX_ROWS = 100_000  # the row cap of every query unless a caller or the config says
 DEFAULT_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+"""The longest timeout a query may be given (a year): a deadline much further off overflows
+the clock."""
 
 
 class KG(abc.ABC):

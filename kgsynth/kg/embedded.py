@@ -237,12 +237,18 @@ class EmbeddedKG(KG):
     ) -> Iterator[Row]:
         if self._process is None:
             return super().select_iter(query, timeout=timeout, max_rows=max_rows)
+        return self._isolated_select(query, timeout, max_rows, self._process)
+
+    def _isolated_select(
+        self, query: str, timeout: float | None, max_rows: int | None, process: QueryProcess
+    ) -> Iterator[Row]:
+        """A guarded SELECT run in ``process``, its rows capped."""
         from kgsynth.kg import guard
 
         text = guard.ensure_read_only(query)
         cap = self._row_cap(max_rows)
         # the child sends one row past the cap, so that the cap is seen to be passed
-        return self._capped(self._isolated_rows(text, timeout, cap + 1), cap)
+        return self._capped(self._isolated_rows(text, timeout, cap + 1, process), cap)
 
     # --- agent-written queries ---------------------------------------------------------------
 
@@ -262,11 +268,7 @@ class EmbeddedKG(KG):
         process = self.agent_process()
         if process is None:
             return self.select_iter(query, timeout=timeout, max_rows=max_rows)
-        from kgsynth.kg import guard
-
-        text = guard.ensure_read_only(query)
-        cap = self._row_cap(max_rows)
-        return self._capped(self._isolated_rows(text, timeout, cap + 1, process), cap)
+        return self._isolated_select(query, timeout, max_rows, process)
 
     def agent_ask(self, query: str, *, timeout: float | None = None) -> bool:
         """An agent's ASK, run as :meth:`agent_select_iter` runs a SELECT."""

@@ -108,14 +108,12 @@ class HFLLM(LLM):
         self._model.eval()
 
     def _resolve_device(self) -> str:
-        """The device asked for (checked: :func:`check_device`), else CUDA where there is
-        one, else the CPU."""
+        """The device asked for (checked once, in ``__init__``), else CUDA where there is one,
+        else the CPU."""
         if self.device is None:
             import torch
 
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        else:
-            check_device(self.device)
         return self.device
 
     def _prompt(self, req: Request) -> str:

@@ -126,7 +126,10 @@ def run_sft(
     launch command of a launched one. ``carried``: what the corpus's trajectories were made
     with (:func:`sft_agent`); the run folder and each checkpoint carry the agent it gives
     (``agent_config.json``), and stage 2's early stopping answers with it."""
-    from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap
+    from kgsynth.agent.carried import write_agent_file
+    from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
+    from kgsynth.train.sft import SUMMARY, prepare_run, train_sft
+    from kgsynth.train.sft_config import check_batch_split
 
     started = time.perf_counter()
     check_folder_target(out_dir)
@@ -142,64 +145,45 @@ def run_sft(
         ],
     )
     # one run per folder: a second one on it fails at once (the lock goes with the process)
+    with OutputLock(out_dir), _removed_unless_progress(out_dir):
+        recover_input(corpus)
+        _drop_run_without_progress(out_dir)
+        with (status or _quiet)("reading the corpus and preparing the run folder…"):
+            spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=overwrite)
+        trained = sft_agent(spec.config, carried)
+        if trained is not None:  # before training: the trainer copies it into each checkpoint
+            write_agent_file(out_dir, *trained)
+        check_batch_split(spec.config, p.launch.world_size)
+        if p.launcher == "none":
+            with (progress or _no_progress)() as step:
+                summary = train_sft(spec, progress=step)
+        else:
+            if notify:
+                notify(f"launching: {shlex.join(p.command)}")
+            summary = run_launched(p.command, out_dir / SUMMARY)
+        if summary is None:  # a torchrun node other than rank 0's
+            return None
+        if spec.config.select_questions:
+            from kgsynth.agent.config import AgentConfig
+
+            # the run's settings; where it carries none, its own options (as before)
+            agent = AgentConfig(**trained[0]) if trained else None
+            summary = _select_sft(spec, summary, notify, agent)
+        return _sft_manifest(spec, p, summary, started, trained)
+
+
+@contextlib.contextmanager
+def _removed_unless_progress(out_dir: Path) -> Iterator[None]:
+    """A run that makes ``out_dir`` and fails before any progress (a full disk, a bad option
+    found late, Ctrl-C before the first checkpoint) leaves nothing behind; a folder that was
+    there before keeps what it had."""
     created = not out_dir.exists()
-    with OutputLock(out_dir):
-        try:
-            return _run_sft_locked(
-                stage, cfg, corpus, out_dir, p, overwrite, status, progress, notify, carried,
-                started,
-            )  # fmt: skip
-        except BaseException:
-            # a run that made the folder and failed before any progress (a full disk, a bad
-            # option found late, Ctrl-C before the first checkpoint) leaves nothing behind
-            if created:
-                _drop_run_without_progress(out_dir, spec_needed=False)
-            raise
-
-
-def _run_sft_locked(
-    stage: str,
-    cfg: Any,
-    corpus: Path,
-    out_dir: Path,
-    p: Plan,
-    overwrite: bool,
-    status: Callable[[str], AbstractContextManager[Any]] | None,
-    progress: Callable[[], AbstractContextManager[Progress]] | None,
-    notify: Callable[[str], None] | None,
-    carried: CarriedAgent | None,
-    started: float,
-) -> dict[str, Any] | None:
-    """:func:`run_sft`'s work, with the run folder's lock held."""
-    from kgsynth.agent.carried import write_agent_file
-    from kgsynth.stage_io import recover_input
-    from kgsynth.train.sft import SUMMARY, prepare_run, train_sft
-    from kgsynth.train.sft_config import check_batch_split
-
-    recover_input(corpus)
-    _drop_run_without_progress(out_dir)
-    with (status or _quiet)("reading the corpus and preparing the run folder…"):
-        spec = prepare_run(cfg, stage, corpus, out_dir, overwrite=overwrite)
-    trained = sft_agent(spec.config, carried)
-    if trained is not None:  # before training: the trainer copies it into each checkpoint
-        write_agent_file(out_dir, *trained)
-    check_batch_split(spec.config, p.launch.world_size)
-    if p.launcher == "none":
-        with (progress or _no_progress)() as step:
-            summary = train_sft(spec, progress=step)
-    else:
-        if notify:
-            notify(f"launching: {shlex.join(p.command)}")
-        summary = run_launched(p.command, out_dir / SUMMARY)
-    if summary is None:  # a torchrun node other than rank 0's
-        return None
-    if spec.config.select_questions:
-        from kgsynth.agent.config import AgentConfig
-
-        # the run's settings; where it carries none, its own options (as before)
-        agent = AgentConfig(**trained[0]) if trained else None
-        summary = _select_sft(spec, summary, notify, agent)
-    return _sft_manifest(spec, p, summary, started, trained)
+    try:
+        yield
+    except BaseException:
+        if created:
+            _drop_run_without_progress(out_dir, spec_needed=False)
+        raise
 
 
 def _drop_run_without_progress(out_dir: Path, *, spec_needed: bool = True) -> None:

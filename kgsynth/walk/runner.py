@@ -22,6 +22,7 @@ from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.schema import WALK_SCHEMA, fill_missing
 from kgsynth.stage import Progress, StageResult
+from kgsynth.stage_io import absolute
 from kgsynth.walk.config import WalkConfig, WalkError
 from kgsynth.walk.records import WalkState
 from kgsynth.walk.sampling import sample_walks
@@ -39,7 +40,7 @@ def _config_fingerprint(cfg: WalkConfig, kg: KG) -> str:
 def parts_dir(out: Path) -> Path:
     """Where a walk run into ``out`` keeps its resumable chunks (beside it: ``walks.parquet``
     gives ``walks.parquet.parts``; a relative ``out`` is taken from the current folder)."""
-    out = Path(os.path.abspath(out))
+    out = absolute(out)
     if not out.name:  # the root folder, which the output refuses as a file target anyway
         return out / ".parts"
     return out.with_name(out.name + ".parts")
