@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kgsynth.errors import ConfigError, InputFileError, OutputBusyError
+from kgsynth.errors import ConfigError, OutputBusyError
 from kgsynth.output_lock import OutputLock
 
 log = logging.getLogger(__name__)
@@ -345,9 +345,7 @@ class StagedOutput:
     ) -> None:
         if not str(out).strip():
             raise ConfigError(f"{flag}: an empty path; give the output's file or folder name")
-        # absolute, so that "walks.parquet", "./walks.parquet" and "." all have a parent and a
-        # name (messages show it this way too)
-        self.out = absolute(out)
+        self.out = absolute(out)  # messages show it this way too
         if not self.out.name:
             raise ConfigError(f"{flag}: {out} is the root folder; give a file or folder name")
         # keep the staging folder a killed run left (its checkpoints) instead of removing it
@@ -487,67 +485,6 @@ class StagedOutput:
             self.lock.release()
 
 
-# ---------------------------------------------------------------------------------------------
-# reading inputs, writing rows
-
-
-def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -> list[dict]:
-    """A stage's input Parquet as rows; errors name the file and the missing column, the
-    column of the wrong type, or the row and field that is null or does not fit."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from kgsynth.schema import check_columns, check_types, fill_missing
-
-    recover_input(path)  # a commit of it that a crash interrupted is finished first
-    if not path.is_file():
-        raise InputFileError(path, f"{flag}: no such file (run `{produced_by}` first)")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise InputFileError(path, f"{flag}: not a readable Parquet file: {exc}") from None
-    table = fill_missing(table, schema)
-    missing = need - set(table.column_names)
-    if missing:
-        raise InputFileError(path, f"{flag}: missing column(s) {', '.join(sorted(missing))}")
-    check_columns(table, path, flag, schema, need)
-    check_types(table, path, flag, schema, set(schema.names) - need)
-    rows = table.to_pylist()
-    if {"topic_names", "branches", "merge_at"} <= need:
-        for i, row in enumerate(rows):
-            sizes = {len(row["topic_names"]), len(row["branches"]), len(row["merge_at"])}
-            if len(sizes) != 1 or not row["branches"]:
-                raise InputFileError(
-                    path,
-                    f"{flag}: row {i}: topic_names, branches and merge_at need one entry per "
-                    f"branch (found {len(row['topic_names'])}, {len(row['branches'])}, "
-                    f"{len(row['merge_at'])})",
-                )
-            for b, (hops, merge) in enumerate(zip(row["branches"], row["merge_at"], strict=True)):
-                if not hops or not 0 < merge <= len(hops):
-                    raise InputFileError(
-                        path,
-                        f"{flag}: row {i}: merge_at[{b}] = {merge} does not fit branch {b} "
-                        f"of {len(hops)} hop(s)",
-                    )
-    return rows
-
-
-def write_rows(
-    staged: StagedOutput, accepted: list, schema, rejected: list, rejected_schema
-) -> Path:
-    """The stage's rows and its rejects (``NAME.rejected.parquet``), into the staged output;
-    returns where the rejects will be once committed."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist(accepted, schema=schema), staged.path())
-    pq.write_table(
-        pa.Table.from_pylist(rejected, schema=rejected_schema), staged.sidecar("rejected.parquet")
-    )
-    return sidecar(staged.out, "rejected.parquet")
-
-
 __all__ = [
     "SIDECARS",
     "OutputLock",
@@ -556,10 +493,8 @@ __all__ = [
     "check_folder_target",
     "check_overlap",
     "owned_files",
-    "read_rows",
     "recover",
     "recover_input",
     "sidecar",
     "stats_png",
-    "write_rows",
 ]

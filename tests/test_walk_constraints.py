@@ -303,7 +303,7 @@ def test_older_walk_file_without_sexpr_still_reads(films, tmp_path):
     from typer.testing import CliRunner
 
     from kgsynth.cli import app
-    from kgsynth.stage_io import read_rows
+    from kgsynth.stage_rows import read_rows
 
     run_walks(films, WalkConfig(n=4, seed=0, structures="chain-1:1"), tmp_path / "new.parquet")
     old = pq.read_table(tmp_path / "new.parquet").drop_columns(["sexpr"])

@@ -44,7 +44,8 @@ from kgsynth.cli.options import (
 )
 from kgsynth.errors import KGSynthError
 from kgsynth.stage import StageResult
-from kgsynth.stage_io import StagedOutput, read_rows, write_rows
+from kgsynth.stage_io import StagedOutput
+from kgsynth.stage_rows import read_rows, write_rows
 from kgsynth.synthesize.questions import QuestionConfig
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 

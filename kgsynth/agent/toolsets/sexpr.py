@@ -19,12 +19,9 @@ is one per question; tree rollouts restore each branch's own with
 SPARQL query (:func:`kgsynth.kg.sexpr.compile_sparql`) and run through the KG's read-only
 guard, the agent's ``query_timeout_s`` and a row cap (as
 :func:`~kgsynth.agent.sparql_exec.run_agent_query`; past the cap a COUNT query gives the
-total). The agent composes that query (a chain of Find_relation steps joins without a
-``DISTINCT`` between them, and its COUNT computes before its first row), so it runs on the
-KG's agent path (:meth:`~kgsynth.kg.base.KG.agent_select_iter`: on a store directory a child
-process killed at the timeout or past its memory limit); the gating look-ups
-(:mod:`~kgsynth.agent.toolsets.sexpr_gate`) are kgsynth's own fixed-form queries and stay
-in-process. The observation: ``expressionK = <S-expression>``, the number of results and the first
+total). The agent composes that query, so it runs on the KG's agent path
+(:meth:`~kgsynth.kg.base.KG.agent_select_iter`: a child process killed at the timeout or past
+its memory limit); the gating look-ups stay in-process. The observation: ``expressionK = <S-expression>``, the number of results and the first
 :data:`SHOWN_RESULTS` by name, the relations of the new set ranked against the question (top
 ``top_k_relations``, written as the agent writes them: ``rel`` / ``(R rel)``) and its number
 and date attributes (what Order, Compare and Time_constraint take). An empty result makes no
