@@ -156,9 +156,10 @@ def _manifest_of(path: Path) -> dict[str, Any] | None:
     """The manifest that describes the output file ``path``: its sidecar
     (``X.manifest.json``), or the manifest of the folder output it is part of (a filter's
     ``corpus/manifest.json``, whose output names it)."""
-    sidecar = path.with_name(f"{path.stem}.manifest.json")
+    from kgsynth.stage_io import sidecar
+
     folder = path.parent / "manifest.json"
-    for candidate, own in ((sidecar, True), (folder, False)):
+    for candidate, own in ((sidecar(path, "manifest.json"), True), (folder, False)):
         try:
             data = json.loads(candidate.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
