@@ -120,3 +120,65 @@ def test_the_bundled_encoder_picks_a_relation_the_words_do_not_name():
     ranked = rank_relations_focused(question, rels, "Kismet", ())
     got = first_hop_marks(question, "Kismet", ranked, shared_scorer())
     assert got[0] == (rels[3], ("penned",))
+
+
+class WordNear:
+    """Cosine 1 between the relation words ``rel`` and the question word ``word``, else 0."""
+
+    def __init__(self, rel: str, word: str) -> None:
+        self.rel, self.word = rel, word
+
+    def sentence_scores(self, question: str, sentences: Sequence[str]) -> np.ndarray:
+        return np.array([float(question == self.rel and s == self.word) for s in sentences])
+
+
+def _later(question: str, word: str = "cast") -> ToolEnvironment:
+    config = ToolConfig(relation_ranking="focus", later_hop_fallback="dense")
+    env = ToolEnvironment(
+        KGGraph(movie_kg()),
+        question,
+        config,
+        topics=["William Dieterle"],
+        dense=WordNear("starred actors", word),  # type: ignore[arg-type]
+    )
+    assert env.execute('get_triples("William Dieterle", ["directed_by"])').ok
+    return env
+
+
+def test_a_later_list_marks_the_relation_nearest_a_word_nothing_used():
+    env = _later("the cast of the films William Dieterle directed")
+    lines = env.execute('get_relations("Kismet")').text.splitlines()
+    assert lines[1] == "(Kismet, starred_actors, ?) <- cast"
+    assert sum("<-" in line for line in lines) == 1
+
+
+def test_the_answer_type_noun_and_topic_words_mark_nothing():
+    # "films" is the noun "which" opens the question with; the rest is the topic's name or
+    # was used by directed_by
+    env = _later("which films has William Dieterle directed", word="films")
+    assert "<-" not in env.execute('get_relations("Kismet")').text
+    # the same words without the opening "which": "films" is left and marked
+    env = _later("name the films William Dieterle directed", word="films")
+    assert "(Kismet, starred_actors, ?) <- films" in env.execute('get_relations("Kismet")').text
+    off = ToolEnvironment(
+        KGGraph(movie_kg()),
+        "the cast of the films William Dieterle directed",
+        ToolConfig(relation_ranking="focus"),
+        topics=["William Dieterle"],
+    )
+    off.execute('get_triples("William Dieterle", ["directed_by"])')
+    assert "<-" not in off.execute('get_relations("Kismet")').text
+
+
+def test_a_word_a_mark_showed_is_used_up_by_following_its_relation():
+    question = "the cast of the films William Dieterle directed"
+    rels = [Relation("starred_actors", "out", ("x",)), Relation("has_genre", "out", ("y",))]
+    before = dict(rank_relations_focused(question, rels, "William Dieterle", ["directed_by"]))
+    assert before[rels[0]] == ()  # "cast" is no word of starred_actors: no mark, but left
+    env = _later(question)
+    env.execute('get_relations("Kismet")')
+    assert env.execute('get_triples("Kismet", ["starred_actors"])').ok
+    assert env.used == ("cast",)
+    # after that hop "cast" marks nothing; "films" is what is left
+    after = env.execute('get_relations("Marlene Dietrich")').text
+    assert "cast" not in after and after.endswith("<- films")

@@ -382,3 +382,32 @@ def test_batched_lookups_equal_one_by_one(kg, source):
             ("s", "out", 1),
         ]
         assert labels == {a: "A", b: "B", "http://x/c": None}
+
+
+def test_wide_chain_one_walks_have_large_exact_answer_sets(kg, tmp_path):
+    """--wide-share: some chain-1 walks take a relation with more than --max-fanout neighbours
+    (up to --wide-max-answers) and keep every answer; the other structures keep the limits."""
+    _, rows = walk(
+        kg,
+        tmp_path,
+        n=40,
+        structures="chain-1:1,chain-2:1",
+        max_fanout=4,
+        max_answers=4,
+        wide_share=1.0,
+        wide_max_answers=30,
+    )
+    wide = [r for r in rows if len(r["answer_names"]) > 4]
+    assert wide and all(r["structure"] == "chain-1" for r in wide)
+    for row in rows:
+        assert set(row["answer_names"]) == brute_force(row), row
+        limit = 30 if row["structure"] == "chain-1" else 4
+        assert 1 <= len(row["answer_names"]) <= limit
+    _, plain = walk(
+        kg, tmp_path, "plain.parquet", n=40, structures="chain-1:1", max_fanout=4, max_answers=4
+    )
+    assert all(len(r["answer_names"]) <= 4 for r in plain)
+    with pytest.raises(ConfigError, match="--wide-max-answers must be above --max-fanout"):
+        WalkConfig(wide_share=0.5, max_fanout=20, wide_max_answers=20)
+    with pytest.raises(ConfigError, match="--wide-share"):
+        WalkConfig(wide_share=1.5)

@@ -100,12 +100,32 @@ class AgentConfig:
         "it unmarked) or dense (the best match of a short word, else the relation nearest the "
         "question under the bundled sentence encoder; kgsynth.agent.first_hop)",
     )
+    later_hop_fallback: Literal["none", "dense"] = option(
+        "none",
+        "focus ranking: where a list after a hop would show no match mark and the question "
+        "still has a word nothing used (not a function word, a topic's name or the noun after "
+        "an opening which/what), mark one: none, or dense (the relation whose words are "
+        "nearest such a word under the bundled sentence encoder; kgsynth.agent.first_hop)",
+    )
     entity_matching: Literal["exact", "near"] = option(
         "exact",
         "How tools read an entity name (graphwalker, kgr1, isp's node, sexpr's "
         "Find_relation): exact (a name of the KG, in any case) or near (a name the KG lacks "
         "is read as the most similar name in the question or in the episode's observations, "
         "difflib ratio 0.6 or more, and the observation says so)",
+    )
+    mark_shared: bool = option(
+        False,
+        'graphwalker and kgr1: get_triples lists first, marked "<- both", the entities that '
+        "an earlier get_triples call of the episode from another entity reached too (all it "
+        'reached, shown or not): where two conditions meet ("what did X star in that Y '
+        'wrote")',
+    )
+    answer_matching: Literal["exact", "near"] = option(
+        "exact",
+        "How the final answer's names are read: exact (as written) or near (a name no "
+        "observation showed is read as the most similar name the episode's observations "
+        "showed, difflib ratio 0.6 or more, else kept as written; repeats dropped)",
     )
     resample_cut_turns: int = option(
         0,
@@ -168,7 +188,14 @@ class AgentConfig:
             self.relation_ranking in RELATION_RANKINGS, "relation_ranking", "bm25, hybrid or focus"
         )
         need(self.entity_matching in ENTITY_MATCHINGS, "entity_matching", "exact or near")
+        need(self.answer_matching in ENTITY_MATCHINGS, "answer_matching", "exact or near")
         need(self.first_hop_fallback in FIRST_HOP_FALLBACKS, "first_hop_fallback", "none or dense")
+        need(self.later_hop_fallback in FIRST_HOP_FALLBACKS, "later_hop_fallback", "none or dense")
+        need(
+            self.later_hop_fallback == "none" or self.relation_ranking == "focus",
+            "later_hop_fallback",
+            "none unless --relation-ranking is focus (it marks the focus ranking's lists)",
+        )
         need(
             self.first_hop_fallback == "none" or self.relation_ranking == "focus",
             "first_hop_fallback",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgsynth.agent.protocol import close_action, no_action_hint, parse_turn, render_observation
+from kgsynth.agent.toolkit import read_answers
 from kgsynth.agent.tools import ToolEnvironment
 
 
@@ -106,6 +107,8 @@ def step(
     ep.turns.append(record)
     if turn.answer is not None:
         ep.predicted_answers = turn.answer
+        if env.config.answer_matching == "near":
+            ep.predicted_answers = read_answers(turn.answer, ep.observed_entities)
         ep.answered = True
         ep.done = True
         return

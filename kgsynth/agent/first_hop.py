@@ -20,7 +20,9 @@ relation instead, with a question word, the way a word match is shown:
    question word nearest the relation's words, and listed first.
 
 Nothing is fitted and there is no threshold: the encoder is used as shipped, on any KG's
-relation names. Later hops are left as they are, where no mark still means "answer".
+relation names. Later hops are left as they are, where no mark still means "answer", unless
+``later_hop_fallback="dense"`` (:func:`later_hop_marks`): there a list after a hop marks the
+relation nearest a question word nothing has used yet.
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from kgsynth.agent.toolkit import FocusWord, focus_words, is_function_word, ranking_terms
+from kgsynth.agent.stemming import stem
+from kgsynth.agent.toolkit import (
+    FocusWord,
+    focus_words,
+    is_function_word,
+    name_span,
+    ranking_terms,
+    tokenize,
+)
 from kgsynth.kg.graph import Relation
 from kgsynth.llm.relation_forms import relation_words
 from kgsynth.llm.rule_questions import path_question
@@ -77,3 +87,63 @@ def first_hop_marks(
 def _shown(words: Iterable[FocusWord]) -> tuple[str, ...]:
     """The words as the question writes them, in question order."""
     return tuple(w.word for w in sorted(words, key=lambda w: w.position))
+
+
+# the words that open a question by naming the kind of thing asked for ("which films",
+# "what people"): the noun after them types the answer, it names no relation to follow
+_WH_DETERMINERS = frozenset({"which", "what", "whose"})
+
+
+def later_hop_marks(
+    question: str,
+    entity: str,
+    ranked: Ranked,
+    encoder: SentenceScorer | None,
+    found: dict[str, FocusWord],
+    topics: Sequence[str] = (),
+) -> Ranked:
+    """``later_hop_fallback="dense"``: ``ranked`` (the focus ranking of the relations of
+    ``entity``, an entity a hop reached, ``found`` the question words the episode has not
+    used) with one relation marked where none is and the question still has a content word
+    nothing has used: not a function word, not a word of a topic entity's name, and not the
+    noun a wh-determiner opens the question with ("which films did X direct": the films are
+    the answer). "the race of X's father" follows ``parents`` for "father", and "race" is
+    left: the relation whose words are nearest a left word under the sentence encoder
+    (``ethnicity``) is marked with that word and listed first. Unchanged where a relation is
+    marked, or no such word is left."""
+    if not ranked or any(marks for _, marks in ranked):
+        return ranked
+    words = tokenize(question)
+    in_topics: set[int] = set()
+    for name in topics:
+        span = name_span(words, name)
+        if span is not None:
+            in_topics.update(range(span[0], span[1] + 1))
+    typed = {
+        i + 1
+        for i, w in enumerate(words[:-1])
+        if w in _WH_DETERMINERS and all(is_function_word(x) for x in words[:i])
+    }
+    left = [
+        w
+        for w in found.values()
+        if not is_function_word(w.word)
+        and len(w.word) >= 3
+        and w.position not in in_topics
+        and w.position not in typed
+    ]
+    if not left:
+        return ranked
+    for i, (rel, _) in enumerate(ranked):  # a word match the mark hid (a 3-letter word)
+        shared = [w for w in left if stem(w.word.lower()) in set(ranking_terms(rel.name))]
+        if shared:
+            return [(rel, _shown(shared)), *ranked[:i], *ranked[i + 1 :]]
+    if encoder is None:
+        return ranked
+    best, word, top = 0, 0, float("-inf")
+    for i, (rel, _) in enumerate(ranked):
+        near = encoder.sentence_scores(relation_words(rel.name), [w.word for w in left])
+        for j, score in enumerate(near):
+            if float(score) > top:
+                best, word, top = i, j, float(score)
+    return [(ranked[best][0], (left[word].word,)), *ranked[:best], *ranked[best + 1 :]]

@@ -151,6 +151,21 @@ def near_names(
     return [candidate for _, candidate in scored]
 
 
+def read_answers(answers: Sequence[str], shown: Sequence[str]) -> list[str]:
+    """``answer_matching="near"``: each answer the episode's observations never showed (in
+    any case) read as the most similar name they showed (:func:`near_names` over ``shown``
+    alone, ratio 0.6 or more), else kept as written; a name read twice counts once. A small
+    policy copies long names with slips ("maria_of_austria_the_yonger"); the name it meant is
+    the one on the page."""
+    exact = {" ".join(n.casefold().split()): n for n in shown}
+    out: dict[str, None] = {}
+    for name in answers:
+        key = " ".join(name.casefold().split())
+        read = exact.get(key) or next(iter(near_names(name, "", shown)), name)
+        out.setdefault(read, None)
+    return list(out)
+
+
 _QUOTED_CHARS = 80  # a name longer than this is quoted cut, ending in "..."
 
 
@@ -229,7 +244,9 @@ class FocusWord(NamedTuple):
     position: int  # that occurrence's index among the question's words
 
 
-def focus_words(question: str, anchor: str | None, followed: Sequence[str]) -> dict[str, FocusWord]:
+def focus_words(
+    question: str, anchor: str | None, followed: Sequence[str], used: Sequence[str] = ()
+) -> dict[str, FocusWord]:
     """The question's stemmed words that the episode has not yet used, each with a weight for
     how near it stands to ``anchor`` (the topic entity's name in the question): 1 / (1 + the
     number of words between them), 1 for every word where the anchor is not in the question;
@@ -263,6 +280,12 @@ def focus_words(question: str, anchor: str | None, followed: Sequence[str]) -> d
             spots = [i for i in left if stems[i] == term]
             if spots:
                 left.remove(min(spots, key=lambda i: (distance(i), i)))
+    # a word a fallback mark showed beside a relation the episode then followed ("father" on
+    # ``parents``) is used up like the relation's own words
+    for word in used:
+        spots = [i for i in left if words[i] == word.lower()]
+        if spots:
+            left.remove(min(spots, key=lambda i: (distance(i), i)))
     out: dict[str, FocusWord] = {}
     for i in sorted(left, key=lambda i: (distance(i), i)):
         out.setdefault(stems[i], FocusWord(1.0 / (1 + distance(i)), words[i], i))
@@ -275,7 +298,11 @@ def focus_weights(question: str, anchor: str | None, followed: Sequence[str]) ->
 
 
 def rank_relations_focused(
-    question: str, relations: Sequence[Relation], anchor: str | None, followed: Sequence[str]
+    question: str,
+    relations: Sequence[Relation],
+    anchor: str | None,
+    followed: Sequence[str],
+    used: Sequence[str] = (),
 ) -> list[tuple[Relation, tuple[str, ...]]]:
     """Relations sorted by BM25 over :func:`focus_words`, each word's score times its weight
     (stable on ties), each with the question's unused words it matches (words of four letters
@@ -285,7 +312,7 @@ def rank_relations_focused(
 
     The idf is Lucene's, ln(1 + (N - n + 0.5) / (n + 0.5)), which stays positive where a word
     is in half the relations or more (an entity with two relations)."""
-    found = focus_words(question, anchor, followed)
+    found = focus_words(question, anchor, followed, used)
     docs = [ranking_terms(r.name) for r in relations]
     avg = sum(len(d) for d in docs) / max(len(docs), 1) or 1.0
     k1, b = 1.5, 0.75
@@ -310,6 +337,8 @@ def rank_relations_focused(
 
 
 MATCH_MARK = " <- "  # the focus ranking's "(X, r, ?) <- words" (the question's words r matches)
+# ``mark_shared``: a triple whose entity an earlier get_triples call from another entity reached
+SHARED_MARK = MATCH_MARK + "both"
 
 
 def unmarked(line: str) -> str:

@@ -48,20 +48,24 @@ from kgsynth.agent.config import (
     NeighborOrder,
     ToolSetName,
 )
-from kgsynth.agent.first_hop import first_hop_marks
+from kgsynth.agent.first_hop import first_hop_marks, later_hop_marks
+from kgsynth.agent.stemming import stem
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.toolkit import (
     MATCH_MARK,
+    SHARED_MARK,
     DenseScorer,
     ErrorType,
     ToolFailure,
     ToolResult,
+    focus_words,
     name_span,
     near_names,
     order_neighbors,
     quoted_name,
     rank_relations,
     rank_relations_focused,
+    ranking_terms,
     read_as_note,
     relation_pattern,
     relation_words,
@@ -80,6 +84,9 @@ class _EpisodeState:
     anchor: str | None
     followed: tuple[str, ...]
     shown: tuple[str, ...] = ()
+    reached: tuple[tuple[str, frozenset[str]], ...] = ()
+    used: tuple[str, ...] = ()
+    marks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 # The tool environment reads the agent's one config (toolset, top_k_relations,
@@ -117,6 +124,19 @@ class ToolEnvironment:
     followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     # ``entity_matching="near"``: the names the episode's observations have shown so far
     shown: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    # ``mark_shared``: each get_triples call's start entity and every entity it reached (IRIs;
+    # all of them, not only those shown)
+    reached: tuple[tuple[str, frozenset[str]], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+    # the topic entities' names (``later_hop_fallback`` does not read their words as asked)
+    topics: Sequence[str] = ()
+    # the focus ranking: the words shown beside each relation of the last list (relation
+    # name -> words), and the fallback words used up by following a relation they marked
+    marks: tuple[tuple[str, tuple[str, ...]], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+    used: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -199,14 +219,16 @@ class ToolEnvironment:
         None where there is none. Tree rollouts, whose branches share one environment, keep
         each branch's own."""
         session = None if self.session is None else self.session.snapshot()
-        if self.anchor is None and not self.followed and not self.shown:
+        state = (self.anchor, self.followed, self.shown, self.reached, self.used, self.marks)
+        if state == (None, (), (), (), (), ()):
             return session
-        return _EpisodeState(session, self.anchor, self.followed, self.shown)
+        return _EpisodeState(session, *state)
 
     def restore(self, state: Any) -> None:
         """Go back to a :meth:`snapshot` (None: the episode's start)."""
         episode = state if isinstance(state, _EpisodeState) else _EpisodeState(state, None, ())
         self.anchor, self.followed, self.shown = episode.anchor, episode.followed, episode.shown
+        self.reached, self.used, self.marks = episode.reached, episode.used, episode.marks
         if self.session is not None:
             self.session.restore(episode.session)
 
@@ -280,14 +302,26 @@ class ToolEnvironment:
             if self.config.relation_ranking == "focus" and self.question:
                 if name_span(tokenize(self.question), entity.name) is not None:
                     self.anchor = entity.name
-                focused = rank_relations_focused(self.question, rels, self.anchor, self.followed)
+                focused = rank_relations_focused(
+                    self.question, rels, self.anchor, self.followed, self.used
+                )
                 if (
                     self.config.first_hop_fallback == "dense"
                     and not self.followed
                     and self.anchor == entity.name
                 ):
                     focused = first_hop_marks(self.question, entity.name, focused, self._encoder())
+                elif (
+                    self.config.later_hop_fallback == "dense"
+                    and self.followed
+                    and name_span(tokenize(self.question), entity.name) is None
+                ):
+                    found = focus_words(self.question, self.anchor, self.followed, self.used)
+                    focused = later_hop_marks(
+                        self.question, entity.name, focused, self._encoder(), found, self.topics
+                    )
                 marked = dict(focused)
+                self.marks = tuple((r.name, w) for r, w in focused if w)
                 ranked = list(marked)
             else:
                 ranked = rank_relations(self.question, rels, self._dense())
@@ -304,38 +338,53 @@ class ToolEnvironment:
             )
         return ToolResult("\n".join(lines), entities=(entity.name,), notes=notes)
 
-    def shown_neighbors(self, entity: Entity, rel: Relation) -> tuple[list[Neighbor], int]:
-        """The neighbours an observation shows along ``rel``, in display order, and how many
-        there are in all (see ``neighbor_order`` and the caps in the module doc)."""
+    def shown_neighbors(
+        self, entity: Entity, rel: Relation
+    ) -> tuple[list[Neighbor], int, frozenset[str]]:
+        """The neighbours an observation shows along ``rel``, in display order, how many there
+        are in all (see ``neighbor_order`` and the caps in the module doc), and the IRIs of
+        those ``mark_shared`` marks: neighbours an earlier get_triples call from another
+        entity reached too, listed first."""
         neighbors = self.graph.neighbors(entity.iri, rel)
         if self.config.toolset == "kgr1":
             limit = self.config.kgr1_max_entities
         else:
             limit = self.config.max_triples_per_relation
         total = len(neighbors)
+        shared: frozenset[str] = frozenset()
+        if self.config.mark_shared:
+            before = set().union(*(iris for start, iris in self.reached if start != entity.iri))
+            shared = frozenset(n.term.value for n in neighbors if n.term.value in before)
         if self.config.neighbor_order == "relevance" and total > 1:
-            neighbors = order_neighbors(
-                self.question, entity.iri, rel, neighbors, limit, anchor=self.anchor
-            )
-        return neighbors[:limit], total
+            ordered = order_neighbors(self.question, entity.iri, rel, neighbors, anchor=self.anchor)
+            neighbors = ordered if shared or limit is None else ordered[:limit]
+        if shared:  # a stable sort keeps the display order within each part
+            neighbors = sorted(neighbors, key=lambda n: n.term.value not in shared)
+        return neighbors[:limit], total, shared
 
     def _triples_text(
         self, entity: Entity, rels: list[Relation], notes: tuple[str, ...], missing: list[str]
     ) -> ToolResult:
         lines: list[str] = list(notes)
         seen: list[str] = [entity.name]
+        reached: set[str] = set()
         for rel in rels:
-            shown, total = self.shown_neighbors(entity, rel)
+            shown, total, shared = self.shown_neighbors(entity, rel)
             for n in shown:
-                lines.append(self._triple(entity.name, rel, n))
+                mark = SHARED_MARK if n.term.value in shared else ""
+                lines.append(self._triple(entity.name, rel, n) + mark)
                 seen.append(n.name)
             if total > len(shown):
                 more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
                 lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
+            if self.config.mark_shared:
+                reached.update(n.term.value for n in self.graph.neighbors(entity.iri, rel))
         if len(seen) == 1:
             raise ToolFailure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
         if missing:
             lines.append(f'(not relations of "{entity.name}": {", ".join(missing)})')
+        if reached:
+            self.reached += ((entity.iri, frozenset(reached)),)
         return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
 
     def _select_relations(
@@ -373,6 +422,14 @@ class ToolEnvironment:
         rels, missing = self._select_relations(entity, wanted)
         result = self._triples_text(entity, rels, notes, missing)
         self.followed += tuple(dict.fromkeys(r.name for r in rels))
+        # a fallback's word (not one of the relation's own: those are used up above)
+        marks = dict(self.marks)
+        self.used += tuple(
+            w
+            for name in dict.fromkeys(r.name for r in rels)
+            for w in marks.get(name, ())
+            if stem(w.lower()) not in ranking_terms(name)
+        )
         return result
 
     # --- KG-R1 tools ---------------------------------------------------------------------

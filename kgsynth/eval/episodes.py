@@ -116,7 +116,9 @@ def run_agent(
     def make_env(task: EpisodeTask) -> ToolEnvironment:
         # a fresh environment per episode: the question ranks the relations shown
         question = records[index[id(task)]].question
-        return ToolEnvironment(graph, question, cfg.tool_config(), reranker)
+        return ToolEnvironment(
+            graph, question, cfg.tool_config(), reranker, topics=task.topic_names
+        )
 
     for run in range(cfg.runs):
 

@@ -196,7 +196,9 @@ def oracle_trajectories(
     plans = []
     trials: set[int] = set()  # the plans that are trial-and-error demonstrations
     for row in rows:
-        env = ToolEnvironment(graph, row["question"], cfg.tool_config(), reranker)
+        env = ToolEnvironment(
+            graph, row["question"], cfg.tool_config(), reranker, topics=list(row["topic_names"])
+        )
         try:
             if cfg.toolset == "sexpr":
                 from kgsynth.synthesize.oracle_sexpr import replay_sexpr

@@ -64,7 +64,7 @@ def rollout_trajectories(
     prime_relation_ranking(agent, (row["question"] for row in rows))
 
     def make_env(task: EpisodeTask) -> ToolEnvironment:
-        return ToolEnvironment(graph, by_task[id(task)], agent, reranker)
+        return ToolEnvironment(graph, by_task[id(task)], agent, reranker, topics=task.topic_names)
 
     stored_text = system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     sampling_text = stored_text

@@ -103,7 +103,9 @@ def rollout_and_update(
         rollouts = run_rollouts(
             run.sampler,
             tasks,
-            lambda task: ToolEnvironment(run.graph, task.question, run.tool_cfg),
+            lambda task: ToolEnvironment(
+                run.graph, task.question, run.tool_cfg, topics=task.topic_names
+            ),
             run.rcfg,
             seed=cfg.seed * 100_003 + step_i + 7_919 * run.rank,
             batch_size=cfg.rollout_batch_size,

@@ -136,7 +136,9 @@ def tree_rollout_and_update(
         trees = run_tree_rollouts(
             run.sampler,
             tasks,
-            lambda task: ToolEnvironment(run.graph, task.question, run.tool_cfg),
+            lambda task: ToolEnvironment(
+                run.graph, task.question, run.tool_cfg, topics=task.topic_names
+            ),
             run.rcfg,
             branches=cfg.branches,
             max_live=cfg.max_tree_nodes,

@@ -76,7 +76,10 @@ SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha"
 SELECT_AGENT_FIELDS = (
     "relation_ranking",
     "first_hop_fallback",
+    "later_hop_fallback",
     "entity_matching",
+    "answer_matching",
+    "mark_shared",
     "max_turns",
     "max_turn_tokens",
     "resample_cut_turns",
@@ -197,7 +200,10 @@ class SFTConfig:
     select_cache: str | None = option(None, HELP["select_cache"])
     relation_ranking: str = _select_agent_option("relation_ranking")
     first_hop_fallback: str = _select_agent_option("first_hop_fallback")
+    later_hop_fallback: str = _select_agent_option("later_hop_fallback")
     entity_matching: str = _select_agent_option("entity_matching")
+    answer_matching: str = _select_agent_option("answer_matching")
+    mark_shared: bool = _select_agent_option("mark_shared")
     max_turns: int = _select_agent_option("max_turns")
     max_turn_tokens: int = _select_agent_option("max_turn_tokens")
     resample_cut_turns: int = _select_agent_option("resample_cut_turns")

@@ -98,6 +98,14 @@ class AnswerQueries:
             f"SELECT DISTINCT ?answer ?name WHERE {{ {' '.join(groups)} {self._names_optional()} }}"
         )
 
+    def answer_limit(self, walk: Walk) -> int:
+        """The most answers ``walk`` may have: ``max_answers``, or ``wide_max_answers`` for a
+        chain-1 walk where ``wide_share`` is on (its one hop's fan-out is its answer set)."""
+        one_hop = len(walk.branches) == 1 and len(walk.branches[0]) == 1
+        if one_hop and self.cfg.wide_share > 0:
+            return max(self.cfg.max_answers, self.cfg.wide_max_answers)
+        return self.cfg.max_answers
+
     def answer_set(self, walk: Walk) -> list[tuple[str, str]]:
         """Execute the walk's SPARQL; ``(value, name)`` per answer, sorted by (name, value).
         With a fan-out table the same set is computed from it (:meth:`_table_answers`)."""
@@ -112,7 +120,7 @@ class AnswerQueries:
         # answers has been seen (the outcome does not depend on the order they come in)
         for row in self.graph.kg.select_iter(self.answer_query(walk)):
             labels.setdefault(row["answer"], []).extend([row["name"]] if "name" in row else [])
-            if len(labels) > self.cfg.max_answers:
+            if len(labels) > self.answer_limit(walk):
                 raise Reject("too_many_answers")
         out: list[tuple[str, str]] = []
         for term, cands in labels.items():
@@ -151,7 +159,7 @@ class AnswerQueries:
         # the hop that ends the walk, when no intersection follows it: once it reaches more
         # than this, the answers are too many (the rest of the union is not built)
         last = walk.branches[0][-1] if len(walk.branches) == 1 or walk.structure == "IP" else None
-        bound = self.cfg.max_answers + len(topics)
+        bound = self.answer_limit(walk) + len(topics)
 
         def follow(ids: np.ndarray | None, hop: Hop) -> np.ndarray | None:
             if ids is None:
@@ -184,7 +192,7 @@ class AnswerQueries:
             answers = follow(answers, hop)
         if answers is None:
             return None
-        if len(answers) > self.cfg.max_answers:
+        if len(answers) > self.answer_limit(walk):
             raise Reject("too_many_answers")
         named = table.iris(answers)
         if not table.has_labels:

@@ -34,6 +34,15 @@ class WalkConfig:
     min_fanout: int = option(1, "d_min: fewest neighbours along a hop's relation.")
     max_fanout: int = option(20, "d_max: most neighbours along a hop's relation.")
     max_answers: int = option(10, "Reject walks with more answers.")
+    wide_share: float = option(
+        0.0,
+        "The share of chain-1 attempts that take a relation with more than --max-fanout "
+        'neighbours, up to --wide-max-answers (questions with many answers: "who plays '
+        'Defender?"); such a walk may have that many answers.',
+    )
+    wide_max_answers: int = option(
+        200, "--wide-share: the most neighbours, and answers, of a wide chain-1 walk."
+    )
     relation_balance: float = option(
         0.5, "Relation weight = frequency ** -balance (0: uniform over relation types)."
     )
@@ -74,6 +83,13 @@ class WalkConfig:
             )
         if self.max_answers < 1:
             raise ConfigError(f"--max-answers must be >= 1 (got {self.max_answers})")
+        if not 0.0 <= self.wide_share <= 1.0:
+            raise ConfigError(f"--wide-share must be within [0, 1] (got {self.wide_share})")
+        if self.wide_share and self.wide_max_answers <= self.max_fanout:
+            raise ConfigError(
+                f"--wide-max-answers must be above --max-fanout ({self.max_fanout}; got "
+                f"{self.wide_max_answers})"
+            )
         if self.relation_balance < 0:
             raise ConfigError(f"--relation-balance must be >= 0 (got {self.relation_balance})")
         if self.chunk_size < 1 or self.max_attempts_per_walk < 1:

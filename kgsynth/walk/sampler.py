@@ -204,16 +204,33 @@ class WalkSampler(AnswerQueries, ConstraintSampling):
         raise ConfigError(f"unknown structure {structure!r}")
 
     def _chain(self, k: int, rng: random.Random, seed: str) -> Steps[Walk]:
+        # a wide chain-1 takes a relation with more neighbours than --max-fanout (a large
+        # answer set) from a neighbour of the seed: an entity with many neighbours is the
+        # neighbour of many, where a seed drawn uniformly is rarely one
+        wide = k == 1 and self.cfg.wide_share > 0 and rng.random() < self.cfg.wide_share
+        bounds = (self.cfg.max_fanout + 1, self.cfg.wide_max_answers) if wide else None
+        if wide:
+            seed = yield from self._neighbor(rng, seed)
         topic = yield from self._seed(seed)
         visited = {topic[0]}
         hops: list[Hop] = []
         current = topic[0]
         for i in range(k):
-            hop = yield from self._step(rng, current, visited, final=i == k - 1)
+            hop = yield from self._step(rng, current, visited, final=i == k - 1, bounds=bounds)
             hops.append(hop)
             visited.add(hop.entity)
             current = hop.entity
         return Walk(f"chain-{k}", [topic], [hops], [k])
+
+    def _neighbor(self, rng: random.Random, iri: str) -> Steps[str]:
+        """An entity one hop from ``iri``, along a relation drawn as a hop's is (any fan-out)."""
+        yield ((FANOUTS, iri),)
+        rel = self._pick_relation(rng, self._candidates(iri, check_fanout=False))
+        yield ((TARGETS, (iri, rel)),)
+        target = self.graph.choose_target(iri, rel, rng, {iri})
+        if target is None or target.kind != "iri":
+            raise Reject("fanout")
+        return target.value
 
     def _branch_to(
         self, rng: random.Random, answer: str, exclude: set[str], not_named: str | None

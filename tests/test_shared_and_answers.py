@@ -1,0 +1,82 @@
+"""``mark_shared`` (entities two get_triples calls both reached come first, marked) and
+``answer_matching`` (an answer's misspelt names read as the names the episode showed)."""
+
+from __future__ import annotations
+
+from kgsynth.agent.episode import Episode, EpisodeTask, step
+from kgsynth.agent.toolkit import read_answers
+from kgsynth.agent.tools import ToolConfig, ToolEnvironment
+from kgsynth.kg.graph import KGGraph
+from tests.kgfixtures import movie_kg
+
+QUESTION = "which film with Bette Davis was directed by William Dieterle"
+
+
+def _env(**changes) -> ToolEnvironment:
+    return ToolEnvironment(KGGraph(movie_kg()), QUESTION, ToolConfig(**changes))
+
+
+def test_the_entity_both_calls_reached_comes_first_and_marked():
+    env = _env(mark_shared=True, max_triples_per_relation=1)
+    first = env.execute('get_triples("Bette Davis", ["starred_actors"])')
+    assert "<- both" not in first.text  # nothing was reached before
+    second = env.execute('get_triples("William Dieterle", ["directed_by"])').text.splitlines()
+    # Juarez is in both sets; one triple is shown, and it is the shared one, marked
+    assert second[0] == "(Juarez, directed_by, William Dieterle) <- both"
+    assert second[1] == "... 1 more (?, directed_by, William Dieterle)"
+
+
+def test_a_shared_entity_the_first_call_did_not_show_still_counts():
+    # the first call shows one of Bette Davis's two films; the mark reads all it reached
+    env = _env(mark_shared=True, max_triples_per_relation=1)
+    shown = env.execute('get_triples("Bette Davis", ["starred_actors"])').entities
+    second = env.execute('get_triples("William Dieterle", ["directed_by"])')
+    assert "(Juarez, directed_by, William Dieterle) <- both" in second.text
+    assert second.entities[1] == "Juarez"
+    assert shown[1] in {"Juarez", "Jezebel"}
+
+
+def test_the_same_start_twice_and_the_option_off_mark_nothing():
+    env = _env(mark_shared=True)
+    env.execute('get_triples("William Dieterle", ["directed_by"])')
+    assert "<- both" not in env.execute('get_triples("William Dieterle", ["directed_by"])').text
+    off = _env()
+    off.execute('get_triples("Bette Davis", ["starred_actors"])')
+    assert "<- both" not in off.execute('get_triples("William Dieterle", ["directed_by"])').text
+
+
+def test_a_snapshot_keeps_what_was_reached():
+    env = _env(mark_shared=True)
+    start = env.snapshot()
+    env.execute('get_triples("Bette Davis", ["starred_actors"])')
+    after = env.snapshot()
+    env.restore(start)
+    assert "<- both" not in env.execute('get_triples("William Dieterle", ["directed_by"])').text
+    env.restore(after)
+    assert "<- both" in env.execute('get_triples("William Dieterle", ["directed_by"])').text
+
+
+def test_read_answers():
+    shown = ["Maria of Austria the Younger", "Juarez", "Jack Lemmon"]
+    assert read_answers(["maria of austria the yonger", "juarez", "Juarez"], shown) == [
+        "Maria of Austria the Younger",
+        "Juarez",
+    ]
+    # nothing near enough: kept as written
+    assert read_answers(["Zorro"], shown) == ["Zorro"]
+
+
+def test_an_episode_reads_its_answer_under_near_only():
+    for matching, expected in (("near", ["Juarez"]), ("exact", ["Juares"])):
+        env = _env(answer_matching=matching)
+        ep = Episode(EpisodeTask(QUESTION, ["William Dieterle"]))
+        step(
+            ep,
+            env,
+            '<kg-query>get_triples("William Dieterle", ["directed_by"])</kg-query>',
+            None,
+            final=False,
+        )
+        step(ep, env, '<answer>["Juares"]</answer>', None, final=False)
+        assert ep.predicted_answers == expected
+        assert '["Juares"]' in ep.messages[-1]["content"]  # what the policy wrote stays
