@@ -1,4 +1,4 @@
-"""``mark_shared`` (entities two get_triples calls both reached come first, marked) and
+"""``conjunction_hints`` (entities two get_triples calls both reached come first, marked) and
 ``answer_matching`` (an answer's misspelt names read as the names the episode showed)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def _env(**changes) -> ToolEnvironment:
 
 
 def test_the_entity_both_calls_reached_comes_first_and_marked():
-    env = _env(mark_shared=True, max_triples_per_relation=1)
+    env = _env(conjunction_hints=True, max_triples_per_relation=1)
     first = env.execute('get_triples("Bette Davis", ["starred_actors"])')
     assert "<- both" not in first.text  # nothing was reached before
     second = env.execute('get_triples("William Dieterle", ["directed_by"])').text.splitlines()
@@ -28,7 +28,7 @@ def test_the_entity_both_calls_reached_comes_first_and_marked():
 
 def test_a_shared_entity_the_first_call_did_not_show_still_counts():
     # the first call shows one of Bette Davis's two films; the mark reads all it reached
-    env = _env(mark_shared=True, max_triples_per_relation=1)
+    env = _env(conjunction_hints=True, max_triples_per_relation=1)
     shown = env.execute('get_triples("Bette Davis", ["starred_actors"])').entities
     second = env.execute('get_triples("William Dieterle", ["directed_by"])')
     assert "(Juarez, directed_by, William Dieterle) <- both" in second.text
@@ -37,7 +37,7 @@ def test_a_shared_entity_the_first_call_did_not_show_still_counts():
 
 
 def test_the_same_start_twice_and_the_option_off_mark_nothing():
-    env = _env(mark_shared=True)
+    env = _env(conjunction_hints=True)
     env.execute('get_triples("William Dieterle", ["directed_by"])')
     assert "<- both" not in env.execute('get_triples("William Dieterle", ["directed_by"])').text
     off = _env()
@@ -46,7 +46,7 @@ def test_the_same_start_twice_and_the_option_off_mark_nothing():
 
 
 def test_a_snapshot_keeps_what_was_reached():
-    env = _env(mark_shared=True)
+    env = _env(conjunction_hints=True)
     start = env.snapshot()
     env.execute('get_triples("Bette Davis", ["starred_actors"])')
     after = env.snapshot()
@@ -80,3 +80,43 @@ def test_an_episode_reads_its_answer_under_near_only():
         step(ep, env, '<answer>["Juares"]</answer>', None, final=False)
         assert ep.predicted_answers == expected
         assert '["Juares"]' in ep.messages[-1]["content"]  # what the policy wrote stays
+
+
+def test_a_triples_list_names_the_topics_no_call_has_been_about():
+    env = ToolEnvironment(
+        KGGraph(movie_kg()),
+        QUESTION,
+        ToolConfig(conjunction_hints=True),
+        topics=["Bette Davis", "William Dieterle"],
+    )
+    first = env.execute('get_triples("bette davis", ["starred_actors"])').text.splitlines()
+    assert first[-1] == "(also in the question: William Dieterle)"
+    env.execute('get_relations("William Dieterle")')
+    second = env.execute('get_triples("William Dieterle", ["directed_by"])').text
+    assert "also in the question" not in second
+    # one topic (a chain), or the option off: no such line
+    chain = ToolEnvironment(
+        KGGraph(movie_kg()), QUESTION, ToolConfig(conjunction_hints=True), topics=["Bette Davis"]
+    )
+    assert "also in" not in chain.execute('get_triples("Bette Davis", ["starred_actors"])').text
+    off = ToolEnvironment(KGGraph(movie_kg()), QUESTION, topics=["Bette Davis", "Juarez"])
+    assert "also in" not in off.execute('get_triples("Bette Davis", ["starred_actors"])').text
+
+
+def test_the_oracle_takes_the_shorter_branch_first():
+    from kgsynth.synthesize.oracle import oracle_calls
+
+    row = {
+        "structure": "PI",
+        "topic_names": ["Kismet", "Juarez"],
+        "branches": [
+            [
+                {"relation": "directed_by", "inverse": False, "entity": "William Dieterle"},
+                {"relation": "directed_by", "inverse": True, "entity": "Juarez"},
+            ],
+            [{"relation": "starred_actors", "inverse": False, "entity": "Bette Davis"}],
+        ],
+        "merge_at": [2, 1],
+    }
+    starts = [c.entity for c in oracle_calls(row, "graphwalker") if c.kind == "relations"]
+    assert starts == ["Juarez", "Kismet", "William Dieterle"]

@@ -114,12 +114,12 @@ class AgentConfig:
         "is read as the most similar name in the question or in the episode's observations, "
         "difflib ratio 0.6 or more, and the observation says so)",
     )
-    mark_shared: bool = option(
+    conjunction_hints: bool = option(
         False,
-        'graphwalker and kgr1: get_triples lists first, marked "<- both", the entities that '
-        "an earlier get_triples call of the episode from another entity reached too (all it "
-        'reached, shown or not): where two conditions meet ("what did X star in that Y '
-        'wrote")',
+        "graphwalker and kgr1, for questions with two topic entities: get_triples lists "
+        'first, marked "<- both", the entities an earlier get_triples call of the episode '
+        "from another entity reached too (all it reached, shown or not), and ends with a line "
+        "naming the question's topics no call has been about yet",
     )
     answer_matching: Literal["exact", "near"] = option(
         "exact",

@@ -337,7 +337,7 @@ def rank_relations_focused(
 
 
 MATCH_MARK = " <- "  # the focus ranking's "(X, r, ?) <- words" (the question's words r matches)
-# ``mark_shared``: a triple whose entity an earlier get_triples call from another entity reached
+# ``conjunction_hints``: a triple whose entity an earlier get_triples call from another entity reached
 SHARED_MARK = MATCH_MARK + "both"
 
 

@@ -87,6 +87,7 @@ class _EpisodeState:
     reached: tuple[tuple[str, frozenset[str]], ...] = ()
     used: tuple[str, ...] = ()
     marks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    visited: tuple[str, ...] = ()
 
 
 # The tool environment reads the agent's one config (toolset, top_k_relations,
@@ -124,7 +125,7 @@ class ToolEnvironment:
     followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     # ``entity_matching="near"``: the names the episode's observations have shown so far
     shown: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    # ``mark_shared``: each get_triples call's start entity and every entity it reached (IRIs;
+    # ``conjunction_hints``: each get_triples call's start entity and every entity it reached (IRIs;
     # all of them, not only those shown)
     reached: tuple[tuple[str, frozenset[str]], ...] = field(
         default=(), init=False, repr=False, compare=False
@@ -137,6 +138,8 @@ class ToolEnvironment:
         default=(), init=False, repr=False, compare=False
     )
     used: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    # ``conjunction_hints``: the names of the entities the episode's calls have been about
+    visited: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
@@ -219,8 +222,16 @@ class ToolEnvironment:
         None where there is none. Tree rollouts, whose branches share one environment, keep
         each branch's own."""
         session = None if self.session is None else self.session.snapshot()
-        state = (self.anchor, self.followed, self.shown, self.reached, self.used, self.marks)
-        if state == (None, (), (), (), (), ()):
+        state = (
+            self.anchor,
+            self.followed,
+            self.shown,
+            self.reached,
+            self.used,
+            self.marks,
+            self.visited,
+        )
+        if state == (None, (), (), (), (), (), ()):
             return session
         return _EpisodeState(session, *state)
 
@@ -229,6 +240,7 @@ class ToolEnvironment:
         episode = state if isinstance(state, _EpisodeState) else _EpisodeState(state, None, ())
         self.anchor, self.followed, self.shown = episode.anchor, episode.followed, episode.shown
         self.reached, self.used, self.marks = episode.reached, episode.used, episode.marks
+        self.visited = episode.visited
         if self.session is not None:
             self.session.restore(episode.session)
 
@@ -343,7 +355,7 @@ class ToolEnvironment:
     ) -> tuple[list[Neighbor], int, frozenset[str]]:
         """The neighbours an observation shows along ``rel``, in display order, how many there
         are in all (see ``neighbor_order`` and the caps in the module doc), and the IRIs of
-        those ``mark_shared`` marks: neighbours an earlier get_triples call from another
+        those ``conjunction_hints`` marks: neighbours an earlier get_triples call from another
         entity reached too, listed first."""
         neighbors = self.graph.neighbors(entity.iri, rel)
         if self.config.toolset == "kgr1":
@@ -352,7 +364,7 @@ class ToolEnvironment:
             limit = self.config.max_triples_per_relation
         total = len(neighbors)
         shared: frozenset[str] = frozenset()
-        if self.config.mark_shared:
+        if self.config.conjunction_hints:
             before = set().union(*(iris for start, iris in self.reached if start != entity.iri))
             shared = frozenset(n.term.value for n in neighbors if n.term.value in before)
         if self.config.neighbor_order == "relevance" and total > 1:
@@ -377,7 +389,7 @@ class ToolEnvironment:
             if total > len(shown):
                 more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
                 lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
-            if self.config.mark_shared:
+            if self.config.conjunction_hints:
                 reached.update(n.term.value for n in self.graph.neighbors(entity.iri, rel))
         if len(seen) == 1:
             raise ToolFailure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
@@ -385,7 +397,16 @@ class ToolEnvironment:
             lines.append(f'(not relations of "{entity.name}": {", ".join(missing)})')
         if reached:
             self.reached += ((entity.iri, frozenset(reached)),)
+        if self.config.conjunction_hints:
+            lines.extend(self._unvisited_topics(entity))
         return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
+
+    def _unvisited_topics(self, entity: Entity) -> list[str]:
+        """``conjunction_hints``: a line naming the question's topic entities no call of the
+        episode has been about yet (a second condition to look up), or none."""
+        self.visited += (entity.name.casefold(),)
+        left = [t for t in self.topics if t.casefold() not in self.visited]
+        return [f"(also in the question: {', '.join(left)})"] if left else []
 
     def _select_relations(
         self, entity: Entity, names: Sequence[str], direction: str | None = None
@@ -414,6 +435,7 @@ class ToolEnvironment:
 
     def get_relations(self, name: str) -> ToolResult:
         entity, notes = self._entity(name)
+        self.visited += (entity.name.casefold(),)
         return self._relations_text(entity, self.graph.relations(entity.iri), notes)
 
     def get_triples(self, name: str, relations: str | Sequence[str]) -> ToolResult:

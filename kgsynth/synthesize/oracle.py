@@ -25,13 +25,13 @@ def _q(text: str) -> str:
 
 
 def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(start entity name, hop)`` in replay order: each branch up to the meeting point, then
-    the hops after it (IP's last hop, from the meeting entity)."""
+    """``(start entity name, hop)`` in replay order: each branch up to the meeting point, the
+    shorter first (PI's one hop, then its two: where the second ends, the entities both reached
+    are the answers), then the hops after it (IP's last hop, from the meeting entity)."""
     main: list[tuple[str, dict[str, Any]]] = []
     tail: list[tuple[str, dict[str, Any]]] = []
-    for topic, hops, merge in zip(
-        row["topic_names"], row["branches"], row["merge_at"], strict=True
-    ):
+    branches = zip(row["topic_names"], row["branches"], row["merge_at"], strict=True)
+    for topic, hops, merge in sorted(branches, key=lambda b: b[2]):
         cur = topic
         for i, hop in enumerate(hops):
             (main if i < merge else tail).append((cur, hop))

@@ -167,7 +167,7 @@ class GRPOConfig:
     relation_ranking: str = agent_option("relation_ranking")
     entity_matching: str = agent_option("entity_matching")
     answer_matching: str = agent_option("answer_matching")
-    mark_shared: bool = agent_option("mark_shared")
+    conjunction_hints: bool = agent_option("conjunction_hints")
     first_hop_fallback: str = agent_option("first_hop_fallback")
     later_hop_fallback: str = agent_option("later_hop_fallback")
     report_to: str = option("none", HELP["report_to"])

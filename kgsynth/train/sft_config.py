@@ -79,7 +79,7 @@ SELECT_AGENT_FIELDS = (
     "later_hop_fallback",
     "entity_matching",
     "answer_matching",
-    "mark_shared",
+    "conjunction_hints",
     "max_turns",
     "max_turn_tokens",
     "resample_cut_turns",
@@ -203,7 +203,7 @@ class SFTConfig:
     later_hop_fallback: str = _select_agent_option("later_hop_fallback")
     entity_matching: str = _select_agent_option("entity_matching")
     answer_matching: str = _select_agent_option("answer_matching")
-    mark_shared: bool = _select_agent_option("mark_shared")
+    conjunction_hints: bool = _select_agent_option("conjunction_hints")
     max_turns: int = _select_agent_option("max_turns")
     max_turn_tokens: int = _select_agent_option("max_turn_tokens")
     resample_cut_turns: int = _select_agent_option("resample_cut_turns")
