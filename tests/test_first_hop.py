@@ -182,3 +182,17 @@ def test_a_word_a_mark_showed_is_used_up_by_following_its_relation():
     # after that hop "cast" marks nothing; "films" is what is left
     after = env.execute('get_relations("Marlene Dietrich")').text
     assert "cast" not in after and after.endswith("<- films")
+
+
+def test_a_first_hop_mark_word_stays_for_the_next_list():
+    """The first-hop fallback marks with the question word nearest the relation, which can be
+    the next hop's word; without the later-hop fallback nothing uses it up."""
+    env = ToolEnvironment(
+        KGGraph(movie_kg()),
+        "what kind of picture is Kismet",
+        ToolConfig(relation_ranking="focus", first_hop_fallback="dense"),
+        dense=Keyed("release year"),  # type: ignore[arg-type]
+    )
+    assert "<- " in env.execute('get_relations("Kismet")').text
+    assert env.execute('get_triples("Kismet", ["release_year"])').ok
+    assert env.used == ()

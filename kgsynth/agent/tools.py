@@ -444,14 +444,19 @@ class ToolEnvironment:
         rels, missing = self._select_relations(entity, wanted)
         result = self._triples_text(entity, rels, notes, missing)
         self.followed += tuple(dict.fromkeys(r.name for r in rels))
-        # a fallback's word (not one of the relation's own: those are used up above)
-        marks = dict(self.marks)
-        self.used += tuple(
-            w
-            for name in dict.fromkeys(r.name for r in rels)
-            for w in marks.get(name, ())
-            if stem(w.lower()) not in ranking_terms(name)
-        )
+        # ``later_hop_fallback``: a fallback mark's word (not one of the relation's own: those
+        # are used up above) is used up by following the relation it marked, so that it does
+        # not mark a later list again. Only there: the first-hop fallback marks the relation
+        # with the question word nearest it, which can be the next hop's ("X's darling's
+        # ethnicity": spouse marked with "ethnicity"), and that word must still mark the next list
+        if self.config.later_hop_fallback == "dense":
+            marks = dict(self.marks)
+            self.used += tuple(
+                w
+                for name in dict.fromkeys(r.name for r in rels)
+                for w in marks.get(name, ())
+                if stem(w.lower()) not in ranking_terms(name)
+            )
         return result
 
     # --- KG-R1 tools ---------------------------------------------------------------------
