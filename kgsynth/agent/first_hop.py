@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from kgsynth.agent.stemming import stem
 from kgsynth.agent.toolkit import (
     FocusWord,
     focus_words,
@@ -68,12 +67,11 @@ def first_hop_marks(
     if not ranked or any(marks for _, marks in ranked):
         return ranked
     found = focus_words(question, entity, ())
-    for i, (rel, _) in enumerate(ranked):  # in BM25 order: the best word match first
-        shared = [found[t] for t in set(ranking_terms(rel.name)) & found.keys()]
-        words = _shown(w for w in shared if not is_function_word(w.word))
-        if words:
-            return [(rel, words), *ranked[:i], *ranked[i + 1 :]]
-    content = [w for w in found.values() if not is_function_word(w.word)]
+    by_stem = {t: w for t, w in found.items() if not is_function_word(w.word)}
+    matched = _word_match(ranked, by_stem)
+    if matched is not None:
+        return matched
+    content = list(by_stem.values())
     if encoder is None or not content:
         return ranked
     asked = [relation_question(entity, rel) for rel, _ in ranked]
@@ -81,7 +79,23 @@ def first_hop_marks(
     best = max(range(len(ranked)), key=lambda i: (cos[i], -i))
     near = encoder.sentence_scores(relation_words(ranked[best][0].name), [w.word for w in content])
     word = max(range(len(content)), key=lambda i: (float(near[i]), -content[i].position))
-    return [(ranked[best][0], (content[word].word,)), *ranked[:best], *ranked[best + 1 :]]
+    return _marked_first(ranked, best, (content[word].word,))
+
+
+def _word_match(ranked: Ranked, words: dict[str, FocusWord]) -> Ranked | None:
+    """``ranked`` with the first relation (in BM25 order: the best match first) whose words
+    meet one of ``words`` (stem -> word) marked with them and listed first (a match the
+    focus ranking's mark hid: a three-letter word); None where no relation meets one."""
+    for i, (rel, _) in enumerate(ranked):
+        shared = [words[t] for t in set(ranking_terms(rel.name)) & words.keys()]
+        if shared:
+            return _marked_first(ranked, i, _shown(shared))
+    return None
+
+
+def _marked_first(ranked: Ranked, i: int, words: tuple[str, ...]) -> Ranked:
+    """``ranked`` with its ``i``-th relation marked with ``words`` and moved first."""
+    return [(ranked[i][0], words), *ranked[:i], *ranked[i + 1 :]]
 
 
 def _shown(words: Iterable[FocusWord]) -> tuple[str, ...]:
@@ -124,26 +138,26 @@ def later_hop_marks(
         for i, w in enumerate(words[:-1])
         if w in _WH_DETERMINERS and all(is_function_word(x) for x in words[:i])
     }
-    left = [
-        w
-        for w in found.values()
+    by_stem = {
+        t: w
+        for t, w in found.items()
         if not is_function_word(w.word)
         and len(w.word) >= 3
         and w.position not in in_topics
         and w.position not in typed
-    ]
-    if not left:
+    }
+    if not by_stem:
         return ranked
-    for i, (rel, _) in enumerate(ranked):  # a word match the mark hid (a 3-letter word)
-        shared = [w for w in left if stem(w.word.lower()) in set(ranking_terms(rel.name))]
-        if shared:
-            return [(rel, _shown(shared)), *ranked[:i], *ranked[i + 1 :]]
+    matched = _word_match(ranked, by_stem)
+    if matched is not None:
+        return matched
     if encoder is None:
         return ranked
+    left = list(by_stem.values())
     best, word, top = 0, 0, float("-inf")
     for i, (rel, _) in enumerate(ranked):
         near = encoder.sentence_scores(relation_words(rel.name), [w.word for w in left])
         for j, score in enumerate(near):
             if float(score) > top:
                 best, word, top = i, j, float(score)
-    return [(ranked[best][0], (left[word].word,)), *ranked[:best], *ranked[best + 1 :]]
+    return _marked_first(ranked, best, (left[word].word,))

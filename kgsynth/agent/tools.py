@@ -284,6 +284,7 @@ class ToolEnvironment:
                 f'no entity named "{quoted_name(name)}"; use an exact name from the question or an '
                 "earlier observation.",
             )
+        self.visited += (resolution.entity.name.casefold(),)
         if resolution.candidates > 1:
             notes += (
                 f'{resolution.candidates} entities are named "{resolution.entity.name}"; '
@@ -333,7 +334,8 @@ class ToolEnvironment:
                         self.question, entity.name, focused, self._encoder(), found, self.topics
                     )
                 marked = dict(focused)
-                self.marks = tuple((r.name, w) for r, w in focused if w)
+                if self.config.later_hop_fallback == "dense":
+                    self.marks = tuple((r.name, w) for r, w in focused if w)
                 ranked = list(marked)
             else:
                 ranked = rank_relations(self.question, rels, self._dense())
@@ -351,25 +353,28 @@ class ToolEnvironment:
         return ToolResult("\n".join(lines), entities=(entity.name,), notes=notes)
 
     def shown_neighbors(
-        self, entity: Entity, rel: Relation
+        self,
+        entity: Entity,
+        rel: Relation,
+        neighbors: Sequence[Neighbor],
+        before: frozenset[str] = frozenset(),
     ) -> tuple[list[Neighbor], int, frozenset[str]]:
-        """The neighbours an observation shows along ``rel``, in display order, how many there
-        are in all (see ``neighbor_order`` and the caps in the module doc), and the IRIs of
-        those ``conjunction_hints`` marks: neighbours an earlier get_triples call from another
-        entity reached too, listed first."""
-        neighbors = self.graph.neighbors(entity.iri, rel)
+        """Of ``neighbors`` (all of ``entity``'s along ``rel``), those an observation shows, in
+        display order, how many there are in all (see ``neighbor_order`` and the caps in the
+        module doc), and the IRIs of those ``conjunction_hints`` marks: neighbours in
+        ``before`` (what earlier get_triples calls from other entities reached), listed
+        first."""
         if self.config.toolset == "kgr1":
             limit = self.config.kgr1_max_entities
         else:
             limit = self.config.max_triples_per_relation
         total = len(neighbors)
-        shared: frozenset[str] = frozenset()
-        if self.config.conjunction_hints:
-            before = set().union(*(iris for start, iris in self.reached if start != entity.iri))
-            shared = frozenset(n.term.value for n in neighbors if n.term.value in before)
+        shared = frozenset(n.term.value for n in neighbors if n.term.value in before)
         if self.config.neighbor_order == "relevance" and total > 1:
-            ordered = order_neighbors(self.question, entity.iri, rel, neighbors, anchor=self.anchor)
-            neighbors = ordered if shared or limit is None else ordered[:limit]
+            # a partial sort of the first ``limit`` unless the shared ones go first
+            neighbors = order_neighbors(
+                self.question, entity.iri, rel, neighbors, None if shared else limit, self.anchor
+            )
         if shared:  # a stable sort keeps the display order within each part
             neighbors = sorted(neighbors, key=lambda n: n.term.value not in shared)
         return neighbors[:limit], total, shared
@@ -380,8 +385,12 @@ class ToolEnvironment:
         lines: list[str] = list(notes)
         seen: list[str] = [entity.name]
         reached: set[str] = set()
+        before: frozenset[str] = frozenset()
+        if self.config.conjunction_hints:
+            before = frozenset().union(*(i for start, i in self.reached if start != entity.iri))
         for rel in rels:
-            shown, total, shared = self.shown_neighbors(entity, rel)
+            neighbors = self.graph.neighbors(entity.iri, rel)
+            shown, total, shared = self.shown_neighbors(entity, rel, neighbors, before)
             for n in shown:
                 mark = SHARED_MARK if n.term.value in shared else ""
                 lines.append(self._triple(entity.name, rel, n) + mark)
@@ -390,7 +399,7 @@ class ToolEnvironment:
                 more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
                 lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
             if self.config.conjunction_hints:
-                reached.update(n.term.value for n in self.graph.neighbors(entity.iri, rel))
+                reached.update(n.term.value for n in neighbors)
         if len(seen) == 1:
             raise ToolFailure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
         if missing:
@@ -398,13 +407,12 @@ class ToolEnvironment:
         if reached:
             self.reached += ((entity.iri, frozenset(reached)),)
         if self.config.conjunction_hints:
-            lines.extend(self._unvisited_topics(entity))
+            lines.extend(self._unvisited_topics())
         return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
 
-    def _unvisited_topics(self, entity: Entity) -> list[str]:
+    def _unvisited_topics(self) -> list[str]:
         """``conjunction_hints``: a line naming the question's topic entities no call of the
         episode has been about yet (a second condition to look up), or none."""
-        self.visited += (entity.name.casefold(),)
         left = [t for t in self.topics if t.casefold() not in self.visited]
         return [f"(also in the question: {', '.join(left)})"] if left else []
 
@@ -435,7 +443,6 @@ class ToolEnvironment:
 
     def get_relations(self, name: str) -> ToolResult:
         entity, notes = self._entity(name)
-        self.visited += (entity.name.casefold(),)
         return self._relations_text(entity, self.graph.relations(entity.iri), notes)
 
     def get_triples(self, name: str, relations: str | Sequence[str]) -> ToolResult:
