@@ -125,8 +125,7 @@ class ToolEnvironment:
     followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     # ``entity_matching="near"``: the names the episode's observations have shown so far
     shown: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    # ``conjunction_hints``: each get_triples call's start entity and every entity it reached (IRIs;
-    # all of them, not only those shown)
+    # ``conjunction_hints``: each get_triples call's start entity and all it reached (IRIs)
     reached: tuple[tuple[str, frozenset[str]], ...] = field(
         default=(), init=False, repr=False, compare=False
     )
@@ -451,11 +450,8 @@ class ToolEnvironment:
         rels, missing = self._select_relations(entity, wanted)
         result = self._triples_text(entity, rels, notes, missing)
         self.followed += tuple(dict.fromkeys(r.name for r in rels))
-        # ``later_hop_fallback``: a fallback mark's word (not one of the relation's own: those
-        # are used up above) is used up by following the relation it marked, so that it does
-        # not mark a later list again. Only there: the first-hop fallback marks the relation
-        # with the question word nearest it, which can be the next hop's ("X's darling's
-        # ethnicity": spouse marked with "ethnicity"), and that word must still mark the next list
+        # ``later_hop_fallback``: following a relation uses up a fallback mark's word on it (the
+        # first-hop fallback's alone can be the next hop's word: "X's darling's ethnicity")
         if self.config.later_hop_fallback == "dense":
             marks = dict(self.marks)
             self.used += tuple(
