@@ -1,4 +1,4 @@
-"""The focus ranking's first-hop fallback (kgsynth.agent.first_hop): which relation a first
+"""The focus ranking's first-hop fallback (kgsynth.agent.strategies.first_hop): which relation a first
 list with no match mark gets marked, and that only the topic's first list is touched. The
 encoder is a stand-in of known scores here, except in the last test (the bundled MiniLM)."""
 
@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from kgsynth.agent.first_hop import first_hop_marks, relation_question
-from kgsynth.agent.toolkit import rank_relations_focused
+from kgsynth.agent.strategies.first_hop import first_hop_marks, relation_question
+from kgsynth.agent.strategies.focus import rank_relations_focused
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.kg.graph import KGGraph, Relation
 from tests.kgfixtures import movie_kg
@@ -178,7 +178,7 @@ def test_a_word_a_mark_showed_is_used_up_by_following_its_relation():
     env = _later(question)
     env.execute('get_relations("Kismet")')
     assert env.execute('get_triples("Kismet", ["starred_actors"])').ok
-    assert env.used == ("cast",)
+    assert env.strategies.ranking.used == ("cast",)
     # after that hop "cast" marks nothing; "films" is what is left
     after = env.execute('get_relations("Marlene Dietrich")').text
     assert "cast" not in after and after.endswith("<- films")
@@ -195,4 +195,4 @@ def test_a_first_hop_mark_word_stays_for_the_next_list():
     )
     assert "<- " in env.execute('get_relations("Kismet")').text
     assert env.execute('get_triples("Kismet", ["release_year"])').ok
-    assert env.used == ()
+    assert env.strategies.ranking.used == ()

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from kgsynth.agent.episode import Episode, EpisodeTask, step
-from kgsynth.agent.toolkit import read_answers
+from kgsynth.agent.strategies.entities import read_answers
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.kg.graph import KGGraph
 from tests.kgfixtures import movie_kg

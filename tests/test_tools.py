@@ -3,8 +3,8 @@
 import pytest
 
 from kgsynth.agent.protocol import parse_answer, parse_turn
+from kgsynth.agent.strategies.entities import near_names
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
-from kgsynth.agent.toolkit import near_names
 from kgsynth.agent.tools import ErrorType, ToolConfig, ToolEnvironment, rank_relations, truncate
 from kgsynth.kg.graph import KGGraph, Relation
 from tests.kgfixtures import freebase_kg, movie_kg
@@ -274,7 +274,7 @@ def test_hybrid_ranking_orders_relations_by_meaning(graph):
 def test_focus_weights_use_up_a_followed_relation_nearest_the_topic():
     """Following written_by from X uses "written" and "by" next to X; "starred" is left.
     A word said twice stays once for a second hop along the same relation."""
-    from kgsynth.agent.toolkit import focus_weights
+    from kgsynth.agent.strategies.focus import focus_weights
 
     question = "who starred in the films written by Nick Gian"
     before = focus_weights(question, "Nick Gian", ())
@@ -292,7 +292,7 @@ def test_focus_weights_use_up_a_followed_relation_nearest_the_topic():
 def test_a_sharing_word_keeps_the_first_relation_for_the_way_back(graph):
     """ "The same director as X" goes out along directed_by and back along it: the second
     list marks directed_by again, and the way back lists X itself last."""
-    from kgsynth.agent.toolkit import SHARING_WORDS, focus_weights
+    from kgsynth.agent.strategies.focus import SHARING_WORDS, focus_weights
 
     assert {"same", "together"} <= SHARING_WORDS and not {"also", "co"} & SHARING_WORDS
     for question in (
@@ -329,7 +329,7 @@ def test_a_sharing_word_keeps_the_first_relation_for_the_way_back(graph):
 def test_focus_ranking_puts_the_nearer_relation_first_even_between_two():
     """Two relations, each word in one of them: plain BM25's idf is 0 for both and keeps the
     store's order; focus ranks the one named next to the topic first."""
-    from kgsynth.agent.toolkit import rank_relations_focused
+    from kgsynth.agent.strategies.focus import rank_relations_focused
 
     rels = [Relation("starred_actors", "in", ("x",)), Relation("written_by", "in", ("y",))]
     question = "who starred in the films written by Nick Gian"
@@ -351,7 +351,7 @@ def test_focus_ranking_puts_the_nearer_relation_first_even_between_two():
 def test_focus_marks_a_word_whose_stem_is_short():
     """The four-letter rule is on the word as written: "actors" and "tags" stem to "act" and
     "tag" and still mark the relation they name; "who" and "are" never do."""
-    from kgsynth.agent.toolkit import rank_relations_focused
+    from kgsynth.agent.strategies.focus import rank_relations_focused
 
     rels = [Relation("has_tags", "out", ("x",)), Relation("starred_actors", "out", ("y",))]
     actors = rank_relations_focused("who are the actors in Fever Pitch", rels, "Fever Pitch", ())
@@ -388,9 +388,10 @@ def test_focus_ranking_follows_the_question_hop_by_hop(graph):
         "(Juarez, release_year, ?) <- release, year"
     )
     env.restore(after_one)
-    assert env.followed == ("directed_by",) and env.anchor == "Kismet"
+    assert env.strategies.ranking.followed == ("directed_by",)
+    assert env.strategies.ranking.anchor == "Kismet"
     env.restore(None)
-    assert env.followed == () and env.anchor is None
+    assert env.strategies.ranking.followed == () and env.strategies.ranking.anchor is None
     with pytest.raises(ValueError, match="rerank must be none with --relation-ranking focus"):
         ToolConfig(relation_ranking="focus", rerank="llm")
 
@@ -420,13 +421,15 @@ def test_near_entity_matching_reads_a_misspelt_name_as_the_context_name(graph):
     assert res.notes == (lines[0],)
     start = env.snapshot()
     assert env.execute('get_triples("Kismet", ["directed_by"])').ok
-    assert "William Dieterle" in env.shown  # now a name of the episode's context
+    assert (
+        "William Dieterle" in env.strategies.entities.shown
+    )  # now a name of the episode's context
     res = env.execute('get_triples("Wiliam Dieterle", ["directed_by"])')
     assert res.ok and res.text.startswith(
         '(no entity named "Wiliam Dieterle": read as "William Dieterle")'
     )
     env.restore(start)
-    assert env.shown == ("Kismet",)
+    assert env.strategies.entities.shown == ("Kismet",)
     assert env.execute('get_relations("Wiliam Dieterle")').error == ErrorType.ENTITY_NOT_FOUND
     # a name like nothing in the context fails as before
     assert env.execute('get_relations("Zzyzx Road")').error == ErrorType.ENTITY_NOT_FOUND

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgsynth.agent.protocol import close_action, no_action_hint, parse_turn, render_observation
-from kgsynth.agent.toolkit import read_answers
+from kgsynth.agent.strategies.entities import read_answers
 from kgsynth.agent.tools import ToolEnvironment
 
 

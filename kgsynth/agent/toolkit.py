@@ -7,16 +7,13 @@ both build on it."""
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import heapq
-import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from rank_bm25 import BM25Okapi
 
@@ -115,57 +112,6 @@ def name_span(words: Sequence[str], name: str) -> tuple[int, int] | None:
     )
 
 
-NEAR_NAME_CUTOFF = 0.6  # the least similarity (difflib ratio, case-folded) a near name needs
-_SPAN_WORDS = 12  # the longest word span of the question taken as a name
-_EDGE_PUNCTUATION = "?!.,;:\"'()[]"
-
-
-def near_names(
-    name: str, question: str, shown: Sequence[str], cutoff: float = NEAR_NAME_CUTOFF
-) -> list[str]:
-    """Names from an episode's context that read like ``name``, most similar first: the word
-    spans of the question and the names its observations showed (``shown``), scored by
-    difflib's ratio on case-folded text, those at ``cutoff`` or above. Ties go to the longer
-    name, then the alphabetically first, so the order is the same every time."""
-    target = " ".join(name.casefold().split())
-    if not target:
-        return []
-    words = question.split()
-    spans = {
-        " ".join(words[i:j]).strip(_EDGE_PUNCTUATION)
-        for i in range(len(words))
-        for j in range(i + 1, min(len(words), i + _SPAN_WORDS) + 1)
-    }
-    scored: list[tuple[float, str]] = []
-    for candidate in spans | set(shown):
-        folded = " ".join(candidate.casefold().split())
-        if not folded or folded == target:
-            continue
-        matcher = difflib.SequenceMatcher(None, target, folded, autojunk=False)
-        if matcher.real_quick_ratio() < cutoff or matcher.quick_ratio() < cutoff:
-            continue
-        ratio = matcher.ratio()
-        if ratio >= cutoff:
-            scored.append((ratio, candidate))
-    scored.sort(key=lambda s: (-s[0], -len(s[1]), s[1]))
-    return [candidate for _, candidate in scored]
-
-
-def read_answers(answers: Sequence[str], shown: Sequence[str]) -> list[str]:
-    """``answer_matching="near"``: each answer the episode's observations never showed (in
-    any case) read as the most similar name they showed (:func:`near_names` over ``shown``
-    alone, ratio 0.6 or more), else kept as written; a name read twice counts once. A small
-    policy copies long names with slips ("maria_of_austria_the_yonger"); the name it meant is
-    the one on the page."""
-    exact = {" ".join(n.casefold().split()): n for n in shown}
-    out: dict[str, None] = {}
-    for name in answers:
-        key = " ".join(name.casefold().split())
-        read = exact.get(key) or next(iter(near_names(name, "", shown)), name)
-        out.setdefault(read, None)
-    return list(out)
-
-
 _QUOTED_CHARS = 80  # a name longer than this is quoted cut, ending in "..."
 
 
@@ -188,152 +134,6 @@ READ_AS_NOTE = re.compile(r'\(no entity named "(?P<said>[^\n]*)": read as "(?P<r
 def quoted_cut(said: str) -> bool:
     """Whether a quoted name is :func:`quoted_name`'s cut of a longer one."""
     return len(said) == _QUOTED_CHARS and said.endswith("...")
-
-
-# question words of four letters or more that say nothing a relation could be named for:
-# they are weighed in the focus ranking like any word, but never shown as a relation's match
-_FUNCTION_WORDS = frozenset(
-    [
-        "what",
-        "which",
-        "when",
-        "where",
-        "whose",
-        "does",
-        "were",
-        "there",
-        "their",
-        "that",
-        "this",
-        "with",
-        "from",
-        "into",
-        "about",
-        "have",
-        "also",
-        "than",
-        "been",
-        # shorter ones: the four-letter rule already hides them from the marks; the first-hop
-        # fallback (kgsynth.agent.first_hop), which shows shorter words, reads them here too
-        *("a", "an", "the", "of", "in", "on", "at", "to", "by", "for", "and", "or", "is"),
-        *("are", "was", "be", "did", "do", "has", "had", "who", "how", "why", "its", "his"),
-        *("her", "can", "you", "me", "my", "i", "it", "as", "if", "so", "no", "not", "all"),
-        *("any", "one"),
-    ]
-)
-
-
-def is_function_word(word: str) -> bool:
-    """A word that names nothing a relation could be about (never shown as a match)."""
-    return word.lower() in _FUNCTION_WORDS
-
-
-# words that say two things stand in one relation to a third: "the films that share the director
-# of X", "the things with the same tags as X", "who starred together with X" (the words of the
-# template backend's shared forms, kgsynth.llm.rule_questions.shared_forms). Not "also", which
-# joins two conditions as often ("what is X and also Y"), nor the prefix "co-": "the co-founders
-# of X" is one hop where X is a company and a round trip where X is a person
-SHARING_WORDS = frozenset({"same", "share", "shares", "shared", "sharing", "together"})
-
-
-class FocusWord(NamedTuple):
-    """A question word the episode has not used yet (see :func:`focus_words`)."""
-
-    weight: float  # 1 / (1 + the words between it and the anchor)
-    word: str  # as the question writes it, at its nearest occurrence
-    position: int  # that occurrence's index among the question's words
-
-
-def focus_words(
-    question: str, anchor: str | None, followed: Sequence[str], used: Sequence[str] = ()
-) -> dict[str, FocusWord]:
-    """The question's stemmed words that the episode has not yet used, each with a weight for
-    how near it stands to ``anchor`` (the topic entity's name in the question): 1 / (1 + the
-    number of words between them), 1 for every word where the anchor is not in the question;
-    and the word as the question writes it (its nearest occurrence).
-
-    Each relation in ``followed`` (in the order the episode followed them) uses up one
-    occurrence of each of its words, the one nearest the anchor: in "who starred in the films
-    written by X", following ``written_by`` from X uses "written" and "by", and "starred" is
-    what is left for the next hop. A word said twice ("whose directors also directed X")
-    stays for a second hop along the same relation, and so does every word of the first
-    relation where the question has a sharing word (:data:`SHARING_WORDS`: "the films with
-    the same director as X" goes out along ``directed_by`` and back along it)."""
-    words = tokenize(question)
-    stems = [stem(w) for w in words]
-    span = name_span(words, anchor) if anchor else None
-
-    def distance(i: int) -> int:
-        if span is None:
-            return 0
-        start, end = span
-        return start - i - 1 if i < start else i - end - 1 if i > end else 0
-
-    inside = set(range(span[0], span[1] + 1)) if span else set()
-    left = [i for i in range(len(stems)) if i not in inside]
-    # a sharing word ("the same director as X") says the relation twice: out to what X has,
-    # and back to what else has it; so the first relation followed leaves its words for the
-    # second hop
-    using = followed[1:] if SHARING_WORDS.intersection(words) else followed
-    for rel in using:
-        for term in dict.fromkeys(ranking_terms(rel)):
-            spots = [i for i in left if stems[i] == term]
-            if spots:
-                left.remove(min(spots, key=lambda i: (distance(i), i)))
-    # a word a fallback mark showed beside a relation the episode then followed ("father" on
-    # ``parents``) is used up like the relation's own words
-    for word in used:
-        spots = [i for i in left if words[i] == word.lower()]
-        if spots:
-            left.remove(min(spots, key=lambda i: (distance(i), i)))
-    out: dict[str, FocusWord] = {}
-    for i in sorted(left, key=lambda i: (distance(i), i)):
-        out.setdefault(stems[i], FocusWord(1.0 / (1 + distance(i)), words[i], i))
-    return out
-
-
-def focus_weights(question: str, anchor: str | None, followed: Sequence[str]) -> dict[str, float]:
-    """:func:`focus_words`' weights alone."""
-    return {term: w.weight for term, w in focus_words(question, anchor, followed).items()}
-
-
-def rank_relations_focused(
-    question: str,
-    relations: Sequence[Relation],
-    anchor: str | None,
-    followed: Sequence[str],
-    used: Sequence[str] = (),
-) -> list[tuple[Relation, tuple[str, ...]]]:
-    """Relations sorted by BM25 over :func:`focus_words`, each word's score times its weight
-    (stable on ties), each with the question's unused words it matches (words of four letters
-    or more that are not function words; in question order). The relation a question names
-    nearest its topic comes first, and after a hop the one it names next; a list where no
-    relation matches a word shows the agent that the question asks for nothing more.
-
-    The idf is Lucene's, ln(1 + (N - n + 0.5) / (n + 0.5)), which stays positive where a word
-    is in half the relations or more (an entity with two relations)."""
-    found = focus_words(question, anchor, followed, used)
-    docs = [ranking_terms(r.name) for r in relations]
-    avg = sum(len(d) for d in docs) / max(len(docs), 1) or 1.0
-    k1, b = 1.5, 0.75
-    df = Counter(term for d in docs for term in set(d) & found.keys())
-    idf = {t: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-    scored = []
-    for i, doc in enumerate(docs):
-        score = 0.0
-        shared = set(doc) & found.keys()
-        for term in shared:
-            tf = doc.count(term)
-            norm = tf + k1 * (1 - b + b * len(doc) / avg)
-            score += found[term].weight * idf[term] * tf * (k1 + 1) / norm
-        # the word as the question writes it, not its stem: "actors" and "tags" stem to three
-        # letters ("act", "tag") and are what the question names the relation for
-        shown = [
-            t for t in shared if len(found[t].word) >= 4 and found[t].word not in _FUNCTION_WORDS
-        ]
-        marks = tuple(found[t].word for t in sorted(shown, key=lambda t: found[t].position))
-        scored.append((-score, i, (relations[i], marks)))
-    return [item for _, _, item in sorted(scored, key=lambda x: (x[0], x[1]))]
 
 
 MATCH_MARK = " <- "  # the focus ranking's "(X, r, ?) <- words" (the question's words r matches)

@@ -7,7 +7,7 @@ Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
   against the question (``relation_ranking="hybrid"``: plus a sentence encoder's similarity,
   see :mod:`kgsynth.agent.relrank`; ``"focus"``: only the question words the episode's
   ``get_triples`` calls have not used yet, nearest the topic's name first, see
-  :func:`~kgsynth.agent.toolkit.focus_weights`), top-k;
+  :mod:`kgsynth.agent.strategies`), top-k;
   ``get_triples("Entity", ["rel", …])`` — triples along those relations (either direction), at
   most n per relation and direction, shown by name.
 
@@ -20,7 +20,7 @@ Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
 
 Entity names (``entity_matching``): ``exact`` reads a name the KG has, in any case; ``near``
 also reads a name the KG lacks as the most similar name of the episode's context (a word span of
-the question or a name an observation showed; :func:`~kgsynth.agent.toolkit.near_names`), and
+the question or a name an observation showed; :func:`~kgsynth.agent.strategies.entities.near_names`), and
 the observation's first line says which it read.
 
 Which neighbours a capped list shows (``neighbor_order``): ``relevance`` (default) puts those
@@ -48,8 +48,7 @@ from kgsynth.agent.config import (
     NeighborOrder,
     ToolSetName,
 )
-from kgsynth.agent.first_hop import first_hop_marks, later_hop_marks
-from kgsynth.agent.stemming import stem
+from kgsynth.agent.strategies import EpisodeStrategies, episode_strategies
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.toolkit import (
     MATCH_MARK,
@@ -58,15 +57,9 @@ from kgsynth.agent.toolkit import (
     ErrorType,
     ToolFailure,
     ToolResult,
-    focus_words,
-    name_span,
-    near_names,
     order_neighbors,
     quoted_name,
     rank_relations,
-    rank_relations_focused,
-    ranking_terms,
-    read_as_note,
     relation_pattern,
     relation_words,
     tokenize,
@@ -81,21 +74,13 @@ class _EpisodeState:
     """A snapshot of an episode's tool state (see ToolEnvironment.snapshot)."""
 
     session: Any
-    anchor: str | None
-    followed: tuple[str, ...]
-    shown: tuple[str, ...] = ()
-    reached: tuple[tuple[str, frozenset[str]], ...] = ()
-    used: tuple[str, ...] = ()
-    marks: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    visited: tuple[str, ...] = ()
+    strategies: tuple | None
 
 
 # The tool environment reads the agent's one config (toolset, top_k_relations,
 # max_triples_per_relation, max_observation_chars, neighbor_order, rerank, relation_ranking and
 # the kgr1 caps), so that synthesis, RL and eval see the same observations.
 ToolConfig = AgentConfig
-
-_NEAR_TRIES = 5  # near entity matching: the most similar names tried against the KG
 
 
 def prime_relation_ranking(config: AgentConfig, questions: Iterable[str]) -> None:
@@ -117,32 +102,18 @@ class ToolEnvironment:
     # (question, entity name, BM25-ranked relations) -> reordered; needed with rerank="llm"
     reranker: Callable[[str, str, Sequence[Relation]], list[Relation]] | None = None
     dense: DenseScorer | None = None  # hybrid ranking's scorer (default: relrank.shared_scorer)
+    # the question's topic entities, by name (conjunction hints, the later-hop fallback)
+    topics: Sequence[str] = ()
     # the episode's state of a stateful tool set (sexpr's expressions); None for the others
     session: Any = field(default=None, init=False, repr=False, compare=False)
-    # the ``focus`` ranking's episode state: the topic name it measures nearness from, and the
-    # relations followed so far (whose words the question has used up)
-    anchor: str | None = field(default=None, init=False, repr=False, compare=False)
-    followed: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    # ``entity_matching="near"``: the names the episode's observations have shown so far
-    shown: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    # ``conjunction_hints``: each get_triples call's start entity and all it reached (IRIs)
-    reached: tuple[tuple[str, frozenset[str]], ...] = field(
-        default=(), init=False, repr=False, compare=False
-    )
-    # the topic entities' names (``later_hop_fallback`` does not read their words as asked)
-    topics: Sequence[str] = ()
-    # the focus ranking: the words shown beside each relation of the last list (relation
-    # name -> words), and the fallback words used up by following a relation they marked
-    marks: tuple[tuple[str, tuple[str, ...]], ...] = field(
-        default=(), init=False, repr=False, compare=False
-    )
-    used: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    # ``conjunction_hints``: the names of the entities the episode's calls have been about
-    visited: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    # the strategies the config names (ranking, entity matching, conjunction hints), with
+    # their episode state (kgsynth.agent.strategies)
+    strategies: EpisodeStrategies = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
             raise ValueError("rerank='llm' needs a reranker (kgsynth.agent.rerank.LLMReranker)")
+        self.strategies = episode_strategies(self.config, self.topics, self._encoder, self.reranker)
         tools: dict[str, tuple[int, Callable[..., ToolResult]]]
         if self.config.toolset == "graphwalker":
             tools = {"get_relations": (1, self.get_relations), "get_triples": (2, self.get_triples)}
@@ -197,8 +168,7 @@ class ToolEnvironment:
             return self._error(ErrorType.KG_UNAVAILABLE, "the KG is unavailable right now.", call)
         except KGError as exc:
             return self._error(ErrorType.NO_RESULTS, f"the KG could not answer ({exc}).", call)
-        if self.config.entity_matching == "near":
-            self.shown += tuple(n for n in result.entities if n not in self.shown)
+        self.strategies.entities.observe(result.entities)
         text = truncate(result.text, self.config.max_observation_chars)
         return ToolResult(text, None, call.name, call.args, result.entities, result.notes)
 
@@ -216,30 +186,17 @@ class ToolEnvironment:
         )
 
     def snapshot(self) -> Any:
-        """The episode state of a stateful tool set (sexpr's expressions), of the ``focus``
-        ranking (the relations followed) and of ``near`` entity matching (the names shown),
-        None where there is none. Tree rollouts, whose branches share one environment, keep
-        each branch's own."""
+        """The episode state of a stateful tool set (sexpr's expressions) and of the
+        strategies (the relations followed, the names shown, ...), None where there is none.
+        Tree rollouts, whose branches share one environment, keep each branch's own."""
         session = None if self.session is None else self.session.snapshot()
-        state = (
-            self.anchor,
-            self.followed,
-            self.shown,
-            self.reached,
-            self.used,
-            self.marks,
-            self.visited,
-        )
-        if state == (None, (), (), (), (), (), ()):
-            return session
-        return _EpisodeState(session, *state)
+        strategies = self.strategies.snapshot()
+        return session if strategies is None else _EpisodeState(session, strategies)
 
     def restore(self, state: Any) -> None:
         """Go back to a :meth:`snapshot` (None: the episode's start)."""
-        episode = state if isinstance(state, _EpisodeState) else _EpisodeState(state, None, ())
-        self.anchor, self.followed, self.shown = episode.anchor, episode.followed, episode.shown
-        self.reached, self.used, self.marks = episode.reached, episode.used, episode.marks
-        self.visited = episode.visited
+        episode = state if isinstance(state, _EpisodeState) else _EpisodeState(state, None)
+        self.strategies.restore(episode.strategies)
         if self.session is not None:
             self.session.restore(episode.session)
 
@@ -253,11 +210,6 @@ class ToolEnvironment:
 
     # --- shared pieces -------------------------------------------------------------------
 
-    def _dense(self) -> DenseScorer | None:
-        if self.config.relation_ranking != "hybrid" or not self.question:
-            return None
-        return self._encoder()
-
     def _encoder(self) -> Any:
         """The sentence encoder's scorer (the process's one, loaded on first use)."""
         if self.dense is None:
@@ -269,21 +221,14 @@ class ToolEnvironment:
     def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]:
         """The entity ``name`` names, and the notes every tool shows first: how the name was
         read (``near``), and how many entities share it."""
-        resolution = self.graph.resolve(name)
-        notes: tuple[str, ...] = ()
-        if resolution is None and self.config.entity_matching == "near":
-            for candidate in near_names(name, self.question, self.shown)[:_NEAR_TRIES]:
-                resolution = self.graph.resolve(candidate)
-                if resolution is not None:
-                    notes = (read_as_note(name, candidate),)
-                    break
+        resolution, notes = self.strategies.entities.resolve(self.graph, name, self.question)
         if resolution is None:
             raise ToolFailure(
                 ErrorType.ENTITY_NOT_FOUND,
                 f'no entity named "{quoted_name(name)}"; use an exact name from the question or an '
                 "earlier observation.",
             )
-        self.visited += (resolution.entity.name.casefold(),)
+        self.strategies.hints.visit(resolution.entity.name)
         if resolution.candidates > 1:
             notes += (
                 f'{resolution.candidates} entities are named "{resolution.entity.name}"; '
@@ -311,36 +256,9 @@ class ToolEnvironment:
                 head += f" (showing {len(ranked)} of {len(rels)} (capped))"
             head += ":"
         else:
-            if self.config.relation_ranking == "focus" and self.question:
-                if name_span(tokenize(self.question), entity.name) is not None:
-                    self.anchor = entity.name
-                focused = rank_relations_focused(
-                    self.question, rels, self.anchor, self.followed, self.used
-                )
-                if (
-                    self.config.first_hop_fallback == "dense"
-                    and not self.followed
-                    and self.anchor == entity.name
-                ):
-                    focused = first_hop_marks(self.question, entity.name, focused, self._encoder())
-                elif (
-                    self.config.later_hop_fallback == "dense"
-                    and self.followed
-                    and name_span(tokenize(self.question), entity.name) is None
-                ):
-                    found = focus_words(self.question, self.anchor, self.followed, self.used)
-                    focused = later_hop_marks(
-                        self.question, entity.name, focused, self._encoder(), found, self.topics
-                    )
-                marked = dict(focused)
-                if self.config.later_hop_fallback == "dense":
-                    self.marks = tuple((r.name, w) for r, w in focused if w)
-                ranked = list(marked)
-            else:
-                ranked = rank_relations(self.question, rels, self._dense())
-            if self.config.rerank == "llm" and self.reranker is not None:
-                ranked = self.reranker(self.question, entity.name, ranked)
-            ranked = ranked[: self.config.top_k_relations]
+            pairs = self.strategies.ranking.rank(self.question, entity, rels)
+            marked = {r: words for r, words in pairs if words}
+            ranked = [r for r, _ in pairs][: self.config.top_k_relations]
             head = f'Relations of "{entity.name}" (showing {len(ranked)} of {len(rels)}'
             head += ", most relevant first):" if self.question else "):"
         lines = [*notes, head]
@@ -372,7 +290,12 @@ class ToolEnvironment:
         if self.config.neighbor_order == "relevance" and total > 1:
             # a partial sort of the first ``limit`` unless the shared ones go first
             neighbors = order_neighbors(
-                self.question, entity.iri, rel, neighbors, None if shared else limit, self.anchor
+                self.question,
+                entity.iri,
+                rel,
+                neighbors,
+                None if shared else limit,
+                self.strategies.ranking.anchor,
             )
         if shared:  # a stable sort keeps the display order within each part
             neighbors = sorted(neighbors, key=lambda n: n.term.value not in shared)
@@ -383,10 +306,8 @@ class ToolEnvironment:
     ) -> ToolResult:
         lines: list[str] = list(notes)
         seen: list[str] = [entity.name]
-        reached: set[str] = set()
-        before: frozenset[str] = frozenset()
-        if self.config.conjunction_hints:
-            before = frozenset().union(*(i for start, i in self.reached if start != entity.iri))
+        hints = self.strategies.hints
+        before = hints.start(entity.iri)
         for rel in rels:
             neighbors = self.graph.neighbors(entity.iri, rel)
             shown, total, shared = self.shown_neighbors(entity, rel, neighbors, before)
@@ -397,23 +318,13 @@ class ToolEnvironment:
             if total > len(shown):
                 more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
                 lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
-            if self.config.conjunction_hints:
-                reached.update(n.term.value for n in neighbors)
+            hints.reach(neighbors)
         if len(seen) == 1:
             raise ToolFailure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
         if missing:
             lines.append(f'(not relations of "{entity.name}": {", ".join(missing)})')
-        if reached:
-            self.reached += ((entity.iri, frozenset(reached)),)
-        if self.config.conjunction_hints:
-            lines.extend(self._unvisited_topics())
+        lines.extend(hints.finish(entity.iri))
         return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
-
-    def _unvisited_topics(self) -> list[str]:
-        """``conjunction_hints``: a line naming the question's topic entities no call of the
-        episode has been about yet (a second condition to look up), or none."""
-        left = [t for t in self.topics if t.casefold() not in self.visited]
-        return [f"(also in the question: {', '.join(left)})"] if left else []
 
     def _select_relations(
         self, entity: Entity, names: Sequence[str], direction: str | None = None
@@ -449,17 +360,7 @@ class ToolEnvironment:
         wanted = [relations] if isinstance(relations, str) else list(relations)
         rels, missing = self._select_relations(entity, wanted)
         result = self._triples_text(entity, rels, notes, missing)
-        self.followed += tuple(dict.fromkeys(r.name for r in rels))
-        # ``later_hop_fallback``: following a relation uses up a fallback mark's word on it (the
-        # first-hop fallback's alone can be the next hop's word: "X's darling's ethnicity")
-        if self.config.later_hop_fallback == "dense":
-            marks = dict(self.marks)
-            self.used += tuple(
-                w
-                for name in dict.fromkeys(r.name for r in rels)
-                for w in marks.get(name, ())
-                if stem(w.lower()) not in ranking_terms(name)
-            )
+        self.strategies.ranking.follow(rels)
         return result
 
     # --- KG-R1 tools ---------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The focus ranking's first-hop fallback (``first_hop_fallback="dense"``).
 
 The focus ranking marks each relation line with the question words it matches
-(:func:`~kgsynth.agent.toolkit.rank_relations_focused`), and a list with no mark tells the agent
+(:func:`~kgsynth.agent.strategies.focus.rank_relations_focused`), and a list with no mark tells the agent
 that the question asks for nothing more: after the last hop it answers. At the first hop that
 reading is always wrong (the topic entity is not its own answer), yet it is what an agent
 trained on the marks does when the question names the relation in words the KG does not use:
@@ -30,14 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from kgsynth.agent.toolkit import (
-    FocusWord,
-    focus_words,
-    is_function_word,
-    name_span,
-    ranking_terms,
-    tokenize,
-)
+from kgsynth.agent.strategies.focus import FocusWord, focus_words, is_function_word
+from kgsynth.agent.toolkit import name_span, ranking_terms, tokenize
 from kgsynth.kg.graph import Relation
 from kgsynth.llm.relation_forms import relation_words
 from kgsynth.llm.rule_questions import path_question

@@ -1,0 +1,117 @@
+"""Entity matching, a strategy of the tool environment: how a tool reads an entity name.
+
+``exact`` (:class:`ExactNames`) reads a name the KG has, in any case. ``near``
+(:class:`NearNames`) also reads a name the KG lacks as the most similar name of the episode's
+context: a word span of the question or a name an observation showed (:func:`near_names`); its
+state is the names shown so far. :func:`read_answers` is the same reading applied to a final
+answer (``answer_matching="near"``)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kgsynth.agent.toolkit import read_as_note
+from kgsynth.kg.graph import KGGraph
+
+NEAR_NAME_CUTOFF = 0.6  # the least similarity (difflib ratio, case-folded) a near name needs
+_SPAN_WORDS = 12  # the longest word span of the question taken as a name
+_EDGE_PUNCTUATION = "?!.,;:\"'()[]"
+
+
+def near_names(
+    name: str, question: str, shown: Sequence[str], cutoff: float = NEAR_NAME_CUTOFF
+) -> list[str]:
+    """Names from an episode's context that read like ``name``, most similar first: the word
+    spans of the question and the names its observations showed (``shown``), scored by
+    difflib's ratio on case-folded text, those at ``cutoff`` or above. Ties go to the longer
+    name, then the alphabetically first, so the order is the same every time."""
+    target = " ".join(name.casefold().split())
+    if not target:
+        return []
+    words = question.split()
+    spans = {
+        " ".join(words[i:j]).strip(_EDGE_PUNCTUATION)
+        for i in range(len(words))
+        for j in range(i + 1, min(len(words), i + _SPAN_WORDS) + 1)
+    }
+    scored: list[tuple[float, str]] = []
+    for candidate in spans | set(shown):
+        folded = " ".join(candidate.casefold().split())
+        if not folded or folded == target:
+            continue
+        matcher = difflib.SequenceMatcher(None, target, folded, autojunk=False)
+        if matcher.real_quick_ratio() < cutoff or matcher.quick_ratio() < cutoff:
+            continue
+        ratio = matcher.ratio()
+        if ratio >= cutoff:
+            scored.append((ratio, candidate))
+    scored.sort(key=lambda s: (-s[0], -len(s[1]), s[1]))
+    return [candidate for _, candidate in scored]
+
+
+def read_answers(answers: Sequence[str], shown: Sequence[str]) -> list[str]:
+    """``answer_matching="near"``: each answer the episode's observations never showed (in
+    any case) read as the most similar name they showed (:func:`near_names` over ``shown``
+    alone, ratio 0.6 or more), else kept as written; a name read twice counts once. A small
+    policy copies long names with slips ("maria_of_austria_the_yonger"); the name it meant is
+    the one on the page."""
+    exact = {" ".join(n.casefold().split()): n for n in shown}
+    out: dict[str, None] = {}
+    for name in answers:
+        key = " ".join(name.casefold().split())
+        read = exact.get(key) or next(iter(near_names(name, "", shown)), name)
+        out.setdefault(read, None)
+    return list(out)
+
+
+_NEAR_TRIES = 5  # near entity matching: the most similar names tried against the KG
+
+
+class ExactNames:
+    """``entity_matching="exact"``: a name the KG has, in any case. No episode state."""
+
+    def resolve(self, graph: KGGraph, name: str, question: str) -> tuple[Any, tuple[str, ...]]:
+        """The KG's resolution of ``name`` (None where it has none) and the notes to show."""
+        return graph.resolve(name), ()
+
+    def observe(self, names: Sequence[str]) -> None:
+        """Names an observation showed (nothing to keep)."""
+
+    def snapshot(self) -> tuple:
+        return ()
+
+    def restore(self, state: tuple) -> None:
+        pass
+
+
+@dataclass
+class NearNames(ExactNames):
+    """``entity_matching="near"``: a name the KG lacks is read as the most similar name of the
+    episode's context (:func:`near_names`), and the observation's first line says which."""
+
+    shown: tuple[str, ...] = ()  # the names the episode's observations have shown so far
+
+    def resolve(self, graph: KGGraph, name: str, question: str) -> tuple[Any, tuple[str, ...]]:
+        resolution = graph.resolve(name)
+        if resolution is not None:
+            return resolution, ()
+        for candidate in near_names(name, question, self.shown)[:_NEAR_TRIES]:
+            resolution = graph.resolve(candidate)
+            if resolution is not None:
+                return resolution, (read_as_note(name, candidate),)
+        return None, ()
+
+    def observe(self, names: Sequence[str]) -> None:
+        self.shown += tuple(n for n in names if n not in self.shown)
+
+    def snapshot(self) -> tuple:
+        return self.shown
+
+    def restore(self, state: tuple) -> None:
+        self.shown = state
+
+
+ENTITY_MATCHINGS: dict[str, type[ExactNames]] = {"exact": ExactNames, "near": NearNames}
