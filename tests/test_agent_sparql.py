@@ -15,10 +15,10 @@ import collections
 import pytest
 from hypothesis import given, settings
 
+from kgsynth.agent.spaces.sparql import sparql_result
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, QueryRefused, query_form, run_agent_query
 from kgsynth.agent.toolcall import ToolCall
 from kgsynth.agent.tools import ErrorType, ToolEnvironment, ToolResult
-from kgsynth.agent.toolsets import sparql_result
 from kgsynth.kg.base import KG
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from kgsynth.agent.spaces import replay
+from kgsynth.agent.spaces.oracle_call import oracle_answers
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.bench_sparql import SparqlSyntaxError, parse_sparql, predicate_paths
 from kgsynth.kg.graph import KGGraph
@@ -21,7 +23,6 @@ from kgsynth.synthesize.benchmark_refs import (
     benchmark_walk_rows,
     sparql_walk_row,
 )
-from kgsynth.synthesize.oracle import oracle_answers, replay
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 NS = "http://rdf.freebase.com/ns/"

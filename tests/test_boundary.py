@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from kgsynth.agent.protocol import parse_answer, parse_turn
+from kgsynth.agent.protocol import parse_answer
+from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.toolcall import parse_tool_call
 from kgsynth.cli import app
 from kgsynth.kg.endpoint import binding_to_term

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.spaces import parse_turn
 from kgsynth.cli import app
 from kgsynth.errors import ConfigError, InputFileError
 from kgsynth.filter import (

@@ -19,10 +19,8 @@ from kgsynth.agent.protocol import (
     ISP_NO_ACTION_HINT,
     MAX_OPERATIONS,
     Operation,
-    close_action,
-    parse_turn,
-    stop_sequences,
 )
+from kgsynth.agent.spaces import close_action, parse_turn, stop_sequences
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.filter.checks import FAST_ISP_ANSWER, FAST_ISP_STEP

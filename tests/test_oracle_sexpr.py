@@ -1,5 +1,5 @@
 """Oracle trajectories and RRS references in KBQA-R1's action space (the ``sexpr`` tool set,
-kgsynth.synthesize.oracle_sexpr): walks and hand-written constraint rows replayed to their gold
+kgsynth.agent.spaces.sexpr.oracle): walks and hand-written constraint rows replayed to their gold
 answers, the reference's format, referenced rollouts and the leak check, and the CLI."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.agent.config import AgentConfig
-from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.spaces import parse_turn
+from kgsynth.agent.spaces.sexpr.oracle import sexpr_oracle_calls, walk_sexpr
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.cli import app
 from kgsynth.filter import FilterConfig, run_filters
@@ -22,7 +23,6 @@ from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
-from kgsynth.synthesize.oracle_sexpr import sexpr_oracle_calls, walk_sexpr
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import (
     TrajectoryConfig,

@@ -7,10 +7,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from kgsynth.agent.config import AgentConfig
-from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.spaces import parse_turn
+from kgsynth.agent.spaces.isp.tools import run_step
 from kgsynth.agent.toolcall import parse_tool_call
 from kgsynth.agent.tools import ToolEnvironment
-from kgsynth.agent.toolsets.isp import run_step
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from kgsynth.agent.config import AgentConfig
-from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.spaces import parse_turn
+from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
 from kgsynth.errors import ConfigError
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
@@ -18,7 +19,6 @@ from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.metrics import normalize_answer
-from kgsynth.synthesize.oracle_trial import TRIAL_MODE
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
 from kgsynth.walk import WalkConfig, run_walks

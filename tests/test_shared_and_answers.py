@@ -104,7 +104,7 @@ def test_a_triples_list_names_the_topics_no_call_has_been_about():
 
 
 def test_the_oracle_takes_the_shorter_branch_first():
-    from kgsynth.synthesize.oracle import oracle_calls
+    from kgsynth.agent.spaces import oracle_calls
 
     row = {
         "structure": "PI",

@@ -2,7 +2,8 @@
 
 import pytest
 
-from kgsynth.agent.protocol import parse_answer, parse_turn
+from kgsynth.agent.protocol import parse_answer
+from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.strategies.entities import near_names
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.tools import ErrorType, ToolConfig, ToolEnvironment, rank_relations, truncate

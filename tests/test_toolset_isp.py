@@ -1,4 +1,4 @@
-"""The ``isp`` tool set (kgsynth.agent.toolsets.isp): ``node`` templates ranked against the
+"""The ``isp`` tool set (kgsynth.agent.spaces.isp.tools): ``node`` templates ranked against the
 question, their answer counts and bounds, and ``sparql`` run through the guard, on the movie KG
 fixture and small KGs built here."""
 
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from kgsynth.agent.config import AgentConfig
+from kgsynth.agent.spaces.isp import tools as isp
 from kgsynth.agent.tools import ErrorType, ToolEnvironment, ToolResult
-from kgsynth.agent.toolsets import isp
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile

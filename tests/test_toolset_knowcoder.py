@@ -1,4 +1,4 @@
-"""KnowCoder-A1's tool set (kgsynth.agent.toolsets.knowcoder): SearchTypes, SearchGraphPatterns
+"""KnowCoder-A1's tool set (kgsynth.agent.spaces.knowcoder.tools): SearchTypes, SearchGraphPatterns
 and ExecuteSPARQL on tiny KGs, with exact observations, the caps, typed errors, and hostile
 queries that leave the store as it was."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from kgsynth.agent import sparql_exec
 from kgsynth.agent.config import AgentConfig
+from kgsynth.agent.spaces.knowcoder import tools as knowcoder
 from kgsynth.agent.toolcall import ToolCall
 from kgsynth.agent.tools import ErrorType, ToolEnvironment, ToolResult
-from kgsynth.agent.toolsets import knowcoder
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import RDF_TYPE, get_profile

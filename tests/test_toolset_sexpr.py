@@ -1,4 +1,4 @@
-"""The ``sexpr`` tool set (KBQA-R1's S-expression actions, kgsynth.agent.toolsets.sexpr): each
+"""The ``sexpr`` tool set (KBQA-R1's S-expression actions, kgsynth.agent.spaces.sexpr.tools): each
 action's observation and S-expression, expression numbering, typed errors, and RRCG relation
 gating with the shipped MiniLM, on the movie KG fixture and a small KG with typed literals."""
 
@@ -8,10 +8,8 @@ import pytest
 
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.prompt import system_prompt
-from kgsynth.agent.toolkit import ToolFailure
-from kgsynth.agent.tools import ErrorType, ToolEnvironment
-from kgsynth.agent.toolsets import sexpr
-from kgsynth.agent.toolsets.sexpr_gate import (
+from kgsynth.agent.spaces.sexpr import tools as sexpr
+from kgsynth.agent.spaces.sexpr.gate import (
     CORRECTED,
     EXACT,
     GATED,
@@ -20,7 +18,9 @@ from kgsynth.agent.toolsets.sexpr_gate import (
     WordOverlapScorer,
     gate,
 )
-from kgsynth.agent.toolsets.sexpr_syntax import ActionSyntaxError, parse_action
+from kgsynth.agent.spaces.sexpr.syntax import ActionSyntaxError, parse_action
+from kgsynth.agent.toolkit import ToolFailure
+from kgsynth.agent.tools import ErrorType, ToolEnvironment
 from kgsynth.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph

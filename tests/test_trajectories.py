@@ -6,7 +6,8 @@ from collections.abc import Sequence
 import pyarrow.parquet as pq
 import pytest
 
-from kgsynth.agent.loop import EpisodeTask, close_action, run_episodes
+from kgsynth.agent.loop import EpisodeTask, run_episodes
+from kgsynth.agent.spaces import close_action
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
 from kgsynth.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.agent.protocol import close_action, no_action_hint, parse_turn, render_observation
+from kgsynth.agent.protocol import render_observation
 from kgsynth.agent.strategies.entities import read_answers
 from kgsynth.agent.tools import ToolEnvironment
 
@@ -92,10 +92,10 @@ def step(
         ep.turns.append(TurnRecord("", None, None, None, llm_error=llm_error[:300]))
         ep.done = True
         return
-    toolset = env.config.toolset
-    text = close_action(text, toolset)
+    turns = env.space.turns
+    text = turns.close_action(text)
     ep.messages.append({"role": "assistant", "content": text})
-    turn = parse_turn(text, toolset)
+    turn = turns.parse_turn(text)
     record = TurnRecord(
         text,
         turn.think,
@@ -116,12 +116,7 @@ def step(
         ep.done = True
         return
     if turn.query is not None:
-        if turn.ops:  # an isp step: its operations run in order, observed together
-            from kgsynth.agent.toolsets.isp import run_step
-
-            result = run_step(env, turn.ops)
-        else:
-            result = env.execute(turn.query)
+        result = env.space.run_turn(env, turn)
         record.tool, record.args = result.tool, result.args
         if result.error is not None:
             record.tool_error = result.error.value
@@ -129,7 +124,7 @@ def step(
         record.entities = result.entities
         ep.messages.append({"role": "tool", "content": render_observation(result.text)})
         return
-    ep.messages.append({"role": "tool", "content": render_observation(no_action_hint(toolset))})
+    ep.messages.append({"role": "tool", "content": render_observation(turns.no_action_hint)})
 
 
 def episode_summary(ep: Episode) -> dict[str, Any]:

@@ -40,17 +40,12 @@ from kgsynth.agent.episode import (
 from kgsynth.agent.prompt import (
     PROMPT_STYLES,
     SYSTEM_PROMPT_FILE,
-    TOOL_HELP,
     stored_system_prompt,
     system_prompt,
     user_prompt,
 )
-from kgsynth.agent.protocol import (
-    FINAL_ANSWER_PROMPT,
-    close_action,
-    final_answer_prompt,
-    stop_sequences,
-)
+from kgsynth.agent.protocol import FINAL_ANSWER_PROMPT
+from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.llm.base import LLM, GenerationParams, Request
 
@@ -126,7 +121,7 @@ def run_turns(
         final = turn == max_turns
         if final:  # the turn limit: ask once for the final answer
             for s in active:
-                request = final_answer_prompt(s.env.config.toolset)
+                request = s.env.space.turns.final_answer_prompt
                 s.episode.messages.append({"role": "user", "content": request})
                 s.episode.forced_answer = True
         size = policy.batch_size or len(active)
@@ -201,7 +196,7 @@ class TextPolicy:
             temperature=base.temperature,
             top_p=base.top_p,
             max_tokens=base.max_tokens,
-            stop=tuple(dict.fromkeys((*base.stop, *stop_sequences(toolset)))),
+            stop=tuple(dict.fromkeys((*base.stop, *space(toolset).turns.stop_sequences))),
             seed=base.seed,
         )
         self.resample_cut_turns = resample_cut_turns
@@ -308,7 +303,6 @@ __all__ = [
     "FINAL_ANSWER_PROMPT",
     "PROMPT_STYLES",
     "SYSTEM_PROMPT_FILE",
-    "TOOL_HELP",
     "Episode",
     "EpisodeTask",
     "Generated",
@@ -316,7 +310,6 @@ __all__ = [
     "TextPolicy",
     "TurnPolicy",
     "TurnRecord",
-    "close_action",
     "episode_summary",
     "run_episodes",
     "run_turns",

@@ -11,7 +11,8 @@ The ``isp`` tool set speaks ISP-KGR's format instead (:data:`ISP_FORMAT_HELP`): 
 :data:`MAX_OPERATIONS`, run in the order written, their observations returned together in one
 ``<information>`` block — or the final answer, one ``\\boxed{…}`` per answer entity
 (``\\boxed{Juarez} \\boxed{Kismet}``; a box holding a JSON list, ``\\boxed{["A", "B"]}``, is
-read as that list). :func:`parse_turn` takes the tool set and reads the turn in its format.
+read as that list). :class:`TaggedFormat` and :class:`IspFormat` parse, write and cut turns in
+each format; an action space (:mod:`kgsynth.agent.spaces`) names the one its agents speak.
 
 This module owns the protocol's spelling: the tag names, their opening and closing strings, the
 stop sequences, the environment's fixed messages (the hint after a turn without an action, the
@@ -40,8 +41,6 @@ SPARQL = "SPARQL"
 ISP_OPERATION_TAGS: tuple[str, ...] = (NODE, SPARQL)
 TAG_NAMES: tuple[str, ...] = (THINK, KG_QUERY, ANSWER, INFORMATION, NODE, SPARQL)
 ACTION_TAGS: tuple[str, ...] = (KG_QUERY, ANSWER)  # a turn's one action, in parse priority
-ISP_TOOLSET = "isp"
-"""The tool set whose turns use ISP-KGR's format."""
 OPERATION_TOOLS = {NODE: "node", SPARQL: "sparql"}
 """The tool an operation tag runs."""
 MAX_OPERATIONS = 5
@@ -192,12 +191,9 @@ def _parse_answer(text: str) -> list[str] | None:
     return [text]
 
 
-def parse_turn(text: str, toolset: str | None = None) -> Turn:
-    """Parse one assistant message in the format of ``toolset`` (ISP-KGR's for ``isp``, the
-    ``<kg-query>``/``<answer>`` one for every other set); the reason for any format problem
-    is kept."""
-    if toolset == ISP_TOOLSET:
-        return parse_isp_turn(text)
+def parse_tagged_turn(text: str) -> Turn:
+    """Parse one assistant message in the ``<kg-query>``/``<answer>`` format; the reason for
+    any format problem is kept."""
     visible = INFO_RE.sub("", text)
     thinks = THINK_RE.findall(visible)
     queries = QUERY_RE.findall(visible)
@@ -305,54 +301,66 @@ def parse_isp_turn(text: str) -> Turn:
     return Turn(think, None, answers, errors[0] if errors else None)
 
 
-def stop_sequences(toolset: str | None = None) -> tuple[str, ...]:
-    """What a policy of ``toolset`` is sampled until."""
-    return ISP_STOP_SEQUENCES if toolset == ISP_TOOLSET else STOP_SEQUENCES
-
-
-def no_action_hint(toolset: str | None = None) -> str:
-    """The environment's reply to a turn of ``toolset`` with no action."""
-    return ISP_NO_ACTION_HINT if toolset == ISP_TOOLSET else NO_ACTION_HINT
-
-
-def final_answer_prompt(toolset: str | None = None) -> str:
-    """The request for the final answer at the turn limit, in ``toolset``'s format."""
-    return ISP_FINAL_ANSWER_PROMPT if toolset == ISP_TOOLSET else FINAL_ANSWER_PROMPT
-
-
-def query_turn(thought: str, call: str, toolset: str | None = None) -> str:
-    """An assistant turn that runs ``call``: ``<kg-query>`` around it, or for isp the step's
-    operations as written (``call`` is their text)."""
-    action = call if toolset == ISP_TOOLSET else tagged(KG_QUERY, call)
-    return f"{tagged(THINK, thought)}\n{action}"
-
-
-def answer_turn(thought: str, answers: list[str], toolset: str | None = None) -> str:
-    """An assistant turn that answers: ``<answer>`` with a JSON list, or isp's boxes."""
-    if toolset == ISP_TOOLSET:
-        action = boxed_answers(answers)
-    else:
-        action = tagged(ANSWER, json.dumps(list(answers), ensure_ascii=False))
-    return f"{tagged(THINK, thought)}\n{action}"
-
-
 def render_observation(text: str) -> str:
     """The environment's reply as the agent sees it."""
     return tagged(INFORMATION, text)
 
 
-def close_action(text: str, toolset: str | None = None) -> str:
-    """Cut a generation after its first action and restore a closing tag that an API's stop
-    sequence removed. An isp step is cut where the model starts an observation itself."""
-    if toolset == ISP_TOOLSET:
+class TaggedFormat:
+    """The ``<think>`` + ``<kg-query>``/``<answer>`` turn format (every space but isp): how
+    a turn is parsed, written, cut and prompted for."""
+
+    stop_sequences: tuple[str, ...] = STOP_SEQUENCES  # what a policy is sampled until
+    no_action_hint: str = NO_ACTION_HINT  # the reply to a turn with no action
+    final_answer_prompt: str = FINAL_ANSWER_PROMPT  # the request at the turn limit
+
+    def parse_turn(self, text: str) -> Turn:
+        return parse_tagged_turn(text)
+
+    def query_turn(self, thought: str, call: str) -> str:
+        """An assistant turn that runs ``call``."""
+        return f"{tagged(THINK, thought)}\n{tagged(KG_QUERY, call)}"
+
+    def answer_action(self, answers: list[str]) -> str:
+        """The action that answers with ``answers``."""
+        return tagged(ANSWER, json.dumps(list(answers), ensure_ascii=False))
+
+    def answer_turn(self, thought: str, answers: list[str]) -> str:
+        """An assistant turn that answers with ``answers``."""
+        return f"{tagged(THINK, thought)}\n{self.answer_action(answers)}"
+
+    def close_action(self, text: str) -> str:
+        """Cut a generation after its first action and restore a closing tag that an API's
+        stop sequence removed."""
+        for tag in ACTION_TAGS:
+            start = text.find(opening(tag))
+            if start < 0:
+                continue
+            end = text.find(closing(tag), start)
+            if end < 0:
+                return text.rstrip() + closing(tag)
+            return text[: end + len(closing(tag))]
+        return text
+
+
+class IspFormat(TaggedFormat):
+    """ISP-KGR's step format (the isp space; see the module doc)."""
+
+    stop_sequences = ISP_STOP_SEQUENCES
+    no_action_hint = ISP_NO_ACTION_HINT
+    final_answer_prompt = ISP_FINAL_ANSWER_PROMPT
+
+    def parse_turn(self, text: str) -> Turn:
+        return parse_isp_turn(text)
+
+    def query_turn(self, thought: str, call: str) -> str:
+        """``call`` is the step's operations as written."""
+        return f"{tagged(THINK, thought)}\n{call}"
+
+    def answer_action(self, answers: list[str]) -> str:
+        return boxed_answers(answers)
+
+    def close_action(self, text: str) -> str:
+        """An isp step is cut where the model starts an observation itself."""
         cut = text.find(INFO_OPEN)
         return text if cut < 0 else text[:cut].rstrip()
-    for tag in ACTION_TAGS:
-        start = text.find(opening(tag))
-        if start < 0:
-            continue
-        end = text.find(closing(tag), start)
-        if end < 0:
-            return text.rstrip() + closing(tag)
-        return text[: end + len(closing(tag))]
-    return text

@@ -35,9 +35,9 @@ from kgsynth.agent.protocol import (
     INFO_OPEN,
     STOP_SEQUENCES,
     TRUNCATION_MARK,
-    final_answer_prompt,
 )
 from kgsynth.agent.render import chat_text
+from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.config import option
 
@@ -257,7 +257,9 @@ class TokenTurns:
             reply["content"] = content + (INFO_CLOSE if content.startswith(INFO_OPEN) else "")
         # before the forced final answer, the environment also asks for it
         last = turn + 1 == self.cfg.max_turns
-        users = [reply["content"]] + ([final_answer_prompt(self.cfg.toolset)] if last else [])
+        users = [reply["content"]] + (
+            [space(self.cfg.toolset).turns.final_answer_prompt] if last else []
+        )
         suffix = self.policy.turn_suffix(users, ended_with_eos=generated.sampled)
         r.append(self.policy.encode(suffix), None, turn)
 

@@ -1,27 +1,17 @@
 """The KG tool environment an agent queries, with typed errors and bounded observations.
 
-Two tool sets over the same :class:`~kgsynth.kg.graph.KGGraph`:
+:class:`ToolEnvironment` runs one episode's tool calls against a
+:class:`~kgsynth.kg.graph.KGGraph`. The tools are the action space's
+(:mod:`kgsynth.agent.spaces`: its ``make_tools`` builds the table, its ``parse_action`` reads a
+call); what the environment adds are the services every space's tools share:
 
-``graphwalker`` (default, GraphWalker):
-  ``get_relations("Entity")`` — the entity's outgoing and incoming relations, ranked by BM25
-  against the question (``relation_ranking="hybrid"``: plus a sentence encoder's similarity,
-  see :mod:`kgsynth.agent.relrank`; ``"focus"``: only the question words the episode's
-  ``get_triples`` calls have not used yet, nearest the topic's name first, see
-  :mod:`kgsynth.agent.strategies`), top-k;
-  ``get_triples("Entity", ["rel", …])`` — triples along those relations (either direction), at
-  most n per relation and direction, shown by name.
-
-``kgr1`` (KG-R1): ``get_tail_relations(e)`` relations with ``e`` as head (``e -r-> ?``),
-  ``get_head_relations(e)`` relations with ``e`` as tail (``? -r-> e``),
-  ``get_tail_entities(e, r)`` the tails of ``(e, r, ?)``, ``get_head_entities(e, r)`` the heads
-  of ``(?, r, e)``. As in the paper, each returns the full set: relations by name, entities in
-  the neighbour order below. ``kgr1_max_relations`` / ``kgr1_max_entities`` cap them; a cap
-  that applies says so in the observation ("showing 10 of 37 (capped)").
-
-Entity names (``entity_matching``): ``exact`` reads a name the KG has, in any case; ``near``
-also reads a name the KG lacks as the most similar name of the episode's context (a word span of
-the question or a name an observation showed; :func:`~kgsynth.agent.strategies.entities.near_names`), and
-the observation's first line says which it read.
+- reading an entity name (:meth:`ToolEnvironment._entity`; ``entity_matching``), with the notes
+  an observation shows first;
+- a relation list (:meth:`ToolEnvironment.relation_list`): ranked by the configured strategy
+  (:mod:`kgsynth.agent.strategies`), top-k, each relation with the question words it matches,
+  or in the order a space gives;
+- a triples list (:meth:`ToolEnvironment.triple_list`): along some relations, at most n per
+  relation and direction, shown by name, with the conjunction hints where they are on.
 
 Which neighbours a capped list shows (``neighbor_order``): ``relevance`` (default) puts those
 whose names share words with the question first (not counting the topic entity's own words),
@@ -48,8 +38,9 @@ from kgsynth.agent.config import (
     NeighborOrder,
     ToolSetName,
 )
+from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.strategies import EpisodeStrategies, episode_strategies
-from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError, parse_tool_call
+from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError
 from kgsynth.agent.toolkit import (
     MATCH_MARK,
     SHARED_MARK,
@@ -86,7 +77,7 @@ ToolConfig = AgentConfig
 def prime_relation_ranking(config: AgentConfig, questions: Iterable[str]) -> None:
     """Encode the questions in batches before the episodes when the ranking is ``hybrid``
     (one by one they cost about twice as much); nothing otherwise."""
-    if config.relation_ranking == "hybrid" and config.toolset == "graphwalker":
+    if config.relation_ranking == "hybrid" and space(config.toolset).ranks_relations:
         from kgsynth.agent.relrank import shared_scorer
 
         shared_scorer().prime(questions)
@@ -114,33 +105,15 @@ class ToolEnvironment:
         if self.config.rerank == "llm" and self.reranker is None:
             raise ValueError("rerank='llm' needs a reranker (kgsynth.agent.rerank.LLMReranker)")
         self.strategies = episode_strategies(self.config, self.topics, self._encoder, self.reranker)
-        tools: dict[str, tuple[int, Callable[..., ToolResult]]]
-        if self.config.toolset == "graphwalker":
-            tools = {"get_relations": (1, self.get_relations), "get_triples": (2, self.get_triples)}
-        elif self.config.toolset == "kgr1":
-            tools = {
-                "get_head_relations": (1, lambda e: self._relations_one_way(e, "in")),
-                "get_tail_relations": (1, lambda e: self._relations_one_way(e, "out")),
-                "get_head_entities": (2, lambda e, r: self._entities_one_way(e, r, "in")),
-                "get_tail_entities": (2, lambda e, r: self._entities_one_way(e, r, "out")),
-            }
-        else:  # the SPARQL-writing sets (KnowCoder-A1, ISP) live in their own modules
-            from kgsynth.agent.toolsets import make_tools
-
-            tools = make_tools(self)
-        self.tools = tools
+        self.space = space(self.config.toolset)
+        self.tools: dict[str, tuple[int, Callable[..., ToolResult]]] = self.space.make_tools(self)
 
     # --- entry point ---------------------------------------------------------------------
 
     def execute(self, text: str) -> ToolResult:
         """Parse and run one tool call; never raises for anything the agent wrote."""
         try:
-            if self.config.toolset == "sexpr":  # KBQA-R1's bracket syntax
-                from kgsynth.agent.toolsets.sexpr_syntax import parse_action
-
-                call = parse_action(text)
-            else:
-                call = parse_tool_call(text)
+            call = self.space.parse_action(text)
         except ToolCallSyntaxError as exc:
             return self._error(ErrorType.BAD_SYNTAX, f"could not parse the query: {exc}.")
         return self.call(call)
@@ -174,12 +147,10 @@ class ToolEnvironment:
 
     def usage(self, name: str) -> str:
         """How to call tool ``name``, as the system prompt shows it."""
-        from kgsynth.agent.prompt import tool_help
-
         return next(
             (
                 h["usage"]
-                for h in tool_help(self.config.toolset)
+                for h in self.space.tool_help
                 if h["usage"].startswith((name + "(", name + " ["))
             ),
             f"{name}(...)",
@@ -242,19 +213,21 @@ class ToolEnvironment:
             return f"({entity}, {rel.name}, {other.name})"
         return f"({other.name}, {rel.name}, {entity})"
 
-    def _relations_text(
-        self, entity: Entity, rels: list[Relation], notes: tuple[str, ...]
+    def relation_list(
+        self,
+        entity: Entity,
+        rels: list[Relation],
+        notes: tuple[str, ...],
+        listed: tuple[list[Relation], str] | None = None,
     ) -> ToolResult:
+        """``entity``'s relations ``rels`` as an observation: ranked by the configured
+        strategy, top-k, each with the question words it matches; or, with ``listed``, the
+        relations in the order a space shows them and the list's first line."""
         if not rels:
             raise ToolFailure(ErrorType.NO_RESULTS, f'"{entity.name}" has no relations to explore.')
         marked: dict[Relation, tuple[str, ...]] = {}  # the focus ranking's matched words
-        if self.config.toolset == "kgr1":  # the full set, by name; a cap is an option
-            cap = self.config.kgr1_max_relations
-            ranked = sorted(rels, key=lambda r: (r.name, r.direction))[:cap]
-            head = f'Relations of "{entity.name}"'
-            if len(ranked) < len(rels):
-                head += f" (showing {len(ranked)} of {len(rels)} (capped))"
-            head += ":"
+        if listed is not None:
+            ranked, head = listed
         else:
             pairs = self.strategies.ranking.rank(self.question, entity, rels)
             marked = {r: words for r, words in pairs if words}
@@ -275,16 +248,14 @@ class ToolEnvironment:
         rel: Relation,
         neighbors: Sequence[Neighbor],
         before: frozenset[str] = frozenset(),
+        limit: int | None = None,
     ) -> tuple[list[Neighbor], int, frozenset[str]]:
         """Of ``neighbors`` (all of ``entity``'s along ``rel``), those an observation shows, in
         display order, how many there are in all (see ``neighbor_order`` and the caps in the
         module doc), and the IRIs of those ``conjunction_hints`` marks: neighbours in
         ``before`` (what earlier get_triples calls from other entities reached), listed
-        first."""
-        if self.config.toolset == "kgr1":
-            limit = self.config.kgr1_max_entities
-        else:
-            limit = self.config.max_triples_per_relation
+        first. ``limit``: how many it shows (None: ``max_triples_per_relation``)."""
+        limit = self.config.max_triples_per_relation if limit is None else limit
         total = len(neighbors)
         shared = frozenset(n.term.value for n in neighbors if n.term.value in before)
         if self.config.neighbor_order == "relevance" and total > 1:
@@ -301,23 +272,34 @@ class ToolEnvironment:
             neighbors = sorted(neighbors, key=lambda n: n.term.value not in shared)
         return neighbors[:limit], total, shared
 
-    def _triples_text(
-        self, entity: Entity, rels: list[Relation], notes: tuple[str, ...], missing: list[str]
+    def triple_list(
+        self,
+        entity: Entity,
+        rels: list[Relation],
+        notes: tuple[str, ...],
+        missing: Sequence[str] = (),
+        *,
+        limit: int | None = None,
+        capped: bool = False,
     ) -> ToolResult:
+        """The triples of ``entity`` along ``rels`` as an observation: at most ``limit`` per
+        relation and direction (None: ``max_triples_per_relation``), then a line counting the
+        rest (ending "(capped)" where ``capped``); the relations asked for that ``entity``
+        lacks (``missing``); the conjunction hints' lines."""
         lines: list[str] = list(notes)
         seen: list[str] = [entity.name]
         hints = self.strategies.hints
         before = hints.start(entity.iri)
         for rel in rels:
             neighbors = self.graph.neighbors(entity.iri, rel)
-            shown, total, shared = self.shown_neighbors(entity, rel, neighbors, before)
+            shown, total, shared = self.shown_neighbors(entity, rel, neighbors, before, limit)
             for n in shown:
                 mark = SHARED_MARK if n.term.value in shared else ""
                 lines.append(self._triple(entity.name, rel, n) + mark)
                 seen.append(n.name)
             if total > len(shown):
                 more = f"... {total - len(shown)} more {relation_pattern(entity.name, rel)}"
-                lines.append(more + (" (capped)" if self.config.toolset == "kgr1" else ""))
+                lines.append(more + (" (capped)" if capped else ""))
             hints.reach(neighbors)
         if len(seen) == 1:
             raise ToolFailure(ErrorType.NO_RESULTS, f'no triples found for "{entity.name}".')
@@ -326,9 +308,16 @@ class ToolEnvironment:
         lines.extend(hints.finish(entity.iri))
         return ToolResult("\n".join(lines), entities=tuple(dict.fromkeys(seen)), notes=notes)
 
-    def _select_relations(
-        self, entity: Entity, names: Sequence[str], direction: str | None = None
+    def select_relations(
+        self,
+        entity: Entity,
+        names: Sequence[str],
+        direction: str | None = None,
+        unknown: str = "no such relation {listed}.",
     ) -> tuple[list[Relation], list[str]]:
+        """The relations of ``entity`` named ``names`` (only those going ``direction`` where
+        given) and the names it lacks; where it has none of them the call fails with
+        ``unknown`` (``{listed}``: the names asked for)."""
         rels: list[Relation] = []
         missing: list[str] = []
         for name in dict.fromkeys(n.strip() for n in names if n.strip()):
@@ -341,41 +330,9 @@ class ToolEnvironment:
                 missing.append(name)
         if not rels:
             listed = ", ".join(missing) if missing else "(none given)"
-            raise ToolFailure(
-                ErrorType.RELATION_NOT_FOUND,
-                f'"{entity.name}" has no relation {listed}; call get_relations first'
-                if self.config.toolset == "graphwalker"
-                else f'"{entity.name}" has no such relation {listed}.',
-            )
+            text = f'"{entity.name}" has ' + unknown.format(listed=listed)
+            raise ToolFailure(ErrorType.RELATION_NOT_FOUND, text)
         return rels, missing
-
-    # --- graphwalker tools ---------------------------------------------------------------
-
-    def get_relations(self, name: str) -> ToolResult:
-        entity, notes = self._entity(name)
-        return self._relations_text(entity, self.graph.relations(entity.iri), notes)
-
-    def get_triples(self, name: str, relations: str | Sequence[str]) -> ToolResult:
-        entity, notes = self._entity(name)
-        wanted = [relations] if isinstance(relations, str) else list(relations)
-        rels, missing = self._select_relations(entity, wanted)
-        result = self._triples_text(entity, rels, notes, missing)
-        self.strategies.ranking.follow(rels)
-        return result
-
-    # --- KG-R1 tools ---------------------------------------------------------------------
-
-    def _relations_one_way(self, name: str, direction: str) -> ToolResult:
-        entity, notes = self._entity(name)
-        rels = [r for r in self.graph.relations(entity.iri) if r.direction == direction]
-        return self._relations_text(entity, rels, notes)
-
-    def _entities_one_way(self, name: str, relation: object, direction: str) -> ToolResult:
-        if not isinstance(relation, str):
-            raise ToolFailure(ErrorType.WRONG_ARGUMENTS, "give one relation name as a string.")
-        entity, notes = self._entity(name)
-        rels, _ = self._select_relations(entity, [relation], direction)
-        return self._triples_text(entity, rels, notes, [])
 
 
 __all__ = [

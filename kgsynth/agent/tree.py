@@ -40,7 +40,6 @@ from typing import Any
 from kgsynth.agent.episode import Episode, EpisodeTask, step
 from kgsynth.agent.loop import Generated, LiveEpisode
 from kgsynth.agent.prompt import agent_system_prompt, user_prompt
-from kgsynth.agent.protocol import final_answer_prompt
 from kgsynth.agent.rollout import Rollout, RolloutConfig, TokenPolicy, TokenTurns
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.metrics import normalize_answer
@@ -238,7 +237,7 @@ def run_tree_rollouts(
             for i, k in zip(tree.live, counts, strict=True):
                 node = tree.nodes[i]
                 if final:  # the turn limit: ask once for the final answer (as the flat loop)
-                    request = final_answer_prompt(tree.env.config.toolset)
+                    request = tree.env.space.turns.final_answer_prompt
                     node.episode.messages.append({"role": "user", "content": request})
                     node.episode.forced_answer = True
                 jobs.extend([(tree, node)] * k)

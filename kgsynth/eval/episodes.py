@@ -11,12 +11,11 @@ from typing import Any
 from kgsynth.agent.loop import (
     Episode,
     EpisodeTask,
-    close_action,
     episode_summary,
     run_episodes,
     user_prompt,
 )
-from kgsynth.agent.protocol import parse_turn
+from kgsynth.agent.protocol import TaggedFormat
 from kgsynth.agent.rerank import LLMReranker
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
 from kgsynth.eval.config import MODEL_SUBJECT, EvalConfig, question_id
@@ -187,9 +186,9 @@ def run_no_tools(
             format_errors = 0
             stored = list(messages)
             if comp.ok:
-                text = close_action(comp.text)
+                text = TaggedFormat().close_action(comp.text)
                 stored.append({"role": "assistant", "content": text})
-                turn = parse_turn(text)
+                turn = TaggedFormat().parse_turn(text)
                 answered = turn.answer is not None
                 predicted = turn.answer or []
                 format_errors = int(turn.format_error is not None or not answered)

@@ -14,7 +14,6 @@ import pyarrow.compute as pc
 from kgsynth.agent.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
-    ISP_TOOLSET,
     MAX_OPERATIONS,
     NODE_CLOSE,
     NODE_OPEN,
@@ -24,7 +23,8 @@ from kgsynth.agent.protocol import (
     SPARQL_OPEN,
     THINK_CLOSE,
     THINK_OPEN,
-    parse_turn,
+    IspFormat,
+    TaggedFormat,
 )
 from kgsynth.filter.columns import _counts, _flat, _match, _parallel, _pieces
 from kgsynth.metrics import normalize_answer
@@ -153,8 +153,8 @@ def _slow_format_ok(texts: list[str]) -> bool:
     ``<kg-query>`` format or, every turn alike, in the isp one."""
     if not texts:
         return False
-    for toolset in (None, ISP_TOOLSET):
-        turns = [parse_turn(t, toolset) for t in texts]
+    for turn_format in (TaggedFormat(), IspFormat()):
+        turns = [turn_format.parse_turn(t) for t in texts]
         if all(t.format_error is None for t in turns) and turns[-1].answer is not None:
             return True
     return False

@@ -27,9 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kgsynth.agent.spaces.registry import space
 from kgsynth.kg.graph import KGGraph
 from kgsynth.qafiles import QARecord
-from kgsynth.synthesize.benchmark_refs import REFERENCE_TOOLSETS, NotAPath, benchmark_walk_row
+from kgsynth.synthesize.benchmark_refs import NotAPath, benchmark_walk_row
 
 BENCHMARK_SUFFIXES = (".json", ".json.gz")
 
@@ -82,13 +83,14 @@ def benchmark_question_rows(
             left_out["no_answer"] += 1
             continue
         base = _base_row(rec, names, ids)
-        if mode == "free" or (toolset == "sexpr" and rec.sexpr):
+        oracle_from = space(toolset).oracle_from
+        if mode == "free" or (oracle_from == "sexpr" and rec.sexpr):
             if not names and mode == "free":
                 left_out["no_topic_entity"] += 1
                 continue
             rows.append(base)
             continue
-        if toolset not in (*REFERENCE_TOOLSETS, "sexpr"):
+        if oracle_from not in ("walk", "sexpr"):
             left_out["no_reference"] += 1
             continue
         try:

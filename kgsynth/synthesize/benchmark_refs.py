@@ -3,7 +3,7 @@
 A WebQSP/CWQ/GrailQA/GraphQ question's SPARQL that is a path or a conjunction of paths from
 entities to the answer becomes a kgsynth walk row (``topic_names``, ``topic_ids``,
 ``branches`` of ``{relation, inverse, entity}`` hops, ``merge_at``, ``structure`` chain-k,
-2I, PI, IP or ``conjunction``), so the oracle of :mod:`kgsynth.synthesize.oracle` writes its
+2I, PI, IP or ``conjunction``), so the oracle of :mod:`kgsynth.agent.spaces.paths` writes its
 graphwalker or kgr1 actions (:func:`benchmark_reference`) and replays them through the real
 tools::
 
@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.agent.spaces.registry import names, space
 from kgsynth.bench_sparql import (
     ParsedQuery,
     Pattern,
@@ -38,8 +39,6 @@ from kgsynth.kg import sparql as sp
 from kgsynth.kg.graph import KGGraph
 from kgsynth.metrics import entity_id
 from kgsynth.qafiles import QARecord
-
-REFERENCE_TOOLSETS = ("graphwalker", "kgr1")
 
 
 class NotAPath(ValueError):
@@ -430,15 +429,14 @@ def benchmark_walk_row(record: QARecord, graph: KGGraph) -> dict[str, Any]:
 
 
 def benchmark_reference(record: QARecord, graph: KGGraph, toolset: str = "graphwalker") -> str:
-    """The numbered gold actions (:func:`kgsynth.synthesize.oracle.reference_text`) of a
-    benchmark question whose SPARQL is a path or a conjunction; raises :class:`NotAPath`."""
-    if toolset not in REFERENCE_TOOLSETS:
-        raise ValueError(
-            f"toolset must be one of {', '.join(REFERENCE_TOOLSETS)} (got {toolset!r})"
-        )
-    from kgsynth.synthesize.oracle import reference_text
-
-    return reference_text(benchmark_walk_row(record, graph), toolset)
+    """The numbered gold actions (the action space's ``reference_text``) of a benchmark
+    question whose SPARQL is a path or a conjunction, for a space whose oracle replays walks;
+    raises :class:`NotAPath`."""
+    actions = space(toolset)
+    if actions.oracle_from != "walk":
+        walks = ", ".join(n for n in names() if space(n).oracle_from == "walk")
+        raise ValueError(f"toolset must be one of {walks} (got {toolset!r})")
+    return actions.reference_text(benchmark_walk_row(record, graph))
 
 
 def benchmark_walk_rows(

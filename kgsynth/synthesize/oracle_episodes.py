@@ -1,7 +1,5 @@
 """Oracle trajectories: each question's walk replayed through the tools
-(:func:`~kgsynth.synthesize.oracle.replay`; for the ``knowcoder`` and ``isp`` tool sets
-:func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`, for ``sexpr``
-:func:`~kgsynth.synthesize.oracle_sexpr.replay_sexpr`), then a thought written for every step from the
+(the action space's ``replay``: :mod:`kgsynth.agent.spaces`), then a thought written for every step from the
 question, the history so far and the next gold action only (no future leakage; the template
 backend writes templated thoughts). With ``workers`` > 1 (template backend) the questions are
 replayed in spawned processes over contiguous shards, with the same rows as one process."""
@@ -14,32 +12,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.agent.loop import system_prompt, user_prompt
-from kgsynth.agent.protocol import (
-    ANSWER,
-    ANY_TAG_RE,
-    ISP_TOOLSET,
-    THINK_RE,
-    answer_turn,
-    boxed_answers,
-    query_turn,
-    render_observation,
-    tagged,
-)
+from kgsynth.agent.protocol import ANY_TAG_RE, THINK_RE, render_observation
 from kgsynth.agent.rerank import LLMReranker
+from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE, trial_rng, trial_steps
+from kgsynth.agent.spaces.oracle_call import oracle_answers
+from kgsynth.agent.spaces.registry import space
+from kgsynth.agent.spaces.sparql_oracle import QUERY_KINDS, query_answers
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
 from kgsynth.prompts import render
 from kgsynth.stage import Progress, Reject, Rejected
-from kgsynth.synthesize.oracle import oracle_answers, reference_text, replay
-from kgsynth.synthesize.oracle_sparql import (
-    QUERY_KINDS,
-    SPARQL_TOOLSETS,
-    query_answers,
-    replay_sparql,
-)
-from kgsynth.synthesize.oracle_trial import TRIAL_MODE, trial_rng, trial_steps
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_id, trajectory_row
 
@@ -64,21 +48,11 @@ def _history_text(messages: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _q_list(answers: Sequence[str]) -> str:
-    return json.dumps(list(answers), ensure_ascii=False)
-
-
 def _parse_thought(text: str) -> str | None:
     m = THINK_RE.search(text)
     thought = (m.group(1) if m else text).strip()
     thought = ANY_TAG_RE.sub("", thought).strip()
     return " ".join(thought.split()) or None
-
-
-def _answer_action(answers: Sequence[str], toolset: str) -> str:
-    if toolset == ISP_TOOLSET:
-        return boxed_answers(list(answers))
-    return tagged(ANSWER, _q_list(answers))
 
 
 def _thought_requests(
@@ -91,7 +65,8 @@ def _thought_requests(
     tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
     for p, (_, row, steps) in enumerate(plans):
         history: list[dict[str, str]] = [{}, {}]
-        actions = [c.call for c, _ in steps] + [_answer_action(row["answer_names"], cfg.toolset)]
+        answer = space(cfg.toolset).turns.answer_action(row["answer_names"])
+        actions = [c.call for c, _ in steps] + [answer]
         for s, action in enumerate(actions):
             kind = steps[s][0].kind if s < len(steps) else "answer"
             hop = steps[s][0].hop if s < len(steps) else None
@@ -135,7 +110,8 @@ def _episode(
     ]
     observed: list[str] = []
     for (c, result), thought in zip(steps, texts, strict=False):
-        messages.append({"role": "assistant", "content": query_turn(thought, c.call, toolset)})
+        turn = space(toolset).turns.query_turn(thought, c.call)
+        messages.append({"role": "assistant", "content": turn})
         messages.append({"role": "tool", "content": render_observation(result.text)})
         observed.extend(result.entities)
     # the SPARQL tool sets answer from their query's rows, in the order the rows show them;
@@ -150,7 +126,8 @@ def _episode(
         if not oracle_answers(row, shown, fallback=False):
             shown = observed
     answers = oracle_answers(row, shown)
-    messages.append({"role": "assistant", "content": answer_turn(texts[-1], answers, toolset)})
+    final = space(toolset).turns.answer_turn(texts[-1], answers)
+    messages.append({"role": "assistant", "content": final})
     no_action = {"tool": None, "args": None, "tool_error": None, "format_error": None}
     return {
         "messages": messages,
@@ -188,7 +165,7 @@ def oracle_trajectories(
     is :func:`~kgsynth.synthesize.rollouts.rollout_trajectories`' on purpose: the stage's
     ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder), a seeded
     share of the questions also gets a trial-and-error trajectory
-    (:mod:`~kgsynth.synthesize.oracle_trial`), right after the question's plain one."""
+    (:mod:`~kgsynth.agent.spaces.knowcoder.trial`), right after the question's plain one."""
     sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
     reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
@@ -200,16 +177,9 @@ def oracle_trajectories(
             graph, row["question"], cfg.tool_config(), reranker, topics=list(row["topic_names"])
         )
         try:
-            if cfg.toolset == "sexpr":
-                from kgsynth.synthesize.oracle_sexpr import replay_sexpr
-
-                steps = replay_sexpr(row, env)
-            elif cfg.toolset in SPARQL_TOOLSETS:
-                steps = replay_sparql(row, env)
-            else:
-                steps = replay(
-                    row, env, fan_out=cfg.fan_out, follow=cfg.follow, look_ahead=cfg.look_ahead
-                )
+            steps = env.space.replay(
+                row, env, fan_out=cfg.fan_out, follow=cfg.follow, look_ahead=cfg.look_ahead
+            )
         except Reject as rej:
             results.append(Rejected(trajectory_row(row, 0, None, cfg, generator), rej.reason))
             continue
@@ -237,7 +207,7 @@ def oracle_trajectories(
             continue
         reference = ""
         if cfg.reference_share > 0 and p not in trials and _shows_reference(cfg, row):
-            reference = reference_text(row, cfg.toolset, graph)
+            reference = space(cfg.toolset).reference_text(row, graph)
         episode = _episode(row, steps, texts, sys_text, cfg.toolset, reference)  # type: ignore[arg-type]
         if p in trials:
             out = trajectory_row(row, 1, episode, cfg, generator)

@@ -15,13 +15,13 @@ from typing import Any
 
 from kgsynth.agent.loop import EpisodeTask, episode_summary, run_episodes, system_prompt
 from kgsynth.agent.rerank import LLMReranker
+from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams
 from kgsynth.prompts import render
 from kgsynth.stage import Progress, Reject, Rejected
 from kgsynth.synthesize.name_correction import correct_read_names
-from kgsynth.synthesize.oracle import reference_text
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_row
 
@@ -49,7 +49,7 @@ def rollout_trajectories(
     rejected: list[tuple[int, Rejected]] = []
     for row in rows:
         try:
-            ref = reference_text(row, cfg.toolset, graph) if cfg.mode == "referenced" else ""
+            ref = space(cfg.toolset).reference_text(row, graph) if cfg.mode == "referenced" else ""
         except Reject as rej:  # no reference for it (no logical form, an unsupported one)
             out = trajectory_row(row, 0, None, cfg, generator)
             rejected.append((len(meta), Rejected(out, rej.reason)))

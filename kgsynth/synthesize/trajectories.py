@@ -3,9 +3,9 @@
 Three modes, one agent loop and one tool environment (the same ranking and limits as RL and
 eval):
 
-- ``oracle`` (GraphWalker's GraphSynth; :mod:`kgsynth.synthesize.oracle`,
+- ``oracle`` (GraphWalker's GraphSynth; :mod:`kgsynth.agent.spaces.paths`,
   :mod:`kgsynth.synthesize.oracle_episodes`; for knowcoder, ``trial_and_error`` adds
-  :mod:`kgsynth.synthesize.oracle_trial`'s demonstrations): each question's walk is replayed as tool calls
+  :mod:`kgsynth.agent.spaces.knowcoder.trial`'s demonstrations): each question's walk is replayed as tool calls
   through the real environment; a step whose gold relation or next entity the tools do not
   show rejects the question with that reason. Then a thought is written for every step from
   the question, the history so far and the next gold action only (no future leakage).
@@ -26,20 +26,15 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from kgsynth.agent.spaces import oracle_calls, reference_text, replay, space
+from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
+from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
 from kgsynth.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM
 from kgsynth.prompts import prompt_hash
 from kgsynth.stage import Progress, StageResult
-from kgsynth.synthesize.oracle import (
-    OracleCall,
-    oracle_answers,
-    oracle_calls,
-    reference_text,
-    replay,
-)
 from kgsynth.synthesize.oracle_episodes import oracle_in_workers, oracle_trajectories
-from kgsynth.synthesize.oracle_trial import TRIAL_MODE
 from kgsynth.synthesize.rollouts import rollout_trajectories
 from kgsynth.synthesize.trajectory_config import MODES, SPLITS, STRATA, TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import EMPTY_EPISODE, trajectory_id, trajectory_row
@@ -54,7 +49,7 @@ def input_columns(cfg: TrajectoryConfig) -> set[str]:
     whose oracle and reference are built from the walk's SPARQL, its ``sparql``; ``sexpr``
     reads the ``sexpr`` column where a file has it, else builds it from the branches)."""
     columns = QUESTION_COLUMNS | ({"branches", "merge_at"} if cfg.mode != "free" else set())
-    if cfg.mode != "free" and cfg.toolset in ("knowcoder", "isp"):
+    if cfg.mode != "free" and space(cfg.toolset).oracle_from == "sparql":
         columns = columns | {"sparql"}
     return columns
 

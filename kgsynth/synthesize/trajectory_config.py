@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kgsynth.agent.config import AgentConfig, nests_agent
+from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolConfig
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
@@ -117,7 +118,7 @@ class TrajectoryConfig:
             raise ConfigError(
                 f"--trial-and-error must be within [0, 1] (got {self.trial_and_error})"
             )
-        if self.trial_and_error > 0 and (self.mode != "oracle" or self.toolset != "knowcoder"):
+        if self.trial_and_error > 0 and (self.mode != "oracle" or not space(self.toolset).trial_and_error):
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
                 f"--mode oracle and --tools knowcoder (got --mode {self.mode}, --tools {self.toolset})"
@@ -139,7 +140,7 @@ class TrajectoryConfig:
             )
         if self.follow not in ("walked", "first"):
             raise ConfigError(f"--follow must be walked or first (got {self.follow!r})")
-        if self.look_ahead and (self.mode != "oracle" or self.toolset != "graphwalker"):
+        if self.look_ahead and (self.mode != "oracle" or not space(self.toolset).look_ahead):
             raise ConfigError(
                 "--look-ahead changes the graphwalker oracle's replays: it needs --mode oracle "
                 f"and --tools graphwalker (got --mode {self.mode}, --tools {self.toolset})"

@@ -1,7 +1,7 @@
 """Trial-and-error demonstrations for the ``knowcoder`` oracle (KnowCoder-A1 samples its expert
 trajectories with trial and error), written without an LLM from a walk's stored SPARQL.
 
-The plain oracle replay (:func:`~kgsynth.synthesize.oracle_sparql.replay_sparql`: types,
+The plain oracle replay (:func:`~kgsynth.agent.spaces.sparql_oracle.replay_sparql`: types,
 patterns, execute) is kept up to its last step; then a first ``ExecuteSPARQL`` makes a mistake
 an agent makes, the observation shows it, and the gold query corrects it. The mistakes
 (:func:`mistakes`), tried in a seeded order until one really goes wrong:
@@ -28,12 +28,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sparql_oracle import check_syntax, query_answers, walk_relations
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
 from kgsynth.kg.graph import KGGraph
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
-from kgsynth.synthesize.oracle_call import OracleCall
-from kgsynth.synthesize.oracle_sparql import _check_syntax, query_answers, walk_relations
 
 TRIAL_MODE = "oracle_trial"
 """The ``mode`` of a trial-and-error trajectory."""
@@ -129,7 +129,7 @@ def trial_steps(
             rels,
         )
         try:
-            _check_syntax(call)
+            check_syntax(call)
         except Reject:
             continue
         result = env.execute(call.call)

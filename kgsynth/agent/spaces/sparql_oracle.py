@@ -38,22 +38,18 @@ from kgsynth.agent.protocol import (
     parse_isp_turn,
     tagged,
 )
+from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.toolcall import ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
-from kgsynth.agent.toolsets.knowcoder import type_catalogue
 from kgsynth.kg import sparql
-from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.relation_forms import relation_words
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
-from kgsynth.synthesize.oracle_call import OracleCall
 
-SPARQL_TOOLSETS = ("knowcoder", "isp")
 """The tool sets whose oracle is built here."""
 QUERY_KINDS = ("execute", "sparql", "retry")
 """Kinds of the oracle step that runs the walk's query (its observation gives the answer;
-``retry``: the gold query after a trial-and-error attempt, :mod:`~kgsynth.synthesize.oracle_trial`)."""
-MAX_TYPED_ANSWERS = 20
+``retry``: the gold query after a trial-and-error attempt, :mod:`~kgsynth.agent.spaces.knowcoder.trial`)."""
 """Gold answers whose types are read to choose the SearchTypes text."""
 
 
@@ -102,55 +98,34 @@ def graph_sketch(row: dict[str, Any]) -> str:
     return f"SELECT ?x WHERE {{ {' . '.join(_distinct(triples))} }}"
 
 
-def answer_type(graph: KGGraph, row: dict[str, Any]) -> str | None:
-    """The name of the type most of the gold answers have (the text of ``SearchTypes``), or
-    None when the KG has no types (its type catalogue is empty) or no answer has one."""
-    types, _ = type_catalogue(graph)
-    if not types:
-        return None
-    values = []
-    for a in (row.get("answer_ids") or [])[:MAX_TYPED_ANSWERS]:
-        try:
-            values.append(sparql.iri(a))
-        except ValueError:
-            continue  # a literal answer has no type
-    if not values:
-        return None
-    prof = graph.profile
-    has = " UNION ".join(f"{{ ?a {sparql.iri(p)} ?t }}" for p in prof.type_predicates)
-    query = (
-        f"SELECT ?t (COUNT(DISTINCT ?a) AS ?n) WHERE {{ VALUES ?a {{ {' '.join(values)} }} "
-        f"{has} FILTER(isIRI(?t)) }} GROUP BY ?t ORDER BY DESC(?n) ?t LIMIT 1"
-    )
-    rows = graph.kg.select(query)
-    if not rows or "t" not in rows[0]:
-        return None
-    iri = rows[0]["t"].value
-    named = next((t.name for t in types if t.iri == iri), None)
-    return " ".join((named or prof.relation_name(iri)).split()) or None
-
-
-def sparql_oracle_calls(
-    row: dict[str, Any], toolset: str, type_name: str | None = None
-) -> list[OracleCall]:
-    """The gold action sequence of a question's walk for ``knowcoder`` or ``isp``;
-    ``type_name``: the ``SearchTypes`` text (None leaves that step out). Raises
-    :class:`~kgsynth.stage.Reject` (``no_sparql``) for a row without its logical form."""
+def _gold_query(row: dict[str, Any]) -> str:
+    """The walk's SPARQL; :class:`~kgsynth.stage.Reject` (``no_sparql``) for a row without."""
     query = row.get("sparql")
     if not query:
         raise Reject("no_sparql")
+    return query
+
+
+def isp_oracle_calls(row: dict[str, Any]) -> list[OracleCall]:
+    """The isp gold actions: every topic explored in one step, then the query."""
+    query = _gold_query(row)
     topics = list(row["topic_names"])
     rels = walk_relations(row)
     about = " and ".join(topics)
-    if toolset == "isp":  # every topic explored in one step, then the query
-        nodes = operations_text([Operation(NODE, t) for t in topics])
-        first = row["branches"][0][0] if len(topics) == 1 else None
-        return [
-            OracleCall("node", nodes, about, first, rels),
-            OracleCall("sparql", Operation(SPARQL, query).render(), about, None, rels),
-        ]
-    if toolset != "knowcoder":
-        raise ValueError(f"no SPARQL oracle for tool set {toolset!r}")
+    nodes = operations_text([Operation(NODE, t) for t in topics])
+    first = row["branches"][0][0] if len(topics) == 1 else None
+    return [
+        OracleCall("node", nodes, about, first, rels),
+        OracleCall("sparql", Operation(SPARQL, query).render(), about, None, rels),
+    ]
+
+
+def knowcoder_oracle_calls(row: dict[str, Any], type_name: str | None = None) -> list[OracleCall]:
+    """The knowcoder gold actions: ``SearchTypes`` (``type_name``; None leaves it out), then
+    ``SearchGraphPatterns`` with the walk's sketch, then ``ExecuteSPARQL``."""
+    query = _gold_query(row)
+    rels = walk_relations(row)
+    about = " and ".join(row["topic_names"])
     hint = " ".join(_distinct(relation_words(r) for r in rels))
     calls = []
     if type_name:
@@ -170,17 +145,6 @@ def isp_operations(call: OracleCall) -> tuple[Operation, ...]:
     return turn.ops
 
 
-def _check_syntax(call: OracleCall) -> None:
-    """The call must read back (as the agent's parser reads it) to a call of one tool with
-    string arguments: the stored SPARQL's escaping survives the tool-call syntax."""
-    try:
-        parsed = parse_tool_call(call.call)
-    except ToolCallSyntaxError:
-        raise Reject("oracle_call_unparsable") from None
-    if not all(isinstance(a, str) for a in parsed.args):
-        raise Reject("oracle_call_unparsable")
-
-
 def query_answers(result: ToolResult) -> list[str]:
     """The entity names the query observation's rows show, in row order (only the rows the
     text still holds: a truncated observation hides the rest)."""
@@ -193,23 +157,17 @@ def query_answers(result: ToolResult) -> list[str]:
     return list(shown)
 
 
-def replay_sparql(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, Any]]:
-    """Run the oracle calls of ``env``'s tool set; ``(call, ToolResult)`` per step. Raises
-    :class:`~kgsynth.stage.Reject` for a call that fails (``oracle_<error>``), a query that
-    fails (``oracle_query_failed``) or one whose observation misses a gold answer
-    (``answers_not_observed``)."""
-    toolset = env.config.toolset
-    type_name = answer_type(env.graph, row) if toolset == "knowcoder" else None
+def replay_sparql(
+    space: Any, row: dict[str, Any], env: ToolEnvironment
+) -> list[tuple[OracleCall, Any]]:
+    """Run ``space``'s oracle calls (knowcoder's or isp's) in ``env``; ``(call, ToolResult)``
+    per step. Raises :class:`~kgsynth.stage.Reject` for a call that fails
+    (``oracle_<error>``), a query that fails (``oracle_query_failed``) or one whose
+    observation misses a gold answer (``answers_not_observed``)."""
     gold = {normalize_answer(a) for a in row["answer_names"]}
     steps = []
-    for c in sparql_oracle_calls(row, toolset, type_name):
-        if toolset == "isp":
-            from kgsynth.agent.toolsets.isp import run_step
-
-            result = run_step(env, isp_operations(c))
-        else:
-            _check_syntax(c)
-            result = env.execute(c.call)
+    for c in space.oracle_calls(row, env.graph):
+        result = space.run_oracle_call(env, c)
         if c.kind in QUERY_KINDS:
             if result.error is not None:
                 raise Reject("oracle_query_failed")
@@ -219,3 +177,14 @@ def replay_sparql(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[Oracl
             raise Reject(f"oracle_{result.error.value}")
         steps.append((c, result))
     return steps
+
+
+def check_syntax(call: OracleCall) -> None:
+    """The call must read back (as the agent's parser reads it) to a call of one tool with
+    string arguments: the stored SPARQL's escaping survives the tool-call syntax."""
+    try:
+        parsed = parse_tool_call(call.call)
+    except ToolCallSyntaxError:
+        raise Reject("oracle_call_unparsable") from None
+    if not all(isinstance(a, str) for a in parsed.args):
+        raise Reject("oracle_call_unparsable")

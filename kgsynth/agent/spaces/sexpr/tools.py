@@ -26,7 +26,7 @@ its memory limit); the gating look-ups stay in-process. The observation: ``expre
 ``top_k_relations``, written as the agent writes them: ``rel`` / ``(R rel)``) and its number
 and date attributes (what Order, Compare and Time_constraint take). An empty result makes no
 expression (``no_results``). Relations and attributes are gated first
-(:mod:`~kgsynth.agent.toolsets.sexpr_gate`, KBQA-R1's RRCG, thresholds ``gate_high`` and
+(:mod:`~kgsynth.agent.spaces.sexpr.gate`, KBQA-R1's RRCG, thresholds ``gate_high`` and
 ``gate_low``) against those of the set's first members (``SAMPLED_MEMBERS``); a relation
 written exactly that only other members have is tried on the whole set before it is gated::
 
@@ -40,17 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, agent_timeout
-from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, rank_relations
-from kgsynth.agent.toolsets import ToolTable, memory_failure
-from kgsynth.agent.toolsets import sexpr_gate as g
-from kgsynth.agent.toolsets.sexpr_gate import (
+from kgsynth.agent.spaces.sexpr import gate as g
+from kgsynth.agent.spaces.sexpr.gate import (
     attributes_of,
     classes_of,
     literal_relations,
     relations_of,
 )
-from kgsynth.agent.toolsets.sexpr_syntax import (
+from kgsynth.agent.spaces.sexpr.syntax import (
     ACTIONS,
     COMPARISONS,
     TOOL_HELP,
@@ -72,6 +69,9 @@ from kgsynth.agent.toolsets.sexpr_syntax import (
     wrong,
     year_atom,
 )
+from kgsynth.agent.spaces.sparql import ToolTable, memory_failure
+from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, agent_timeout
+from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, rank_relations
 from kgsynth.errors import KGMemoryError, QueryRejectedError, RowLimitError
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import Relation

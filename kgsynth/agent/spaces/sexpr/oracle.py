@@ -1,5 +1,5 @@
 """Oracle trajectories and Referenced Rejection Sampling references for KBQA-R1's action space
-(the ``sexpr`` tool set, :mod:`kgsynth.agent.toolsets.sexpr`).
+(the ``sexpr`` tool set, :mod:`kgsynth.agent.spaces.sexpr.tools`).
 
 A question's S-expression becomes the action sequence that builds it, post-order (each operand
 before the operation on it), the way KBQA-R1 shows a reference::
@@ -39,15 +39,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sexpr.syntax import parse_action
+from kgsynth.agent.spaces.sexpr.tools import SHOWN_RESULTS
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
-from kgsynth.agent.toolsets.sexpr import SHOWN_RESULTS
-from kgsynth.agent.toolsets.sexpr_syntax import parse_action
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import FREEBASE_NS, get_profile
 from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
-from kgsynth.synthesize.oracle_call import OracleCall
 
 SEXPR_TOOLSET = "sexpr"
 KINDS = ("find_relation", "merge", "order", "compare", "time_constraint", "count")

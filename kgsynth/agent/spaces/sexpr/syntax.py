@@ -1,4 +1,4 @@
-"""The text of KBQA-R1's actions (the ``sexpr`` tool set, :mod:`kgsynth.agent.toolsets.sexpr`):
+"""The text of KBQA-R1's actions (the ``sexpr`` tool set, :mod:`kgsynth.agent.spaces.sexpr.tools`):
 reading an action (``Action2: Find_relation [ Kismet | (R directed_by) ]``) into a call,
 and reading its arguments into S-expression atoms (a value to compare with, a literal operand,
 a relation as written and the forms an exact match may take)."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kgsynth.agent.spaces.sexpr.gate import Named
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, tokenize
-from kgsynth.agent.toolsets.sexpr_gate import Named
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import Relation
 from kgsynth.kg.profiles import KGProfile

@@ -17,7 +17,7 @@ after ``PREFIX`` lines the agent copies into its query (:class:`Prefixes`).
 
 ``sparql("SELECT ...")`` — runs the agent's query through the read-only guard, the timeout
 (the agent's ``query_timeout_s``; on a store directory the query runs in a child process that
-is killed at it) and the row cap (:func:`kgsynth.agent.toolsets.sparql_result`); rows are shown
+is killed at it) and the row cap (:func:`kgsynth.agent.spaces.sparql.sparql_result`); rows are shown
 by name.
 
 The work of one ``node`` call is bounded: only the :data:`MAX_FIRST_HOP` best-ranked first-hop
@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from kgsynth.agent.spaces.sparql import ToolTable, sparql_result
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS
 from kgsynth.agent.toolcall import ToolCall
 from kgsynth.agent.toolkit import (
@@ -63,7 +64,6 @@ from kgsynth.agent.toolkit import (
     relation_words,
     truncate,
 )
-from kgsynth.agent.toolsets import ToolTable, sparql_result
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import Entity, KGGraph, Relation
 from kgsynth.kg.terms import Term

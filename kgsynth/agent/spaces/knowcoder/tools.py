@@ -18,7 +18,7 @@
 
 ``ExecuteSPARQL("full query")``
   The query through the read-only guard, the timeout and the row cap
-  (:func:`kgsynth.agent.toolsets.sparql_result`).
+  (:func:`kgsynth.agent.spaces.sparql.sparql_result`).
 
 Bounds: the type catalogue is read once per :class:`~kgsynth.kg.graph.KGGraph` (the
 ``TYPE_CATALOGUE`` types with most instances); the dense score covers the matched types and the
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 
 from rank_bm25 import BM25Okapi
 
+from kgsynth.agent.spaces.sparql import ToolTable, sparql_result
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, relation_words, tokenize
-from kgsynth.agent.toolsets import ToolTable, sparql_result
 from kgsynth.errors import RowLimitError
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import Entity, KGGraph, Relation

@@ -1,27 +1,21 @@
-"""The oracle's gold action sequence and its replay through the real tools (GraphWalker's
-GraphSynth): each question's walk becomes ``get_relations`` then ``get_triples`` per hop (both
-branches of a conjunction, then IP's last hop), run through the same
-:class:`~kgsynth.agent.tools.ToolEnvironment` (ranking, limits) as RL and eval. A step whose gold
-relation or next entity the tools do not show turns the question down (:class:`~kgsynth.stage.Reject`)."""
+"""The path oracle of the graphwalker and kgr1 spaces (GraphWalker's GraphSynth): each
+question's walk becomes a relations call then a triples call per hop (both branches of a
+conjunction, then IP's last hop; the space writes the calls, :meth:`PathSpace.hop_calls`), run
+through the same :class:`~kgsynth.agent.tools.ToolEnvironment` (ranking, limits) as RL and eval.
+A step whose gold relation or next entity the tools do not show turns the question down
+(:class:`~kgsynth.stage.Reject`)."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Sequence
 from typing import Any
 
+from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
 from kgsynth.agent.toolkit import unmarked
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES
-from kgsynth.metrics import normalize_answer
 from kgsynth.stage import Reject
-from kgsynth.synthesize.oracle_call import OracleCall
-
-
-def _q(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -39,44 +33,33 @@ def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return main + tail
 
 
-def _calls_for(entity: str, hop: dict[str, Any], toolset: str) -> tuple[OracleCall, OracleCall]:
-    """The relations call and the triples call of one hop from ``entity``."""
-    rel = hop["relation"]
-    if toolset == "graphwalker":
-        return (
-            OracleCall("relations", f"get_relations({_q(entity)})", entity, hop),
-            OracleCall("triples", f"get_triples({_q(entity)}, [{_q(rel)}])", entity, hop),
-        )
-    side = "head" if hop["inverse"] else "tail"
-    return (
-        OracleCall("relations", f"get_{side}_relations({_q(entity)})", entity, hop),
-        OracleCall("triples", f"get_{side}_entities({_q(entity)}, {_q(rel)})", entity, hop),
-    )
+class PathSpace:
+    """The oracle of a space whose tools list an entity's relations and follow one: a
+    subclass writes :meth:`hop_calls` (and :meth:`look_ahead_call` where it has the
+    look-ahead)."""
 
+    def hop_calls(self, entity: str, hop: dict[str, Any]) -> tuple[OracleCall, OracleCall]:
+        """The relations call and the triples call of one hop from ``entity``."""
+        raise NotImplementedError
 
-def oracle_calls(
-    row: dict[str, Any], toolset: str, graph: KGGraph | None = None
-) -> list[OracleCall]:
-    """The gold action sequence of a question's walk. ``knowcoder``'s ``SearchTypes`` step
-    needs the KG (the answers' type): without ``graph`` it is left out. ``sexpr``'s actions
-    name entities the row does not name by ``graph``'s labels."""
-    if toolset == "sexpr":  # KBQA-R1's actions, built from the question's S-expression
-        from kgsynth.synthesize.oracle_sexpr import sexpr_oracle_calls
+    def look_ahead_call(self, entity: str) -> OracleCall:
+        """The look-ahead after the last hop: the relations of ``entity`` (a ``check``)."""
+        raise NotImplementedError
 
-        return sexpr_oracle_calls(row, graph)
-    if toolset in ("knowcoder", "isp"):
-        from kgsynth.synthesize.oracle_sparql import answer_type, sparql_oracle_calls
+    def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
+        """The gold action sequence of a question's walk."""
+        if row.get("structure") in CONSTRAINT_STRUCTURES and not _expressible(row):
+            raise Reject("oracle_not_expressible")
+        calls: list[OracleCall] = []
+        for entity, hop in _ordered_hops(row):
+            calls.extend(self.hop_calls(entity, hop))
+        return calls
 
-        type_name = (
-            answer_type(graph, row) if graph is not None and toolset == "knowcoder" else None
-        )
-        return sparql_oracle_calls(row, toolset, type_name)
-    if row.get("structure") in CONSTRAINT_STRUCTURES and not _expressible(row):
-        raise Reject("oracle_not_expressible")
-    calls = []
-    for entity, hop in _ordered_hops(row):
-        calls.extend(_calls_for(entity, hop, toolset))
-    return calls
+    def replay(
+        self, row: dict[str, Any], env: ToolEnvironment, **options: Any
+    ) -> list[tuple[OracleCall, Any]]:
+        """The oracle's calls run in ``env`` (:func:`replay`)."""
+        return replay(self, row, env, **options)
 
 
 def _expressible(row: dict[str, Any]) -> bool:
@@ -110,22 +93,11 @@ def _check_count(row: dict[str, Any], call: OracleCall, result: Any) -> None:
         raise Reject("count_not_observable")
 
 
-def reference_text(row: dict[str, Any], toolset: str, graph: KGGraph | None = None) -> str:
-    """The numbered gold actions a referenced rollout is shown, one per line (an isp step's
-    operations on one line); with ``graph``, knowcoder's starts with its ``SearchTypes``.
-    ``sexpr``'s is numbered as KBQA-R1 shows it: ``Action1: Find_relation [ … ]``."""
-    calls = oracle_calls(row, toolset, graph)
-    if toolset == "sexpr":
-        from kgsynth.synthesize.oracle_sexpr import sexpr_reference
-
-        return sexpr_reference(calls)
-    return "\n".join(f"{i}. {' '.join(c.call.splitlines())}" for i, c in enumerate(calls, 1))
-
-
 _LISTED_AS = re.compile(r'^Relations of "(.*)" \(showing', re.MULTILINE)
 
 
 def replay(
+    space: PathSpace,
     row: dict[str, Any],
     env: ToolEnvironment,
     *,
@@ -161,8 +133,7 @@ def replay(
     reached: after an inner hop the agent follows the next relation from that list, after the
     last it answers. Whether to go on is decided where the list is in the context, ranked by
     the question, instead of from the question alone."""
-    toolset = env.config.toolset
-    calls = oracle_calls(row, toolset)
+    calls = space.oracle_calls(row)
     continues_from = {c.entity for c in calls}
     chain = len(row["branches"]) == 1
     topics = set(row["topic_names"])
@@ -171,7 +142,7 @@ def replay(
     instead: dict[str, str] = {}  # walked entity -> the shown one the replay goes on from
     for k, c in enumerate(calls):
         if c.entity in instead:
-            c = _calls_for(instead[c.entity], c.hop, toolset)[0 if c.kind == "relations" else 1]
+            c = space.hop_calls(instead[c.entity], c.hop)[0 if c.kind == "relations" else 1]
         result = env.execute(c.call)
         if result.error is not None:
             raise Reject(f"oracle_{result.error.value}")
@@ -193,7 +164,7 @@ def replay(
         walked_shown = c.hop["entity"] in result.entities
         if c.hop["entity"] in continues_from and (follow == "first" or not walked_shown):
             nxt_hop = calls[k + 2].hop if chain and k + 2 < len(calls) else None
-            sub = _shown_substitute(env, result, c, nxt_hop, topics) if nxt_hop else None
+            sub = _shown_substitute(space, env, result, c, nxt_hop, topics) if nxt_hop else None
             if sub is not None:
                 instead[c.hop["entity"]] = sub
             elif not walked_shown:
@@ -204,7 +175,7 @@ def replay(
         sources = [c.entity]
         reached = list(result.entities)
         for other in others:
-            extra = _calls_for(other, c.hop, env.config.toolset)[1]
+            extra = space.hop_calls(other, c.hop)[1]
             got = env.execute(extra.call)
             if got.error is None:
                 steps.append((extra, got))
@@ -218,7 +189,7 @@ def replay(
                 others.append(entity)
             seen.add(entity)
     if look_ahead and steps and steps[-1][0].kind == "triples":
-        check = _check_call(row, steps[-1][1], topics)
+        check = _check_call(space, row, steps[-1][1], topics)
         if check is not None:
             got = env.execute(check.call)
             if got.error is None:
@@ -226,18 +197,23 @@ def replay(
     return steps
 
 
-def _check_call(row: dict[str, Any], result: Any, topics: set[str]) -> OracleCall | None:
+def _check_call(
+    space: PathSpace, row: dict[str, Any], result: Any, topics: set[str]
+) -> OracleCall | None:
     """The look-ahead after the last hop: ``get_relations`` of the first gold answer
     ``result`` shows (not a topic), or None when it shows none."""
     shown = [e for e in result.entities if e not in topics]
     first = next(iter(oracle_answers(row, shown, fallback=False)), None)
-    return (
-        None if first is None else OracleCall("check", f"get_relations({_q(first)})", first, None)
-    )
+    return None if first is None else space.look_ahead_call(first)
 
 
 def _shown_substitute(
-    env: ToolEnvironment, result: Any, call: OracleCall, next_hop: dict[str, Any], topics: set[str]
+    space: PathSpace,
+    env: ToolEnvironment,
+    result: Any,
+    call: OracleCall,
+    next_hop: dict[str, Any],
+    topics: set[str],
 ) -> str | None:
     """The first entity ``result`` shows (display order; not the call's own entity or a topic)
     from which ``next_hop``'s relation returns triples. The probes are not part of the
@@ -247,26 +223,9 @@ def _shown_substitute(
         for name in result.entities:
             if name == call.entity or name in topics:
                 continue
-            probe = _calls_for(name, next_hop, env.config.toolset)[1]
+            probe = space.hop_calls(name, next_hop)[1]
             if env.execute(probe.call).error is None:
                 return name
         return None
     finally:
         env.restore(state)
-
-
-def oracle_answers(
-    row: dict[str, Any], observed: Sequence[str], *, fallback: bool = True
-) -> list[str]:
-    """The oracle's answer: the gold answers its observations showed, in the order and spelling
-    they were first shown (so the answer copies the observation line by line, whatever order
-    the tools list neighbours in), or the whole gold set when none was shown. A display cap or
-    a replay through one of several entities can show only part of the set; the filter's
-    outcome check then decides."""
-    gold = {normalize_answer(a) for a in row["answer_names"]}
-    shown: dict[str, str] = {}
-    for name in observed:
-        key = normalize_answer(name)
-        if key in gold and key not in shown:
-            shown[key] = name
-    return list(shown.values()) or (list(row["answer_names"]) if fallback else [])

@@ -1,0 +1,83 @@
+"""What an action space is: the one object synthesis, the filter, eval and RL ask about a tool
+set (:class:`ActionSpace`). A space holds its tools, its turn format, its system prompt, its
+oracle (the gold actions of a synthesized question) and what its thoughts and drills say; code
+outside the space's package asks the space instead of testing its name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kgsynth.agent.protocol import TaggedFormat, Turn
+from kgsynth.agent.spaces.sparql import ToolTable
+from kgsynth.agent.toolcall import ToolCall, parse_tool_call
+from kgsynth.prompts import render
+
+if TYPE_CHECKING:
+    from kgsynth.agent.toolkit import ToolResult
+    from kgsynth.agent.tools import ToolEnvironment
+    from kgsynth.kg.graph import KGGraph
+
+
+class ActionSpace:
+    """One agent action space. A subclass sets :attr:`name` and :attr:`tool_help` and writes
+    :meth:`make_tools` and :meth:`oracle_calls`; the rest has defaults (the
+    ``<kg-query>``/``<answer>`` turn format, ``prompts/agent_system*.j2``, a tool call per
+    turn)."""
+
+    name: ClassVar[str]
+    tool_help: ClassVar[list[dict[str, str]]]  # [{"usage", "description"}] the prompt lists
+    turns: ClassVar[TaggedFormat] = TaggedFormat()
+    prompt: ClassVar[str] = "agent_system"  # prompts/<prompt>.j2 (full) and <prompt>_short.j2
+    look_ahead: ClassVar[bool] = False  # the oracle can end on a look-ahead get_relations
+    trial_and_error: ClassVar[bool] = False  # the oracle can insert a failed try and its fix
+    # what the oracle builds the gold actions from: "walk" (the walk's hops), "sparql" (the
+    # row's ``sparql``, the walk's logical form) or "sexpr" (its S-expression)
+    oracle_from: ClassVar[str] = "walk"
+    # ``hybrid`` ranking encodes the questions up front (the space ranks relation lists)
+    ranks_relations: ClassVar[bool] = False
+
+    # --- prompt and tools -------------------------------------------------------------
+
+    def system_prompt(self, max_turns: int, style: str) -> str:
+        """The system prompt: ``full`` or ``short`` (:data:`~kgsynth.agent.config.PROMPT_STYLES`)."""
+        name = self.prompt if style == "full" else f"{self.prompt}_short"
+        return render(name, tools=self.tool_help, max_turns=max_turns, **self.prompt_values())
+
+    def prompt_values(self) -> dict[str, Any]:
+        """Values the space's prompt template reads besides the tools and the turn limit."""
+        return {}
+
+    def make_tools(self, env: ToolEnvironment) -> ToolTable:
+        """The tool table of one episode's environment: name -> (arity, function)."""
+        raise NotImplementedError
+
+    def parse_action(self, text: str) -> ToolCall:
+        """A turn's action text as a tool call (raises ToolCallSyntaxError)."""
+        return parse_tool_call(text)
+
+    def run_turn(self, env: ToolEnvironment, turn: Turn) -> ToolResult:
+        """Run a parsed turn's action: one tool call."""
+        assert turn.query is not None
+        return env.execute(turn.query)
+
+    # --- oracle -----------------------------------------------------------------------
+
+    def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[Any]:
+        """The gold action sequence of a synthesized question (a list of ``OracleCall``)."""
+        raise NotImplementedError
+
+    def replay(self, row: dict[str, Any], env: ToolEnvironment, **options: Any) -> list[Any]:
+        """The oracle's calls run in ``env``: ``(OracleCall, ToolResult)`` per step; raises
+        :class:`~kgsynth.stage.Reject` where the tools do not show what the walk took.
+        ``options``: the path oracle's ``fan_out``, ``follow`` and ``look_ahead``."""
+        raise NotImplementedError
+
+    def reference_text(self, row: dict[str, Any], graph: KGGraph | None = None) -> str:
+        """The numbered gold actions a referenced rollout is shown, one per line."""
+        calls = self.oracle_calls(row, graph)
+        return "\n".join(f"{i}. {' '.join(c.call.splitlines())}" for i, c in enumerate(calls, 1))
+
+    def tool_names(self) -> Sequence[str]:
+        """The tools' names, as the prompt lists them."""
+        return [h["usage"].split("(")[0].split(" ")[0] for h in self.tool_help]

@@ -1,0 +1,47 @@
+"""ISP-KGR's action space: a step explores entities (``<node>``) and runs queries
+(``<SPARQL>``), several at once, and answers in ``\\boxed{}`` (:class:`~kgsynth.agent.protocol.IspFormat`);
+the tools are :mod:`.tools`. Its oracle explores every topic in one step, then runs the walk's
+SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from kgsynth.agent.protocol import MAX_OPERATIONS, IspFormat, Turn
+from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.isp.tools import TOOL_HELP, make_tools, run_step
+from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sparql import ToolTable
+from kgsynth.agent.spaces.sparql_oracle import isp_operations, isp_oracle_calls, replay_sparql
+from kgsynth.agent.toolkit import ToolResult
+from kgsynth.kg.graph import KGGraph
+
+
+class Isp(ActionSpace):
+    name = "isp"
+    tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
+    turns = IspFormat()
+    prompt = "agent_system_isp"
+    oracle_from = "sparql"
+
+    def prompt_values(self) -> dict[str, Any]:
+        return {"max_operations": MAX_OPERATIONS}
+
+    def make_tools(self, env: Any) -> ToolTable:
+        return make_tools(env)
+
+    def run_turn(self, env: Any, turn: Turn) -> ToolResult:
+        """A step's operations run in order, observed together."""
+        return run_step(env, turn.ops)
+
+    def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
+        return isp_oracle_calls(row)
+
+    def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
+        return run_step(env, isp_operations(call))
+
+    def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
+        return replay_sparql(self, row, env)
+
+
+SPACE = Isp()

@@ -1,0 +1,42 @@
+"""KnowCoder-A1's action space: ``SearchTypes``, ``SearchGraphPatterns``, ``ExecuteSPARQL``
+(:mod:`.tools`). Its oracle searches the answers' type (:mod:`.oracle`), the walk's graph
+pattern and runs the walk's SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`); with
+``trial_and_error`` a seeded share of questions gets a failed try and its fix first
+(:mod:`.trial`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.knowcoder.oracle import answer_type
+from kgsynth.agent.spaces.knowcoder.tools import TOOL_HELP, make_tools
+from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sparql import ToolTable
+from kgsynth.agent.spaces.sparql_oracle import check_syntax, knowcoder_oracle_calls, replay_sparql
+from kgsynth.agent.toolkit import ToolResult
+from kgsynth.kg.graph import KGGraph
+
+
+class KnowCoder(ActionSpace):
+    name = "knowcoder"
+    tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
+    trial_and_error = True
+    oracle_from = "sparql"
+
+    def make_tools(self, env: Any) -> ToolTable:
+        return make_tools(env)
+
+    def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
+        """Without ``graph`` the ``SearchTypes`` step is left out (it needs the KG)."""
+        return knowcoder_oracle_calls(row, answer_type(graph, row) if graph is not None else None)
+
+    def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
+        check_syntax(call)
+        return env.execute(call.call)
+
+    def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
+        return replay_sparql(self, row, env)
+
+
+SPACE = KnowCoder()
