@@ -1,0 +1,140 @@
+"""A sixth action space added in this one file (issue 45): registered, it runs through the oracle,
+the filter and eval like the five built in, with nothing outside this file knowing its name.
+
+The toy space ``hops`` has one tool, ``follow("Entity", "relation")``: the entities one relation
+reaches from an entity, either direction, shown by name through the environment's triple list.
+Its oracle follows each hop of a chain walk with one call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import pyarrow.parquet as pq
+import pytest
+
+from kgsynth.agent.config import AgentConfig
+from kgsynth.agent.spaces import names, register, space
+from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.eval import EvalConfig, evaluate
+from kgsynth.filter import FilterConfig, run_filters
+from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
+from kgsynth.kg.profiles import get_profile
+from kgsynth.llm.base import LLM, Completion
+from kgsynth.llm.template import TemplateLLM
+from kgsynth.qafiles import QARecord
+from kgsynth.stage import Reject
+from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
+from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
+from kgsynth.walk import WalkConfig, run_walks
+from tests.kgfixtures import generated_movie_facts, movie_ntriples
+
+
+def follow(env: Any, name: str, relation: str) -> Any:
+    entity, notes = env._entity(name)
+    rels, missing = env.select_relations(entity, [relation])
+    return env.triple_list(entity, rels, notes, missing)
+
+
+class Hops(ActionSpace):
+    name = "hops"
+    tool_help: ClassVar[list[dict[str, str]]] = [
+        {
+            "usage": 'follow("Entity Name", "relation")',
+            "description": "the entities one relation reaches",
+        }
+    ]
+
+    def make_tools(self, env: Any) -> dict:
+        return {"follow": (2, lambda e, r: follow(env, e, r))}
+
+    def oracle_calls(self, row: dict[str, Any], graph: Any = None) -> list[OracleCall]:
+        if len(row["branches"]) != 1:
+            raise Reject("not_a_chain")
+        calls, cur = [], row["topic_names"][0]
+        for hop in row["branches"][0]:
+            call = f"follow({json.dumps(cur)}, {json.dumps(hop['relation'])})"
+            calls.append(OracleCall("triples", call, cur, hop))
+            cur = hop["entity"]
+        return calls
+
+    def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[Any, Any]]:
+        steps = []
+        for c in self.oracle_calls(row):
+            result = env.execute(c.call)
+            if result.error is not None or c.hop["entity"] not in result.entities:
+                raise Reject("gold_entity_not_retrievable")
+            steps.append((c, result))
+        return steps
+
+
+class Replayer(LLM):
+    """A policy that learned the corpus by heart: each question's accepted trajectory's turns."""
+
+    backend = "scripted"
+    model = "corpus"
+
+    def __init__(self, corpus: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.turns = {
+            r["question"]: [m["content"] for m in r["messages"] if m["role"] == "assistant"]
+            for r in corpus
+        }
+
+    def generate_batch(self, requests, progress=None):
+        out = []
+        for i, r in enumerate(requests):
+            msgs = r.message_dicts()
+            question = msgs[1]["content"].split("\n")[0].removeprefix("Question: ")
+            done = sum(m["role"] == "assistant" for m in msgs)
+            c = Completion(self.turns[question][done])
+            self.stats.add(c)
+            out.append(c)
+            if progress:
+                progress(i, c)
+        return out
+
+
+@pytest.fixture(scope="module")
+def hops_space():
+    register(Hops())
+    return space("hops")
+
+
+def test_a_plugin_space_runs_oracle_filter_and_eval(hops_space, tmp_path):
+    assert "hops" in names() and hops_space.name == "hops"
+    kg = EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
+    graph = KGGraph(kg)
+    run_walks(kg, WalkConfig(n=30, seed=3), tmp_path / "walks.parquet")
+    walks = pq.read_table(tmp_path / "walks.parquet").to_pylist()
+    questions, _, _ = synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())
+    agent = AgentConfig(toolset="hops")
+    rows, rejected, _ = synthesize_trajectories(
+        questions, TrajectoryConfig(agent=agent), graph=graph, llm=TemplateLLM()
+    )
+    assert len(rows) >= 10
+    assert {r["reject_reason"] for r in rejected} <= {"not_a_chain", "gold_entity_not_retrievable"}
+    first = rows[0]["messages"]
+    assert 'follow("' in first[0]["content"]  # the space's tools in its system prompt
+    assert first[2]["content"].startswith("<think>") and "<kg-query>follow(" in first[2]["content"]
+    accepted, _, stats = run_filters(rows, FilterConfig())
+    corpus = accepted.to_pylist()
+    assert stats["accepted"] == len(corpus) >= 5, stats
+    records = [
+        QARecord(
+            r["question"],
+            r["question"],
+            list(r["topic_names"]),
+            list(r["gold_answers"]),
+            None,
+            None,
+            i,
+        )
+        for i, r in enumerate(corpus, 1)
+    ]
+    preds, metrics = evaluate(records, Replayer(corpus), graph, EvalConfig(agent=agent))
+    assert all(p["tool_errors"] == 0 and p["format_errors"] == 0 for p in preds)
+    assert all(c.startswith("follow(") for p in preds for c in p["tool_calls"])
+    assert metrics["overall"]["hits_at_1"] == 1.0
