@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from kgsynth.benchmarks import benchmark_relations, benchmark_seed_ids, read_benchmark
 from kgsynth.cli import app
 from kgsynth.errors import ConfigError, InputFileError
-from kgsynth.eval import EvalConfig, check_records, evaluate
+from kgsynth.eval.config import EvalConfig, check_records
+from kgsynth.eval.subjects import evaluate
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.open import open_kg
 from kgsynth.kg.profiles import get_profile

@@ -17,22 +17,12 @@ from typer.testing import CliRunner
 
 from kgsynth.cli import app
 from kgsynth.errors import ConfigError, InputFileError
-from kgsynth.eval import (
-    METRIC_LEGEND,
-    UNION_LABEL,
-    EvalConfig,
-    check_records,
-    compare_markdown,
-    compare_runs,
-    evaluate,
-    majority_choice,
-    pass_at_k,
-    pass_ks,
-    summarize,
-    union_answers,
-    untrained_model,
-)
+from kgsynth.eval.checkpoints import untrained_model
+from kgsynth.eval.compare import compare_markdown, compare_runs
+from kgsynth.eval.config import METRIC_LEGEND, UNION_LABEL, EvalConfig, check_records
 from kgsynth.eval.paired import paired_markdown, paired_rows
+from kgsynth.eval.scoring import majority_choice, pass_at_k, pass_ks, summarize, union_answers
+from kgsynth.eval.subjects import evaluate
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.metrics import bootstrap_interval, score

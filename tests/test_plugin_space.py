@@ -17,7 +17,8 @@ from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import names, register, space
 from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.oracle_call import OracleCall
-from kgsynth.eval import EvalConfig, evaluate
+from kgsynth.eval.config import EvalConfig
+from kgsynth.eval.subjects import evaluate
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph

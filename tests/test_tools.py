@@ -441,7 +441,7 @@ def test_near_entity_matching_reads_a_misspelt_name_as_the_context_name(graph):
 def test_entity_matching_reaches_every_stage_config():
     """The option is the agent's: eval, synthesis and RL configs take it under its own name
     and hand it to the tool environment."""
-    from kgsynth.eval import EvalConfig
+    from kgsynth.eval.config import EvalConfig
     from kgsynth.synthesize.trajectory_config import TrajectoryConfig
     from kgsynth.train.grpo_config import GRPOConfig
 

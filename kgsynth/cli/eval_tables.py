@@ -12,7 +12,7 @@ def print_results(metrics: dict[str, Any]) -> None:
     """An evaluation's metrics per system, its process counts, and its breakdowns."""
     from rich.table import Column, Table
 
-    from kgsynth.eval import METRIC_NAMES, SHOWN_METRICS
+    from kgsynth.eval.config import METRIC_NAMES, SHOWN_METRICS
 
     runs = metrics["counts"]["runs"]
     systems = {metrics["label"]: metrics, **metrics["baselines"]}
@@ -66,13 +66,8 @@ def print_compare(rows: list[dict[str, Any]]) -> None:
     """Evaluations side by side, overall and by hops."""
     from rich.table import Column, Table
 
-    from kgsynth.eval import (
-        METRIC_NAMES,
-        SHOWN_METRICS,
-        UNION_LABEL,
-        fmt_value,
-        hop_columns,
-    )
+    from kgsynth.eval.compare import fmt_value, hop_columns
+    from kgsynth.eval.config import METRIC_NAMES, SHOWN_METRICS, UNION_LABEL
 
     hops = hop_columns(rows)
     with_union = any(r["union_hits_at_1"] is not None for r in rows)

@@ -37,56 +37,13 @@ manifests), or the evaluated model answering from its own knowledge with no tool
 
 Usage::
 
+    from kgsynth.eval.subjects import evaluate
+
     records = read_questions("data/metaqa/dev_sample/metaqa_dev_sample.jsonl")
     rows, metrics = evaluate(records, make_llm("hf", model="runs/x/stage1"), KGGraph(kg), EvalConfig(runs=3, temperature=1.0))
+
+Modules: ``config`` (``EvalConfig``, the metric names, question loading), ``subjects``
+(``evaluate``, ``run``), ``episodes`` (the agent and no-tools runs), ``scoring``
+(``summarize`` and the run aggregates), ``compare`` (``compare_runs``), ``figures``,
+``checkpoints``. The package imports none of them, so the CLI's start loads only what it uses.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-# Each public name and the module that defines it. The package loads a module when one of its
-# names is first used: the CLI reads EvalConfig on every start, and the agent, KG and plotting
-# layers load only when an evaluation runs.
-_MODULES = {
-    "checkpoints": ("checkpoint_label", "untrained_model"),
-    "compare": (
-        "ci_cell",
-        "compare_markdown",
-        "compare_runs",
-        "find_metrics",
-        "fmt_value",
-        "hop_columns",
-        "load_metrics",
-        "run_compare",
-    ),
-    "config": (
-        "BASELINES",
-        "METRICS",
-        "METRIC_LEGEND",
-        "METRIC_NAMES",
-        "SHOWN_METRICS",
-        "UNION_LABEL",
-        "EvalConfig",
-        "check_records",
-        "load_questions",
-    ),
-    "episodes": ("run_agent", "run_no_tools"),
-    "figures": ("compare_png", "eval_png"),
-    "scoring": ("majority_choice", "pass_at_k", "pass_ks", "summarize", "union_answers"),
-    "subjects": ("Subject", "evaluate", "plan_subjects", "run"),
-}
-_HOME = {name: module for module, names in _MODULES.items() for name in names}
-_HOME["PREDICTION_SCHEMA"] = "kgsynth.schema"
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(home if "." in home else f"{__name__}.{home}")
-    return getattr(module, name)
-
-
-__all__ = sorted(_HOME)

@@ -213,7 +213,7 @@ def _collect_stage(key: str, title: str, folder: Path, samples: int, seed: int) 
         # compare.png is shown where compare.md places it, not again below
         stage.plots = [p for p in stage.plots if p.name not in md_images(stage.compare_markdown)]
     if (folder / "metrics.json").is_file() and key.startswith("eval/"):
-        from kgsynth.eval import compare_runs
+        from kgsynth.eval.compare import compare_runs
 
         try:
             stage.eval_rows = compare_runs([folder])
@@ -266,7 +266,7 @@ def collect_run(run_dir: str | Path, *, samples: int = 24, seed: int = 0) -> Run
     evals = [s.folder for s in stages if s.key.startswith("eval/") and s.eval_rows]
     summary = next((s for s in stages if s.key == "summary"), None)
     if evals and (summary is None or summary.compare_markdown is None):
-        from kgsynth.eval import compare_runs
+        from kgsynth.eval.compare import compare_runs
 
         try:
             report.comparison = compare_runs(evals)

@@ -230,7 +230,8 @@ def render_sample(sample: Sample, run_dir: Path) -> str:
 def render_eval_rows(rows: list[dict[str, Any]]) -> str:
     """Evaluation rows (``kgsynth.eval.compare_runs``) as a table: every shown metric with its
     95 % interval."""
-    from kgsynth.eval import METRIC_NAMES, SHOWN_METRICS, ci_cell
+    from kgsynth.eval.compare import ci_cell
+    from kgsynth.eval.config import METRIC_NAMES, SHOWN_METRICS
 
     head = ["run", "questions", "runs", *(METRIC_NAMES[k] for k in SHOWN_METRICS)]
     body = [

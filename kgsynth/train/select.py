@@ -56,7 +56,8 @@ def _score(
 ) -> tuple[float, dict[str, float]]:
     """Greedy Hits@1 of the model in ``folder`` on ``records``, as ``kgsynth eval`` scores it,
     and each question's; through the request cache ``cache`` when given."""
-    from kgsynth.eval import EvalConfig, evaluate
+    from kgsynth.eval.config import EvalConfig
+    from kgsynth.eval.subjects import evaluate
     from kgsynth.llm import make_llm
 
     cfg = EvalConfig(agent=agent).for_policy("hf", str(folder))
@@ -90,7 +91,7 @@ def select_weights(
     ``run_dir`` (the starting ones unless the best beats them at ``alpha``) and return what
     ``selection.json`` records. ``prefix`` names the run's checkpoints and ``run_files`` the
     files of the run folder that are not part of the model (see :func:`candidates`)."""
-    from kgsynth.eval import load_questions
+    from kgsynth.eval.config import load_questions
     from kgsynth.eval.paired import sign_split
 
     cands = candidates(run_dir, init, steps, prefix)
