@@ -84,3 +84,22 @@ def test_chatml_fast_path_matches_rendering_every_prefix(tokenizer):
         assert assistant_spans(tokenizer, messages) == assistant_spans(slow, messages)
         fast_r, slow_r = render_messages(tokenizer, messages), render_messages(slow, messages)
         assert (fast_r.input_ids, fast_r.loss_mask) == (slow_r.input_ids, slow_r.loss_mask)
+
+
+def test_the_hf_backend_prompts_a_tokenizer_without_a_template_in_chatml(tokenizer):
+    """The hf backend renders its prompt as the renderer does: with the tokenizer's template,
+    else ChatML (a tokenizer without one used to fail in apply_chat_template)."""
+    import copy
+
+    from kgsynth.llm.base import Request
+    from kgsynth.llm.hf_backend import HFLLM
+
+    bare = copy.deepcopy(tokenizer)
+    bare.chat_template = None
+    backend = HFLLM.__new__(HFLLM)
+    request = Request.make(MESSAGES[:2])
+    for tok in (tokenizer, bare):
+        backend._tok = tok
+        prompt = backend._prompt(request)
+        assert prompt.startswith("<|im_start|>system\nYou answer with tools.<|im_end|>\n")
+        assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")

@@ -45,6 +45,7 @@ from kgsynth.agent.prompt import (
     user_prompt,
 )
 from kgsynth.agent.protocol import FINAL_ANSWER_PROMPT
+from kgsynth.agent.render import for_template
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.llm.base import LLM, GenerationParams, Request
@@ -158,11 +159,11 @@ def _advance(
 def _for_policy(
     messages: list[dict[str, str]], reference_prompt: str | None
 ) -> list[dict[str, str]]:
-    out = []
-    for i, m in enumerate(messages):
-        role = "user" if m["role"] == "tool" else m["role"]
-        content = reference_prompt if (i == 1 and reference_prompt is not None) else m["content"]
-        out.append({"role": role, "content": content})
+    """The messages as the policy sees them (:func:`~kgsynth.agent.render.for_template`), the
+    user prompt replaced by ``reference_prompt`` where one is given."""
+    out = for_template(messages)
+    if reference_prompt is not None and len(out) > 1:
+        out[1] = {"role": out[1]["role"], "content": reference_prompt}
     return out
 
 

@@ -15,26 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-# The one chat template: ChatML, as Qwen2 writes it. The renderer, the GRPO sampler and SFT fall
-# back to it for a tokenizer without one, and the tiny model's tokenizer carries it. Content may
-# be a string or a list of text parts (the OpenAI message shape, as ``transformers serve``
-# passes it); add_generation_prompt opens the assistant turn.
-CHATML_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
-    "{%- if message['content'] is string -%}"
-    "{{- message['content'] -}}"
-    "{%- elif message['content'] is not none -%}"
-    "{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- endif -%}"
-    "{{- '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
-)
+from kgsynth.llm.chat import CHATML_TEMPLATE, IM_END, IM_START, chat_template
 
 
 @dataclass(frozen=True)
@@ -53,11 +34,6 @@ def for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
         {"role": "user" if m["role"] == "tool" else m["role"], "content": str(m["content"])}
         for m in messages
     ]
-
-
-def chat_template(tokenizer: Any) -> str:
-    """The chat template a policy is rendered with: its tokenizer's, else the ChatML one."""
-    return getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
 
 
 def chat_text(

@@ -17,6 +17,7 @@ from typing import Any
 
 from kgsynth.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
+from kgsynth.llm.chat import chat_template
 from kgsynth.modelio import is_model_folder
 from kgsynth.text import clean_text
 
@@ -118,7 +119,10 @@ class HFLLM(LLM):
 
     def _prompt(self, req: Request) -> str:
         return self._tok.apply_chat_template(
-            req.message_dicts(), tokenize=False, add_generation_prompt=True
+            req.message_dicts(),
+            chat_template=chat_template(self._tok),
+            tokenize=False,
+            add_generation_prompt=True,
         )
 
     def _generate_group(self, reqs: Sequence[Request]) -> list[Completion]:
