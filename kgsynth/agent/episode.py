@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgsynth.agent.prompt import user_prompt
 from kgsynth.agent.protocol import render_observation
 from kgsynth.agent.strategies.entities import read_answers
 from kgsynth.agent.tools import ToolEnvironment
@@ -76,6 +77,22 @@ class Episode:
     @property
     def observed_entities(self) -> list[str]:
         return list(dict.fromkeys(e for t in self.turns for e in t.entities))
+
+
+def start_episode(task: EpisodeTask, system_text: str) -> Episode:
+    """A new episode of ``task``: the system prompt and the question's user prompt."""
+    ep = Episode(task)
+    ep.messages = [
+        {"role": "system", "content": system_text},
+        {"role": "user", "content": user_prompt(task.question, task.topic_names)},
+    ]
+    return ep
+
+
+def ask_final_answer(ep: Episode, env: ToolEnvironment) -> None:
+    """The turn limit: ask once for the final answer, in the action space's format."""
+    ep.messages.append({"role": "user", "content": env.space.turns.final_answer_prompt})
+    ep.forced_answer = True
 
 
 def step(

@@ -33,7 +33,9 @@ from kgsynth.agent.episode import (
     Episode,
     EpisodeTask,
     TurnRecord,
+    ask_final_answer,
     episode_summary,
+    start_episode,
     step,
     turn_metadata,
 )
@@ -106,11 +108,7 @@ def run_turns(
     ``timeout_s``, its wall-time limit; ``on_turn(turn, active)`` reports each turn."""
     live = []
     for task in tasks:
-        ep = Episode(task)
-        ep.messages = [
-            {"role": "system", "content": system_text},
-            {"role": "user", "content": user_prompt(task.question, task.topic_names)},
-        ]
+        ep = start_episode(task, system_text)
         state = policy.begin(ep)
         live.append(LiveEpisode(ep, make_env(task), state))
     for turn in range(max_turns + 1):
@@ -122,9 +120,7 @@ def run_turns(
         final = turn == max_turns
         if final:  # the turn limit: ask once for the final answer
             for s in active:
-                request = s.env.space.turns.final_answer_prompt
-                s.episode.messages.append({"role": "user", "content": request})
-                s.episode.forced_answer = True
+                ask_final_answer(s.episode, s.env)
         size = policy.batch_size or len(active)
         for start in range(0, len(active), size):
             chunk = active[start : start + size]

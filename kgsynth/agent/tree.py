@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.agent.episode import Episode, EpisodeTask, step
+from kgsynth.agent.episode import Episode, EpisodeTask, ask_final_answer, start_episode, step
 from kgsynth.agent.loop import Generated, LiveEpisode
-from kgsynth.agent.prompt import agent_system_prompt, user_prompt
+from kgsynth.agent.prompt import agent_system_prompt
 from kgsynth.agent.rollout import Rollout, RolloutConfig, TokenPolicy, TokenTurns
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.metrics import normalize_answer
@@ -210,11 +210,7 @@ def run_tree_rollouts(
     system_text = agent_system_prompt(cfg)
     trees = []
     for task in tasks:
-        ep = Episode(task)
-        ep.messages = [
-            {"role": "system", "content": system_text},
-            {"role": "user", "content": user_prompt(task.question, task.topic_names)},
-        ]
+        ep = start_episode(task, system_text)
         root = TreeNode(0, -1, 0, turns.begin(ep))
         trees.append(QuestionTree(task, make_env(task), [root], live=[0]))
     for turn in range(cfg.max_turns + 1):
@@ -236,10 +232,8 @@ def run_tree_rollouts(
             tree.steps.append(StepCounts(live=len(tree.live), sampled=sum(counts)))
             for i, k in zip(tree.live, counts, strict=True):
                 node = tree.nodes[i]
-                if final:  # the turn limit: ask once for the final answer (as the flat loop)
-                    request = tree.env.space.turns.final_answer_prompt
-                    node.episode.messages.append({"role": "user", "content": request})
-                    node.episode.forced_answer = True
+                if final:  # the turn limit (as the flat loop)
+                    ask_final_answer(node.episode, tree.env)
                 jobs.extend([(tree, node)] * k)
         if not jobs:
             break
