@@ -19,9 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kgsynth.agent.protocol import PROTOCOL_TAGS
 from kgsynth.agent.render import CHATML_TEMPLATE, IM_END, IM_START
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +70,6 @@ def build_tiny_model(
     :class:`Path`.
     """
     import torch
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     if num_heads < 1 or hidden_size % (2 * num_heads):
@@ -87,29 +81,8 @@ def build_tiny_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    backend = Tokenizer(models.BPE())
-    backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(COPY_SPLIT_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=1,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(texts, trainer=trainer)
-    # Not "special": decoding with skip_special_tokens=True keeps them, as the agent's parser
-    # needs (Qwen marks <think> the same way).
-    backend.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in PROTOCOL_TAGS])
-
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+        tokenizer_object=_train_bpe(texts, vocab_size),
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         chat_template=CHAT_TEMPLATE,
@@ -147,3 +120,40 @@ def build_tiny_model(
         out,
     )
     return out
+
+
+def _train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """A byte-level BPE tokenizer trained on ``texts``: split by :data:`COPY_SPLIT_REGEX`,
+    with :data:`SPECIAL_TOKENS` and the protocol tags added."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+
+    backend = Tokenizer(models.BPE())
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(COPY_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    # Not "special": decoding with skip_special_tokens=True keeps them, as the agent's parser
+    # needs (Qwen marks <think> the same way).
+    backend.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in PROTOCOL_TAGS])
+    return backend

@@ -191,18 +191,7 @@ def _convert(
     names: dict[str, str] | None,
     on_names: Callable[[list[tuple[str, str, str]]], None],
 ) -> DelimitedResult:
-    reader = pacsv.open_csv(
-        stream,
-        read_options=pacsv.ReadOptions(
-            column_names=["s", "r", "o"], block_size=BLOCK_BYTES, use_threads=False
-        ),
-        parse_options=pacsv.ParseOptions(
-            delimiter=delimiter, quote_char=False, escape_char=False, ignore_empty_lines=True
-        ),
-        convert_options=pacsv.ConvertOptions(
-            column_types={c: pa.string() for c in "sro"}, strings_can_be_null=False
-        ),
-    )
+    reader = _open_csv(stream, delimiter)
     result = DelimitedResult()
     label = sparql.iri(profile.label_predicate)
     names_df = (
@@ -210,13 +199,7 @@ def _convert(
         if names is not None
         else None
     )
-    # entity IRIs written so far (exact: a name is never dropped), each with its id
-    seen: dict[str, int] = {}
-    relation_nt: dict[str, str] = {}
-    relation_id: dict[str, int] = {}  # relation key -> its IRI's id
-    predicate_ids: dict[str, int] = {}
-    fact_parts: list[dict[str, np.ndarray]] = []
-    name_parts: list[pl.DataFrame] = []  # (id, name) of the named entities
+    batches = _Batches(profile, label, names_df, on_names, result)
     first = True
     with open(dest, "wb") as out:
         for batch in reader:
@@ -228,82 +211,145 @@ def _convert(
             df = df.with_columns(pl.all().str.strip_chars(PY_WHITESPACE))
             if df.select(pl.any_horizontal(pl.all().str.len_bytes() == 0).any()).item():
                 raise NeedsLineReader("an empty subject, relation or object")
-            for rel in df["r"].unique(maintain_order=True).to_list():
-                if rel not in relation_nt:
-                    try:
-                        iri = profile.relation_iri(rel)
-                        relation_nt[rel] = sparql.iri(iri)
-                    except ValueError as exc:
-                        raise NeedsLineReader(str(exc)) from None
-                    result.relation_iris.add(iri)
-                    relation_id[rel] = predicate_ids.setdefault(iri, len(predicate_ids))
-            s_iri = entity_iris(df["s"], profile)
-            o_iri = entity_iris(df["o"], profile)
-            facts = pl.select(
-                pl.concat_str(
-                    [
-                        pl.lit("<"),
-                        s_iri,
-                        pl.lit("> "),
-                        df["r"].replace_strict(relation_nt, return_dtype=pl.String),
-                        pl.lit(" <"),
-                        o_iri,
-                        pl.lit("> ."),
-                    ]
-                ).alias("line")
-            )
-            entities = _first_keys(s_iri, df["s"], o_iri, df["o"], exact=profile.name == "freebase")
-            iris = entities["iri"].to_list()
-            before = len(seen)
-            ids = [seen.setdefault(iri, len(seen)) for iri in iris]
-            fact_parts.append(_fact_ids(s_iri, df["r"], o_iri, iris, ids, relation_id))
-            entities = entities.with_columns(pl.Series("id", ids, dtype=pl.UInt32)).filter(
-                pl.col("id") >= before
-            )
-            if names_df is None:
-                named = entities.with_columns(pl.col("key").alias("name"))
-            else:
-                named = entities.join(names_df, on="key", how="left", maintain_order="left")
-                named = named.filter(pl.col("name").is_not_null())
-            lines = [facts]
-            if named.height:
-                name_lines = pl.select(
-                    pl.concat_str(
-                        [
-                            pl.lit("<"),
-                            named["iri"],
-                            pl.lit(f"> {label} "),
-                            nt_literals(named["name"], profile.label_lang),
-                            pl.lit(" ."),
-                        ]
-                    ).alias("line")
-                )
-                lines.append(name_lines)
-                on_names(
-                    pl.DataFrame(
-                        {
-                            "norm": normalized_names(named["name"]),
-                            "name": named["name"],
-                            "iri": named["iri"],
-                        }
-                    ).rows()
-                )
-                result.names_written += named.height
-                name_parts.append(named.select("id", "name"))
+            lines = batches.lines(df)
             pl.concat(lines).write_csv(out, include_header=False, quote_style="never")
-    result.entities = len(seen)
-    result.entity_iris = list(seen)
-    result.predicate_iris = list(predicate_ids)
-    result.fact_ids = {
-        c: np.concatenate([part[c] for part in fact_parts] or [np.zeros(0, dtype=t)])
-        for c, t in (("s", np.uint32), ("p", np.uint16), ("o", np.uint32))
-    }
-    fact_parts.clear()
-    # each entity's name by id (null: unnamed)
-    ids = pl.DataFrame({"id": pl.int_range(0, len(seen), dtype=pl.UInt32, eager=True)})
-    names_by_id = pl.concat(name_parts) if name_parts else pl.DataFrame(schema=_NAME_SCHEMA)
-    result.entity_names = ids.join(names_by_id, on="id", how="left", maintain_order="left")["name"]
-    return result
+    return batches.finish()
+
+
+def _open_csv(stream: pa.NativeFile, delimiter: str) -> pacsv.CSVStreamingReader:
+    """Arrow's CSV reader over ``stream``: three string columns, quoting off, in blocks of
+    :data:`BLOCK_BYTES`."""
+    return pacsv.open_csv(
+        stream,
+        read_options=pacsv.ReadOptions(
+            column_names=["s", "r", "o"], block_size=BLOCK_BYTES, use_threads=False
+        ),
+        parse_options=pacsv.ParseOptions(
+            delimiter=delimiter, quote_char=False, escape_char=False, ignore_empty_lines=True
+        ),
+        convert_options=pacsv.ConvertOptions(
+            column_types={c: pa.string() for c in "sro"}, strings_can_be_null=False
+        ),
+    )
+
+
+@dataclass
+class _Batches:
+    """What :func:`_convert` keeps from one batch to the next: the IRIs minted so far with
+    their ids, the facts as ids and the names written."""
+
+    profile: KGProfile
+    label: str  # the label predicate, as N-Triples
+    names_df: pl.DataFrame | None  # (key, name) from ``--names``; None: a key is its name
+    on_names: Callable[[list[tuple[str, str, str]]], None]
+    result: DelimitedResult
+    # entity IRIs written so far (exact: a name is never dropped), each with its id
+    seen: dict[str, int] = field(default_factory=dict)
+    relation_nt: dict[str, str] = field(default_factory=dict)
+    relation_id: dict[str, int] = field(default_factory=dict)  # relation key -> its IRI's id
+    predicate_ids: dict[str, int] = field(default_factory=dict)
+    fact_parts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    name_parts: list[pl.DataFrame] = field(default_factory=list)  # (id, name) of the named
+
+    def lines(self, df: pl.DataFrame) -> list[pl.DataFrame]:
+        """A cleaned batch's N-Triples lines: its facts, then a name triple for each entity
+        it is the first to mint (their name-index rows go to ``on_names``)."""
+        self._add_relations(df["r"])
+        s_iri = entity_iris(df["s"], self.profile)
+        o_iri = entity_iris(df["o"], self.profile)
+        facts = pl.select(
+            pl.concat_str(
+                [
+                    pl.lit("<"),
+                    s_iri,
+                    pl.lit("> "),
+                    df["r"].replace_strict(self.relation_nt, return_dtype=pl.String),
+                    pl.lit(" <"),
+                    o_iri,
+                    pl.lit("> ."),
+                ]
+            ).alias("line")
+        )
+        named = self._new_named(df, s_iri, o_iri)
+        lines = [facts]
+        if named.height:
+            lines.append(self._name_lines(named))
+        return lines
+
+    def _add_relations(self, rels: pl.Series) -> None:
+        """Mint the IRI (and id) of each relation key not seen before."""
+        for rel in rels.unique(maintain_order=True).to_list():
+            if rel not in self.relation_nt:
+                try:
+                    iri = self.profile.relation_iri(rel)
+                    self.relation_nt[rel] = sparql.iri(iri)
+                except ValueError as exc:
+                    raise NeedsLineReader(str(exc)) from None
+                self.result.relation_iris.add(iri)
+                self.relation_id[rel] = self.predicate_ids.setdefault(iri, len(self.predicate_ids))
+
+    def _new_named(self, df: pl.DataFrame, s_iri: pl.Series, o_iri: pl.Series) -> pl.DataFrame:
+        """Give the batch's new IRIs their ids, keep its facts as ids; the new entities that
+        have a name (columns iri, key, id, name)."""
+        entities = _first_keys(
+            s_iri, df["s"], o_iri, df["o"], exact=self.profile.name == "freebase"
+        )
+        iris = entities["iri"].to_list()
+        before = len(self.seen)
+        ids = [self.seen.setdefault(iri, len(self.seen)) for iri in iris]
+        self.fact_parts.append(_fact_ids(s_iri, df["r"], o_iri, iris, ids, self.relation_id))
+        entities = entities.with_columns(pl.Series("id", ids, dtype=pl.UInt32)).filter(
+            pl.col("id") >= before
+        )
+        if self.names_df is None:
+            return entities.with_columns(pl.col("key").alias("name"))
+        named = entities.join(self.names_df, on="key", how="left", maintain_order="left")
+        return named.filter(pl.col("name").is_not_null())
+
+    def _name_lines(self, named: pl.DataFrame) -> pl.DataFrame:
+        """The name triples of ``named``; their name-index rows go to ``on_names``."""
+        name_lines = pl.select(
+            pl.concat_str(
+                [
+                    pl.lit("<"),
+                    named["iri"],
+                    pl.lit(f"> {self.label} "),
+                    nt_literals(named["name"], self.profile.label_lang),
+                    pl.lit(" ."),
+                ]
+            ).alias("line")
+        )
+        self.on_names(
+            pl.DataFrame(
+                {
+                    "norm": normalized_names(named["name"]),
+                    "name": named["name"],
+                    "iri": named["iri"],
+                }
+            ).rows()
+        )
+        self.result.names_written += named.height
+        self.name_parts.append(named.select("id", "name"))
+        return name_lines
+
+    def finish(self) -> DelimitedResult:
+        """The result, with the entities, predicates, facts as ids and names by id."""
+        result, seen = self.result, self.seen
+        result.entities = len(seen)
+        result.entity_iris = list(seen)
+        result.predicate_iris = list(self.predicate_ids)
+        result.fact_ids = {
+            c: np.concatenate([part[c] for part in self.fact_parts] or [np.zeros(0, dtype=t)])
+            for c, t in (("s", np.uint32), ("p", np.uint16), ("o", np.uint32))
+        }
+        self.fact_parts.clear()
+        # each entity's name by id (null: unnamed)
+        ids = pl.DataFrame({"id": pl.int_range(0, len(seen), dtype=pl.UInt32, eager=True)})
+        parts = self.name_parts
+        names_by_id = pl.concat(parts) if parts else pl.DataFrame(schema=_NAME_SCHEMA)
+        by_id = ids.join(names_by_id, on="id", how="left", maintain_order="left")
+        result.entity_names = by_id["name"]
+        return result
 
 
 _NAME_SCHEMA = {"id": pl.UInt32, "name": pl.String}

@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,65 @@ def write_fanout_table(
     # ids in sorted IRI order: a row's targets sorted by id are then sorted by IRI, the order
     # the targets query returns them in
     order = pl.Series(terms[:n_iri], dtype=pl.String).arg_sort().to_numpy()
+    rows = _rows(facts, order, n_terms, n_iri, b_x, b_p)
+    predicate_facts = _predicate_facts(rows, b_p, len(predicates))
+    arrays = {
+        "offsets": np.searchsorted(rows.entity, np.arange(n_iri + 1, dtype=np.int64)),
+        "row_key": rows.keys,
+        "loops": rows.loops,
+        "count": rows.count,
+        "target_start": rows.target_start,
+        "targets": rows.targets,
+        "named": np.zeros(0, dtype=np.uint32),
+    }
+    sorted_labels = None
+    if labels is not None:
+        sorted_labels = labels[:n_iri].gather(order)
+        arrays["named"] = np.flatnonzero(sorted_labels.is_not_null().to_numpy()).astype(np.uint32)
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, arr in arrays.items():
+        np.save(tmp / f"{name}.npy", arr)
+    _write_entities(tmp, pl.Series(terms[:n_iri], dtype=pl.String).gather(order), sorted_labels)
+    meta = {
+        "format": FORMAT_VERSION,
+        "profile": profile,
+        "labels": labels is not None,
+        "predicate_bits": b_p,
+        "predicates": predicates,
+        "entities": n_iri,
+        "rows": len(rows.keys),
+        "edges": len(rows.targets),
+        "predicate_facts": [int(n) for n in predicate_facts],
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return meta
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The table's rows (one per entity, predicate and direction) and their targets."""
+
+    keys: np.ndarray  # each row's entity | predicate | direction, sorted
+    loops: np.ndarray  # entity | predicate of each distinct self loop
+    count: np.ndarray  # each row's distinct targets
+    target_start: np.ndarray  # where a row's targets start in ``targets`` (-1: not all IRIs)
+    targets: np.ndarray
+    entity: np.ndarray  # each row's entity
+
+
+def _rows(
+    facts: Mapping[str, np.ndarray] | pl.DataFrame,
+    order: np.ndarray,
+    n_terms: int,
+    n_iri: int,
+    b_x: int,
+    b_p: int,
+) -> _Rows:
+    """Group ``facts`` into rows, their ids renumbered so that the IRIs are in ``order``."""
     rank = np.empty(n_terms, dtype=np.uint32)
     rank[order] = np.arange(n_iri, dtype=np.uint32)
     rank[n_iri:] = np.arange(n_iri, n_terms, dtype=np.uint32)
@@ -73,6 +133,28 @@ def write_fanout_table(
     # groups the rows, orders their targets, and puts repeated facts side by side
     sh_d, sh_p = b_x, b_x + 1
     sh_e = sh_p + b_p
+    packed, loops = _packed_edges(s, o, p, n_iri, sh_d, sh_p, sh_e)
+    del s, o, p
+    packed.sort()
+    packed = packed[_run_starts(packed)]
+    row_key = packed >> sh_d
+    starts = np.flatnonzero(_run_starts(row_key))
+    keys = row_key[starts]
+    del row_key
+    count = np.diff(np.append(starts, len(packed))).astype(np.uint32)
+    targets = (packed & ((1 << b_x) - 1)).astype(np.uint32)
+    del packed
+    last = targets[starts + count.astype(np.int64) - 1] if len(starts) else targets[:0]
+    target_start = np.where(last < n_iri, starts, -1).astype(np.int64)
+    entity = (keys >> (sh_e - sh_d)).astype(np.int64)
+    return _Rows(keys, loops, count, target_start, targets, entity)
+
+
+def _packed_edges(
+    s: np.ndarray, o: np.ndarray, p: np.ndarray, n_iri: int, sh_d: int, sh_p: int, sh_e: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The facts' edges, unsorted, and their distinct self loops (entity | predicate), packed
+    with the shifts ``sh_d`` (direction), ``sh_p`` (predicate) and ``sh_e`` (entity)."""
     loop = s == o  # the fan-out query leaves e itself out
     out = ~loop & (s < n_iri)  # blank-node subjects have no row
     inn = ~loop & (o < n_iri)
@@ -94,64 +176,21 @@ def write_fanout_table(
         (s[loop].astype(np.uint64) << np.uint64(sh_e - sh_d))
         | (p[loop].astype(np.uint64) << np.uint64(1))
     )
-    del s, o, p, loop, out, inn
-    packed.sort()
-    packed = packed[_run_starts(packed)]
-    row_key = packed >> sh_d
-    starts = np.flatnonzero(_run_starts(row_key))
-    keys = row_key[starts]
-    del row_key
-    count = np.diff(np.append(starts, len(packed))).astype(np.uint32)
-    targets = (packed & ((1 << b_x) - 1)).astype(np.uint32)
-    del packed
-    last = targets[starts + count.astype(np.int64) - 1] if len(starts) else targets[:0]
-    target_start = np.where(last < n_iri, starts, -1).astype(np.int64)
-    entity = (keys >> (sh_e - sh_d)).astype(np.int64)
-    # distinct facts per predicate: each outgoing row counts its distinct objects, each self
-    # loop one (the store's own count of the predicate's triples, without scanning it)
+    return packed, loops
+
+
+def _predicate_facts(rows: _Rows, b_p: int, n_predicates: int) -> np.ndarray:
+    """Distinct facts per predicate: each outgoing row counts its distinct objects, each self
+    loop one (the store's own count of the predicate's triples, without scanning it)."""
     pred_mask = np.uint64((1 << b_p) - 1)
-    outgoing = (keys & np.uint64(1)) == 0
-    predicate_facts = np.bincount(
-        ((keys[outgoing] >> np.uint64(1)) & pred_mask).astype(np.int64),
-        weights=count[outgoing],
-        minlength=len(predicates),
+    outgoing = (rows.keys & np.uint64(1)) == 0
+    return np.bincount(
+        ((rows.keys[outgoing] >> np.uint64(1)) & pred_mask).astype(np.int64),
+        weights=rows.count[outgoing],
+        minlength=n_predicates,
     ) + np.bincount(
-        ((loops >> np.uint64(1)) & pred_mask).astype(np.int64), minlength=len(predicates)
+        ((rows.loops >> np.uint64(1)) & pred_mask).astype(np.int64), minlength=n_predicates
     )
-    arrays = {
-        "offsets": np.searchsorted(entity, np.arange(n_iri + 1, dtype=np.int64)),
-        "row_key": keys,
-        "loops": loops,
-        "count": count,
-        "target_start": target_start,
-        "targets": targets,
-        "named": np.zeros(0, dtype=np.uint32),
-    }
-    sorted_labels = None
-    if labels is not None:
-        sorted_labels = labels[:n_iri].gather(order)
-        arrays["named"] = np.flatnonzero(sorted_labels.is_not_null().to_numpy()).astype(np.uint32)
-    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, arr in arrays.items():
-        np.save(tmp / f"{name}.npy", arr)
-    _write_entities(tmp, pl.Series(terms[:n_iri], dtype=pl.String).gather(order), sorted_labels)
-    meta = {
-        "format": FORMAT_VERSION,
-        "profile": profile,
-        "labels": labels is not None,
-        "predicate_bits": b_p,
-        "predicates": predicates,
-        "entities": n_iri,
-        "rows": len(keys),
-        "edges": len(targets),
-        "predicate_facts": [int(n) for n in predicate_facts],
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
-    return meta
 
 
 def _write_entities(dest: Path, sorted_iris: pl.Series, labels: pl.Series | None) -> None:
