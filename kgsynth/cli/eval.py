@@ -184,9 +184,10 @@ def _evaluate(
     config: Path | None,
     overwrite: bool,
 ) -> None:
-    from kgsynth import eval as evaluation
+    from kgsynth.eval.checkpoints import checkpoint_label
+    from kgsynth.eval.config import load_questions
     from kgsynth.eval.outputs import eval_output, write_eval
-    from kgsynth.eval.subjects import check_answered
+    from kgsynth.eval.subjects import check_answered, plan_subjects, run
     from kgsynth.llm import make_llm
 
     started = time.perf_counter()
@@ -211,8 +212,8 @@ def _evaluate(
             "local model are identical; sample with --temperature > 0",
             highlight=False,
         )
-    records = evaluation.load_questions(questions, qtype_file=qtype_file, limit=cfg.limit)
-    subjects = evaluation.plan_subjects(model, llm, cfg)
+    records = load_questions(questions, qtype_file=qtype_file, limit=cfg.limit)
+    subjects = plan_subjects(model, llm, cfg)
     staged = eval_output(
         out_dir,
         overwrite=overwrite,
@@ -226,7 +227,7 @@ def _evaluate(
     )
     with staged:
         graph = open_graph_option(kg, profile)
-        label = label or evaluation.checkpoint_label(model)
+        label = label or checkpoint_label(model)
         clients: dict[str, Any] = {}
         for subject in subjects:
             if subject.model not in clients:
@@ -243,7 +244,7 @@ def _evaluate(
                     task, completed=done, info=f"{info}; requests {requests}, errors {errors}"
                 )
 
-            result = evaluation.run(
+            result = run(
                 records,
                 cfg,
                 graph=graph,
@@ -269,7 +270,7 @@ def _evaluate(
 
 
 def _compare(dirs: list[Path], out_dir: Path | None, overwrite: bool = False) -> None:
-    from kgsynth.eval import run_compare
+    from kgsynth.eval.compare import run_compare
     from kgsynth.eval.outputs import compare_output, write_compare
 
     result = run_compare(dirs)
