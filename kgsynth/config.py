@@ -229,7 +229,10 @@ def option(default: Any = dataclasses.MISSING, help: str = "", **meta: Any) -> A
     """A config field that documents itself: ``help`` is its ``--flag``'s help text, and the
     flag's help shows ``default`` as the field holds it (no second copy to drift). ``meta`` may
     hold ``aliases`` (older flag names that still work), ``cli=False`` (a field only a YAML file
-    or a preset sets) or ``metavar``. A mutable default is passed as ``default_factory``."""
+    or a preset sets), ``metavar``, ``panel`` (the ``--help`` panel of its flag, e.g. "Model";
+    default: the command's, :mod:`kgsynth.cli.panels`) or ``advanced=True`` (a flag ``--help``
+    leaves out and ``--help-all`` shows; it works as any other). A mutable default is passed as
+    ``default_factory``."""
     factory = meta.pop("default_factory", dataclasses.MISSING)
     return dataclasses.field(
         default=default, default_factory=factory, metadata={"help": help, **meta}

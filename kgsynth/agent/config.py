@@ -57,22 +57,37 @@ class AgentConfig:
         "(ISP: node exploration and sparql) or sexpr (KBQA-R1: S-expression actions "
         "Find_relation, Merge, Order, Compare, Time_constraint, Count, with relation gating)",
         aliases=("--tools",),
+        panel="Agent",
     )
-    max_turns: int = option(10, "Assistant turns before the agent is asked for a final answer")
+    max_turns: int = option(
+        10, "Assistant turns before the agent is asked for a final answer", panel="Agent"
+    )
     max_turn_tokens: int = option(
-        512, "Tokens the policy generates per assistant turn", aliases=("--max-tokens",)
+        512,
+        "Tokens the policy generates per assistant turn",
+        aliases=("--max-tokens",),
+        panel="Agent",
+        advanced=True,
     )
     system_prompt: str = option(
         "full",
         "System prompt style: full (the protocol explained) or short (one line of protocol "
         "and the tool signatures, for small models trained from scratch)",
+        panel="Agent",
+        advanced=True,
     )
     system_text: str | None = option(
         None, "A system prompt to use instead of the rendered one (a checkpoint's)", cli=False
     )
-    top_k_relations: int = option(10, "Relations get_relations shows, most relevant first")
+    top_k_relations: int = option(
+        10, "Relations get_relations shows, most relevant first", panel="Agent", advanced=True
+    )
     max_triples_per_relation: int = option(
-        5, "Triples get_triples shows per relation and direction", aliases=("--max-triples",)
+        5,
+        "Triples get_triples shows per relation and direction",
+        aliases=("--max-triples",),
+        panel="Agent",
+        advanced=True,
     )
     max_observation_chars: int = option(
         2_000, "Observation length cap (cut at a line, with a visible marker)", cli=False
@@ -85,13 +100,18 @@ class AgentConfig:
     )
     # GraphWalker Table 8: an LLM reorders the BM25 top 20
     rerank: Literal["none", "llm"] = option(
-        "none", "Relation rerank: none, or llm (an LLM reorders the BM25 top 20, GraphWalker)"
+        "none",
+        "Relation rerank: none, or llm (an LLM reorders the BM25 top 20, GraphWalker)",
+        panel="Agent",
+        advanced=True,
     )
     relation_ranking: Literal["bm25", "hybrid", "focus"] = option(
         "bm25",
         "Relation ranking: bm25 (GraphWalker), hybrid (BM25 plus a sentence encoder's "
         "similarity), or focus (BM25 over the question words the episode has not used yet, "
         "nearest the topic first)",
+        panel="Agent",
+        advanced=True,
     )
     first_hop_fallback: Literal["none", "dense"] = option(
         "none",
@@ -99,6 +119,8 @@ class AgentConfig:
         "(the question names its relation in words the KG does not use), mark one: none (leave "
         "it unmarked) or dense (the best match of a short word, else the relation nearest the "
         "question under the bundled sentence encoder; kgsynth.agent.first_hop)",
+        panel="Agent",
+        advanced=True,
     )
     later_hop_fallback: Literal["none", "dense"] = option(
         "none",
@@ -106,6 +128,8 @@ class AgentConfig:
         "still has a word nothing used (not a function word, a topic's name or the noun after "
         "an opening which/what), mark one: none, or dense (the relation whose words are "
         "nearest such a word under the bundled sentence encoder; kgsynth.agent.first_hop)",
+        panel="Agent",
+        advanced=True,
     )
     entity_matching: Literal["exact", "near"] = option(
         "exact",
@@ -113,6 +137,8 @@ class AgentConfig:
         "Find_relation): exact (a name of the KG, in any case) or near (a name the KG lacks "
         "is read as the most similar name in the question or in the episode's observations, "
         "difflib ratio 0.6 or more, and the observation says so)",
+        panel="Agent",
+        advanced=True,
     )
     conjunction_hints: bool = option(
         False,
@@ -120,12 +146,16 @@ class AgentConfig:
         'first, marked "<- both", the entities an earlier get_triples call of the episode '
         "from another entity reached too (all it reached, shown or not), and ends with a line "
         "naming the question's topics no call has been about yet",
+        panel="Agent",
+        advanced=True,
     )
     answer_matching: Literal["exact", "near"] = option(
         "exact",
         "How the final answer's names are read: exact (as written) or near (a name no "
         "observation showed is read as the most similar name the episode's observations "
         "showed, difflib ratio 0.6 or more, else kept as written; repeats dropped)",
+        panel="Agent",
+        advanced=True,
     )
     resample_cut_turns: int = option(
         0,
@@ -133,9 +163,14 @@ class AgentConfig:
         "before it closes its action (a copy loop, as a rule) is sampled again at "
         "--resample-temperature (seeded), at most N times in an episode; the first sample that "
         "closes replaces it, else the cut turn stands. GRPO keeps every turn as sampled",
+        panel="Agent",
+        advanced=True,
     )
     resample_temperature: float = option(
-        0.7, "--resample-cut-turns: the temperature of the new samples"
+        0.7,
+        "--resample-cut-turns: the temperature of the new samples",
+        panel="Agent",
+        advanced=True,
     )
     kgr1_max_relations: int | None = option(
         None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
@@ -148,18 +183,24 @@ class AgentConfig:
         0.95,
         "sexpr: a written relation whose most similar available relation (MiniLM cosine) is at "
         "least this is replaced by it (KBQA-R1's tau_high)",
+        panel="Agent",
+        advanced=True,
     )
     gate_low: float = option(
         0.3,
         "sexpr: below --gate-high but at least this, the action does not run and the similar "
         "relations are listed to pick from; below it the relation is not found (KBQA-R1's "
         "tau_low)",
+        panel="Agent",
+        advanced=True,
     )
     query_timeout_s: float = option(
         AGENT_QUERY_TIMEOUT_S,
         "Seconds a query the agent wrote may run (knowcoder's ExecuteSPARQL, isp's sparql, the "
         "query an sexpr action compiles to); past it the query is stopped (on a store "
         "directory its child process is killed) and the agent reads a timeout error",
+        panel="Agent",
+        advanced=True,
     )
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ from kgsynth.cli.common import fail, fail_line, os_error_line
 from kgsynth.cli.eval import eval_cmd
 from kgsynth.cli.filter import filter_cmd
 from kgsynth.cli.kg import kg_app
+from kgsynth.cli.panels import command
 from kgsynth.cli.report import report_cmd
 from kgsynth.cli.run import run_cmd
 from kgsynth.cli.synthesize import synth_app
@@ -69,13 +70,13 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(kg_app, name="kg")
-app.command("walk")(walk_cmd)
+command(app, "walk")(walk_cmd)
 app.add_typer(synth_app, name="synthesize")
-app.command("filter")(filter_cmd)
+command(app, "filter")(filter_cmd)
 app.add_typer(train_app, name="train")
-app.command("eval")(eval_cmd)
-app.command("report")(report_cmd)
-app.command("run")(run_cmd)
+command(app, "eval")(eval_cmd)
+command(app, "report")(report_cmd)
+command(app, "run")(run_cmd)
 
 
 @app.callback()

@@ -40,89 +40,126 @@ from kgsynth.cli.options import (
     ProfileOption,
     TimeoutOption,
 )
+from kgsynth.cli.panels import EVALUATION, INPUTS, LAUNCH, MODEL, OUTPUT
 from kgsynth.errors import ConfigError, KGSynthError
 from kgsynth.eval.config import EvalConfig
 
+DirsArgument = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        help="With --compare: evaluation folders (DIR/metrics.json or DIR/eval/metrics.json).",
+        show_default=False,
+    ),
+]
+CompareOption = Annotated[
+    bool,
+    typer.Option(
+        "--compare",
+        help="Compare earlier evaluations (the DIR arguments): print one table, write "
+        "compare.md and compare.png to --out.",
+        rich_help_panel=INPUTS,
+    ),
+]
+QuestionsOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Question file: MetaQA txt (question<TAB>a1|a2, topic in [...]), JSONL or "
+        "Parquet with question, topic_names, answer_names (optional qtype, hops, structure), "
+        "or a WebQSP, CWQ, GrailQA or GraphQuestions .json as published (answers also "
+        "matched by id and alias).",
+        rich_help_panel=INPUTS,
+    ),
+]
+QtypeFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="MetaQA question-type file (default: qa_<split>_qtype.txt found beside the file).",
+        rich_help_panel=INPUTS,
+        hidden=True,
+    ),
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Output folder: predictions.parquet, metrics.json, eval.png, manifest.json "
+        "(with --compare: compare.md, compare.png).",
+        rich_help_panel=OUTPUT,
+    ),
+]
+PolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--llm", help="Policy backend: hf (a local checkpoint) or openai.", rich_help_panel=MODEL
+    ),
+]
+PolicyModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Checkpoint folder (hf, e.g. runs/x/stage1) or model name (openai).",
+        rich_help_panel=MODEL,
+    ),
+]
+BatchSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Sequences per generate() call (hf). \\[default: 8]",
+        rich_help_panel=MODEL,
+        hidden=True,
+    ),
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        help="hf on CPU: generate in N processes (the same answers as one, sooner on N "
+        "free cores). \\[default: 1]",
+        rich_help_panel=LAUNCH,
+        hidden=True,
+    ),
+]
+EvalCacheOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Request cache (SQLite); off by default, so every run samples afresh "
+        "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too). A "
+        "checkpoint (hf) is known there by its files, not its path: a folder holding the same "
+        "model (a stage that kept its start's weights) answers from it, retrained weights do not.",
+        rich_help_panel=MODEL,
+        hidden=True,
+    ),
+]
+LabelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Name in tables and plots. \\[default: the training stage or folder]",
+        rich_help_panel=OUTPUT,
+        hidden=True,
+    ),
+]
 
-@config_command(EvalConfig, section="eval", carried=model_carries)
+
+@config_command(EvalConfig, section="eval", carried=model_carries, panel=EVALUATION)
 def eval_cmd(
     cfg: EvalConfig,
-    dirs: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="With --compare: evaluation folders (DIR/metrics.json or DIR/eval/metrics.json).",
-            show_default=False,
-        ),
-    ] = None,
-    compare: Annotated[
-        bool,
-        typer.Option(
-            "--compare",
-            help="Compare earlier evaluations (the DIR arguments): print one table, write "
-            "compare.md and compare.png to --out.",
-        ),
-    ] = False,
-    questions: Annotated[
-        Path | None,
-        typer.Option(
-            help="Question file: MetaQA txt (question<TAB>a1|a2, topic in [...]), JSONL or "
-            "Parquet with question, topic_names, answer_names (optional qtype, hops, structure), "
-            "or a WebQSP, CWQ, GrailQA or GraphQuestions .json as published (answers also "
-            "matched by id and alias)."
-        ),
-    ] = None,
-    qtype_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="MetaQA question-type file (default: qa_<split>_qtype.txt found beside the file)."
-        ),
-    ] = None,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Output folder: predictions.parquet, metrics.json, eval.png, manifest.json "
-            "(with --compare: compare.md, compare.png).",
-        ),
-    ] = None,
+    dirs: DirsArgument = None,
+    compare: CompareOption = False,
+    questions: QuestionsOption = None,
+    qtype_file: QtypeFileOption = None,
+    out_dir: OutOption = None,
     kg: KGOption = None,
     profile: ProfileOption = None,
-    llm: Annotated[
-        str, typer.Option("--llm", help="Policy backend: hf (a local checkpoint) or openai.")
-    ] = "hf",
-    model: Annotated[
-        str | None,
-        typer.Option(help="Checkpoint folder (hf, e.g. runs/x/stage1) or model name (openai)."),
-    ] = None,
+    llm: PolicyOption = "hf",
+    model: PolicyModelOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
     concurrency: ConcurrencyOption = 16,
     timeout: TimeoutOption = 120.0,
     max_retries: MaxRetriesOption = 5,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Sequences per generate() call (hf). \\[default: 8]")
-    ] = None,
+    batch_size: BatchSizeOption = None,
     device: DeviceOption = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            help="hf on CPU: generate in N processes (the same answers as one, sooner on N "
-            "free cores). \\[default: 1]"
-        ),
-    ] = None,
-    cache: Annotated[
-        Path | None,
-        typer.Option(
-            help="Request cache (SQLite); off by default, so every run samples afresh "
-            "(runs use seeds seed, seed+1, …, so N runs stay N samples with a cache too). A "
-            "checkpoint (hf) is known there by its files, not its path: a folder holding the same "
-            "model (a stage that kept its start's weights) answers from it, retrained weights do not."
-        ),
-    ] = None,
-    label: Annotated[
-        str | None,
-        typer.Option(help="Name in tables and plots. \\[default: the training stage or folder]"),
-    ] = None,
+    workers: WorkersOption = None,
+    cache: EvalCacheOption = None,
+    label: LabelOption = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
 ) -> None:

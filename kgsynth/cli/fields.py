@@ -4,15 +4,17 @@ the help text from the field's metadata and the field's own default (the pattern
 
 ::
 
-    @config_command(WalkConfig, section="walk")
+    @command(app, "walk")
+    @config_command(WalkConfig, section="walk", panel=WALKS)
     def walk_cmd(cfg: WalkConfig, out_path: OutOption, kg: KGOption = None,
                  config: ConfigOption = None, overwrite: OverwriteOption = False) -> None:
         result = run(None, cfg, graph=open_kg_option(kg, None))  # then write and print
 
-The command's own parameters (inputs, outputs, ``--config``, ``--overwrite``) come first in
-``--help``, then one flag per config field, then ``--config`` and ``--overwrite``. ``cfg`` is built
-from the field defaults, then the ``--config`` file's section, then the flags the user gave; a
-bad value ends the command with the config's one-line error.
+A field's flag goes in the help panel its ``option(panel=...)`` names, else the command's
+``panel``; ``option(advanced=True)`` hides it from ``--help`` (``--help-all`` shows it; see
+:mod:`kgsynth.cli.panels`). ``cfg`` is built from the field defaults, then the ``--config``
+file's section, then the flags the user gave; a bad value ends the command with the config's
+one-line error.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Annotated, Any
 import typer
 
 from kgsynth.cli.common import fail, stderr
+from kgsynth.cli.panels import INPUTS
 from kgsynth.config import (
     build_config,
     field_help,
@@ -66,9 +69,12 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def field_params(cls: type, skip: typing.Iterable[str] = ()) -> list[inspect.Parameter]:
+def field_params(
+    cls: type, skip: typing.Iterable[str] = (), panel: str | None = None
+) -> list[inspect.Parameter]:
     """One keyword parameter per CLI field of ``cls`` (and of the configs it nests), defaulting
-    to None (= not given)."""
+    to None (= not given), in the help panel the field names (else ``panel``), hidden from
+    ``--help`` where the field is ``advanced``."""
     params = []
     for owner, f, hint in flat_fields(cls).values():
         if f.name in skip or not f.metadata.get("cli", True):
@@ -83,6 +89,8 @@ def field_params(cls: type, skip: typing.Iterable[str] = ()) -> list[inspect.Par
             *decls,
             help=field_help(f, nested_default(cls, owner, f.name) if owner else MISSING),
             metavar=f.metadata.get("metavar") or ("<str>" if f.metadata.get("multiple") else None),
+            rich_help_panel=f.metadata.get("panel") or panel,
+            hidden=f.metadata.get("advanced", False),
         )
         params.append(
             inspect.Parameter(
@@ -102,8 +110,11 @@ def config_command(
     skip: typing.Iterable[str] = (),
     base: Callable[[dict[str, Any], Any, str | None], dict[str, Any] | None] | None = None,
     carried: Callable[[dict[str, Any], dict[str, Any]], CarriedAgent | None] | None = None,
+    panel: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give a command one flag per field of ``cls`` and call it with the built ``cfg``.
+
+    A flag goes in the help panel its field names (``option(panel=...)``), else ``panel``.
 
     A parameter of the command itself that is also a field of ``cls`` (rl's required
     ``--init``) keeps the command's declaration and reaches both the command and the config.
@@ -127,24 +138,13 @@ def config_command(
         ]
         wants_carried = _CARRIED in inspect.signature(fn).parameters
         names = {p.name for p in own}
-        fields = field_params(cls, skip | names)
+        fields = field_params(cls, skip | names, panel)
         field_names = [p.name for p in fields]
         shared = [n for n in flat_fields(cls) if n in names]
         first = [p for p in own if p.name not in _LAST]
         last = [p for p in own if p.name in _LAST]
-        if "config" in names:  # which part of the --config file this command reads
-            help_ = "The --config file's section to read (a file with one section per step)."
-            if section:
-                help_ += f" \\[default: {section}]"
-            last.insert(
-                0,
-                inspect.Parameter(
-                    "config_section",
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=None,
-                    annotation=Annotated[str | None, typer.Option("--section", help=help_)],
-                ),
-            )
+        if "config" in names:  # which part of the --config file this command reads, after it
+            last.insert([p.name for p in last].index("config") + 1, _section_param(section))
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
@@ -191,6 +191,20 @@ def config_command(
         return command
 
     return wrap
+
+
+def _section_param(section: str | None) -> inspect.Parameter:
+    """``--section``: which part of the ``--config`` file the command reads."""
+    help_ = "The --config file's section to read (a file with one section per step)."
+    if section:
+        help_ += f" \\[default: {section}]"
+    option = typer.Option("--section", help=help_, rich_help_panel=INPUTS)
+    return inspect.Parameter(
+        "config_section",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[str | None, option],
+    )
 
 
 def _carried_layer(

@@ -15,11 +15,12 @@ import typer
 from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import ConfigOption, OverwriteOption
+from kgsynth.cli.panels import FILTERS, INPUTS, OUTPUT
 from kgsynth.errors import KGSynthError
 from kgsynth.filter.config import FilterConfig
 
 
-@config_command(FilterConfig, section="filter")
+@config_command(FilterConfig, section="filter", panel=FILTERS)
 def filter_cmd(
     cfg: FilterConfig,
     in_paths: Annotated[
@@ -28,6 +29,7 @@ def filter_cmd(
             "--in",
             help="trajectories.parquet from `synthesize trajectories`; repeat to filter several "
             "files as one pool (e.g. free rollouts and expert trajectories).",
+            rich_help_panel=INPUTS,
         ),
     ],
     out_dir: Annotated[
@@ -35,6 +37,7 @@ def filter_cmd(
         typer.Option(
             "--out",
             help="Output folder: accepted.parquet, rejected.parquet, manifest.json, filter_stats.png.",
+            rich_help_panel=OUTPUT,
         ),
     ],
     config: ConfigOption = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -17,30 +17,44 @@ from kgsynth.cli.options import (
     ProfileOption,
     RelationRankingOption,
 )
+from kgsynth.cli.panels import AGENT, INPUTS, OUTPUT, command
 from kgsynth.errors import ConfigError, KGSynthError
 from kgsynth.kg.base import MAX_TIMEOUT_S
 
 kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
 
 
-@kg_app.command("import")
+@command(kg_app, "import")
 def kg_import(
     src: Annotated[
         Path,
         typer.Argument(help="Triple file: .nt, .ttl, or delimited s|r|o / TSV (optionally .gz)."),
     ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Store directory to create.")],
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Store directory to create.", rich_help_panel=OUTPUT)
+    ],
     fmt: Annotated[
-        str | None, typer.Option("--format", help="nt, ttl or tsv (default: from the file name).")
+        str | None,
+        typer.Option(
+            "--format",
+            help="nt, ttl or tsv (default: from the file name).",
+            rich_help_panel=INPUTS,
+        ),
     ] = None,
     delimiter: Annotated[
         str | None,
-        typer.Option(help="Field separator of a delimited file (default: sniffed, | or tab)."),
+        typer.Option(
+            help="Field separator of a delimited file (default: sniffed, | or tab).",
+            rich_help_panel=INPUTS,
+        ),
     ] = None,
     profile: ProfileOption = None,
     names: Annotated[
         Path | None,
-        typer.Option(help="id<TAB>name file that labels an id-based triple file (FB15k-237)."),
+        typer.Option(
+            help="id<TAB>name file that labels an id-based triple file (FB15k-237).",
+            rich_help_panel=INPUTS,
+        ),
     ] = None,
     force: Annotated[
         bool,
@@ -48,9 +62,12 @@ def kg_import(
             "--overwrite",
             "--force",
             help="Replace an existing store (only a folder that is a kgsynth store).",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON.", rich_help_panel=OUTPUT)
+    ] = False,
 ) -> None:
     """Import a triple file into an embedded store directory."""
     from kgsynth.kg.importer import import_kg
@@ -82,12 +99,16 @@ def kg_import(
     )
 
 
-@kg_app.command("stats")
+@command(kg_app, "stats")
 def kg_stats_cmd(
     kg: KGOption = None,
     profile: ProfileOption = None,
-    top: Annotated[int, typer.Option(help="How many relations to list.")] = 20,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the statistics as JSON.")] = False,
+    top: Annotated[
+        int, typer.Option(help="How many relations to list.", rich_help_panel=OUTPUT)
+    ] = 20,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the statistics as JSON.", rich_help_panel=OUTPUT)
+    ] = False,
 ) -> None:
     """Triples, entities, relations, top relations by count and the degree distribution."""
     from kgsynth.kg.stats import kg_stats
@@ -124,70 +145,72 @@ def kg_stats_cmd(
     stdout.print(table)
 
 
-@kg_app.command("tool")
+@command(kg_app, "tool")
 def kg_tool(
     call: Annotated[str, typer.Argument(help="A tool call, e.g. 'get_relations(\"Kismet\")'.")],
     kg: KGOption = None,
     profile: ProfileOption = None,
-    question: Annotated[str, typer.Option(help="Question used to rank the relations.")] = "",
+    question: Annotated[
+        str, typer.Option(help="Question used to rank the relations.", rich_help_panel=INPUTS)
+    ] = "",
     agent_from: Annotated[
         Path | None,
         typer.Option(
             "--agent-from",
             help="A checkpoint folder: its tools show what they showed the model in training "
             "(the agent settings it carries, agent_config.json); the flags below override them.",
+            rich_help_panel=AGENT,
         ),
     ] = None,
     tools: Annotated[
         str | None,
         typer.Option(
-            help="Tool set: graphwalker, kgr1, knowcoder, isp or sexpr. \\[default: graphwalker]"
+            help="Tool set: graphwalker, kgr1, knowcoder, isp or sexpr. \\[default: graphwalker]",
+            rich_help_panel=AGENT,
         ),
     ] = None,
     top_k: Annotated[
-        int | None, typer.Option(help="Relations shown by get_relations. \\[default: 10]")
+        int | None,
+        typer.Option(
+            help="Relations shown by get_relations. \\[default: 10]", rich_help_panel=AGENT
+        ),
     ] = None,
     max_triples: Annotated[
-        int | None, typer.Option(help="Triples shown per relation. \\[default: 5]")
+        int | None,
+        typer.Option(help="Triples shown per relation. \\[default: 5]", rich_help_panel=AGENT),
     ] = None,
     relation_ranking: RelationRankingOption = None,
     entity_matching: Annotated[
         str | None,
         typer.Option(
             help="exact (a name of the KG) or near (a name the KG lacks is read as the most "
-            "similar word span of --question). \\[default: exact]"
+            "similar word span of --question). \\[default: exact]",
+            rich_help_panel=AGENT,
         ),
     ] = None,
     first_hop_fallback: Annotated[
         str | None,
         typer.Option(
             help="focus ranking: none, or dense (a first relation list with no match mark marks "
-            "the relation nearest the question). \\[default: none]"
+            "the relation nearest the question). \\[default: none]",
+            rich_help_panel=AGENT,
         ),
     ] = None,
     query_timeout_s: Annotated[
         float | None,
         typer.Option(
             help="Seconds a query the agent wrote (knowcoder, isp, sexpr) may run before its "
-            "child process is killed. \\[default: 10]"
+            "child process is killed. \\[default: 10]",
+            rich_help_panel=AGENT,
         ),
     ] = None,
 ) -> None:
     """Run one agent tool call and print the observation the agent would see."""
-    from kgsynth.agent.carried import model_agent, override_line
-    from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
     from kgsynth.agent.protocol import render_observation
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.text import clean_text
 
-    if tools not in (None, *TOOLSETS):
-        fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose {', '.join(TOOLSETS)}"))
-    if relation_ranking not in (None, *RELATION_RANKINGS):
-        fail(
-            KGSynthError(
-                f"--relation-ranking must be bm25, hybrid or focus (got {relation_ranking!r})"
-            )
-        )
+    _check_tool_names(tools, relation_ranking)
     # argv holds a non-UTF-8 byte as a lone surrogate
     call, question = clean_text(call), clean_text(question)
     # each flag: (the setting it gives, its value, its name); a flag not given leaves the
@@ -205,18 +228,7 @@ def kg_tool(
     try:
         check_count("--top-k", top_k)
         check_count("--max-triples", max_triples)
-        carried = model_agent(agent_from) if agent_from is not None else None
-        if agent_from is not None and carried is None:
-            raise ConfigError(
-                f"--agent-from: {agent_from} carries no agent settings (no agent_config.json: "
-                "a model from before they were kept, or not a kgsynth checkpoint)"
-            )
-        if carried is not None:
-            warning = override_line(carried, given)
-            if warning:
-                stderr.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,
-                             soft_wrap=True)  # fmt: skip
-        settings = {**(carried.values if carried else {}), **{n: v for n, v, _ in given}}
+        settings = _tool_settings(agent_from, given)
         graph = open_graph_option(kg, profile)
         env = ToolEnvironment(graph, question, ToolConfig(**settings))
         result = env.execute(call)
@@ -228,22 +240,60 @@ def kg_tool(
         raise typer.Exit(1)
 
 
-@kg_app.command("query")
+def _check_tool_names(tools: str | None, relation_ranking: str | None) -> None:
+    """End ``kg tool`` with a one-line error on an unknown tool set or relation ranking."""
+    from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
+
+    if tools not in (None, *TOOLSETS):
+        fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose {', '.join(TOOLSETS)}"))
+    if relation_ranking not in (None, *RELATION_RANKINGS):
+        fail(
+            KGSynthError(
+                f"--relation-ranking must be bm25, hybrid or focus (got {relation_ranking!r})"
+            )
+        )
+
+
+def _tool_settings(agent_from: Path | None, given: list[tuple[str, Any, str]]) -> dict[str, Any]:
+    """The agent settings ``kg tool`` runs with: what ``--agent-from``'s checkpoint carries
+    (a warning line names each one a flag overrides), then the flags ``given``."""
+    from kgsynth.agent.carried import model_agent, override_line
+
+    carried = model_agent(agent_from) if agent_from is not None else None
+    if agent_from is not None and carried is None:
+        raise ConfigError(
+            f"--agent-from: {agent_from} carries no agent settings (no agent_config.json: "
+            "a model from before they were kept, or not a kgsynth checkpoint)"
+        )
+    if carried is not None:
+        warning = override_line(carried, given)
+        if warning:
+            stderr.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False,
+                         soft_wrap=True)  # fmt: skip
+    return {**(carried.values if carried else {}), **{n: v for n, v, _ in given}}
+
+
+@command(kg_app, "query")
 def kg_query(
     query: Annotated[
         str, typer.Argument(help="A read-only SPARQL query (SELECT or ASK); '-' reads stdin.")
     ],
     kg: KGOption = None,
     profile: ProfileOption = None,
-    fmt: Annotated[str, typer.Option("--format", help="tsv or json.")] = "tsv",
+    fmt: Annotated[
+        str, typer.Option("--format", help="tsv or json.", rich_help_panel=OUTPUT)
+    ] = "tsv",
     timeout: Annotated[
         float,
         typer.Option(
-            help="Seconds; an embedded store's query runs in a child process killed at the deadline."
+            help="Seconds; an embedded store's query runs in a child process killed at the "
+            "deadline.",
+            rich_help_panel=INPUTS,
         ),
     ] = 30.0,
     max_rows: Annotated[
-        int, typer.Option(help="Row cap: a result with more rows is an error.")
+        int,
+        typer.Option(help="Row cap: a result with more rows is an error.", rich_help_panel=INPUTS),
     ] = 100_000,
 ) -> None:
     """Run a read-only SPARQL query and print the rows."""

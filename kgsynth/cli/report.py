@@ -16,6 +16,7 @@ import typer
 
 from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.options import OverwriteOption
+from kgsynth.cli.panels import OUTPUT
 from kgsynth.errors import ConfigError, KGSynthError
 
 
@@ -28,12 +29,19 @@ def report_cmd(
     ],
     out_path: Annotated[
         Path | None,
-        typer.Option("--out", help="The HTML file to write. \\[default: RUN_DIR/report.html]"),
+        typer.Option(
+            "--out",
+            help="The HTML file to write. \\[default: RUN_DIR/report.html]",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None,
     samples: Annotated[
-        int, typer.Option(help="Rows shown per data file (accepted and rejected each).")
+        int,
+        typer.Option(
+            help="Rows shown per data file (accepted and rejected each).", rich_help_panel=OUTPUT
+        ),
     ] = 24,
-    seed: Annotated[int, typer.Option(help="Seed of the row picks.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the row picks.", rich_help_panel=OUTPUT)] = 0,
     overwrite: OverwriteOption = False,
 ) -> None:
     """Write one self-contained HTML page for a run: each stage's manifest summary, funnel

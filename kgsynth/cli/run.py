@@ -25,6 +25,7 @@ from typing import Annotated
 import typer
 
 from kgsynth.cli.common import fail, stderr, stdout
+from kgsynth.cli.panels import INPUTS, LAUNCH, MODEL, OUTPUT
 from kgsynth.errors import ConfigError, KGSynthError
 
 STATE_FILE = "run_steps.json"
@@ -37,55 +38,88 @@ def default_nproc() -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
+RunOutOption = Annotated[
+    Path,
+    typer.Option(
+        "--out", help="The run folder; every path derives from it.", rich_help_panel=OUTPUT
+    ),
+]
+KGSourceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="A triple file (imported into RUN/kg), a store directory or an http(s)://…/sparql "
+        "endpoint. Default: the shipped MetaQA movie KB.",
+        rich_help_panel=INPUTS,
+    ),
+]
+EvalQuestionsOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Questions to evaluate on (any format eval reads); also the contamination "
+        "guard's benchmark. Without it the evaluations are left out.",
+        rich_help_panel=INPUTS,
+    ),
+]
+NprocOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Processes for training (data-parallel) and for the policy's generation in "
+        "eval and rollouts. \\[default: 2 on a machine with 2 or more cores, else 1]",
+        rich_help_panel=LAUNCH,
+    ),
+]
+StartModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Stage 1's starting model: tiny or a checkpoint folder (the policy).",
+        rich_help_panel=MODEL,
+    ),
+]
+
+
 def run_cmd(
     recipe: Annotated[Path, typer.Argument(help="A recipe with a steps: list (pipelines/*.yaml).")],
-    out: Annotated[Path, typer.Option("--out", help="The run folder; every path derives from it.")],
-    kg: Annotated[
-        str | None,
-        typer.Option(
-            help="A triple file (imported into RUN/kg), a store directory or an http(s)://…/sparql "
-            "endpoint. Default: the shipped MetaQA movie KB."
-        ),
-    ] = None,
-    eval_questions: Annotated[
-        Path | None,
-        typer.Option(
-            help="Questions to evaluate on (any format eval reads); also the contamination "
-            "guard's benchmark. Without it the evaluations are left out."
-        ),
-    ] = None,
+    out: RunOutOption,
+    kg: KGSourceOption = None,
+    eval_questions: EvalQuestionsOption = None,
     smoke: Annotated[
-        bool, typer.Option(help="The recipe's smoke: sizes (CI-sized, minutes).")
+        bool,
+        typer.Option(help="The recipe's smoke: sizes (CI-sized, minutes).", rich_help_panel=INPUTS),
     ] = False,
     from_step: Annotated[
-        str | None, typer.Option("--from", help="Run this step and every later one again.")
-    ] = None,
-    until: Annotated[str | None, typer.Option(help="Stop after this step.")] = None,
-    nproc: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            help="Processes for training (data-parallel) and for the policy's generation in "
-            "eval and rollouts. \\[default: 2 on a machine with 2 or more cores, else 1]"
+            "--from", help="Run this step and every later one again.", rich_help_panel=LAUNCH
         ),
     ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Stop after this step.", rich_help_panel=LAUNCH)
+    ] = None,
+    nproc: NprocOption = None,
     llm: Annotated[
-        str | None, typer.Option(help="Question synthesis backend: template or openai.")
+        str | None,
+        typer.Option(help="Question synthesis backend: template or openai.", rich_help_panel=MODEL),
     ] = None,
     llm_model: Annotated[
-        str | None, typer.Option(help="Question synthesis model (openai: its name).")
+        str | None,
+        typer.Option(help="Question synthesis model (openai: its name).", rich_help_panel=MODEL),
     ] = None,
     base_url: Annotated[
-        str | None, typer.Option(help="Question synthesis: an OpenAI-compatible server.")
+        str | None,
+        typer.Option(
+            help="Question synthesis: an OpenAI-compatible server.", rich_help_panel=MODEL
+        ),
     ] = None,
     api_key: Annotated[
-        str | None, typer.Option(help="Question synthesis: the server's key.")
-    ] = None,
-    model: Annotated[
         str | None,
-        typer.Option(help="Stage 1's starting model: tiny or a checkpoint folder (the policy)."),
+        typer.Option(help="Question synthesis: the server's key.", rich_help_panel=MODEL),
     ] = None,
+    model: StartModelOption = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print each step's command line; run nothing.")
+        bool,
+        typer.Option(
+            "--dry-run", help="Print each step's command line; run nothing.", rich_help_panel=OUTPUT
+        ),
     ] = False,
 ) -> None:
     """Run a recipe's steps in order on any KG: walk, questions, trajectories, filter,

@@ -42,6 +42,7 @@ from kgsynth.cli.options import (
     ProfileOption,
     TimeoutOption,
 )
+from kgsynth.cli.panels import INPUTS, OUTPUT, SYNTHESIS, command
 from kgsynth.errors import KGSynthError
 from kgsynth.stage import StageResult
 from kgsynth.stage_io import StagedOutput
@@ -116,14 +117,19 @@ def _write(
     return manifest
 
 
-@synth_app.command("questions")
-@config_command(QuestionConfig, section="questions")
+@command(synth_app, "questions")
+@config_command(QuestionConfig, section="questions", panel=SYNTHESIS)
 def synthesize_questions_cmd(
     # The LLM client's flags are repeated in each command on purpose: typer reads a command's
     # flags from its own parameters; their declarations are shared (kgsynth.cli.options).
     cfg: QuestionConfig,
-    walks: Annotated[Path, typer.Option("--walks", help="walks.parquet from `kgsynth walk`.")],
-    out_path: Annotated[Path, typer.Option("--out", help="Output questions.parquet.")],
+    walks: Annotated[
+        Path,
+        typer.Option("--walks", help="walks.parquet from `kgsynth walk`.", rich_help_panel=INPUTS),
+    ],
+    out_path: Annotated[
+        Path, typer.Option("--out", help="Output questions.parquet.", rich_help_panel=OUTPUT)
+    ],
     llm: LLMOption = "template",
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
@@ -137,7 +143,8 @@ def synthesize_questions_cmd(
         list[Path] | None,
         typer.Option(
             help="Benchmark question file(s) (MetaQA txt, JSONL, Parquet, or WebQSP/CWQ/GrailQA/"
-            "GraphQuestions .json) for the contamination guard; repeatable."
+            "GraphQuestions .json) for the contamination guard; repeatable.",
+            rich_help_panel=INPUTS,
         ),
     ] = None,
     max_failed_fraction: MaxFailedFractionOption = 0.5,
@@ -202,20 +209,26 @@ def synthesize_questions_cmd(
         fail(exc)
 
 
-@synth_app.command("trajectories")
-@config_command(TrajectoryConfig, section="trajectories", carried=model_carries)
+QuestionsOption = Annotated[
+    Path,
+    typer.Option(
+        "--questions",
+        help="questions.parquet from `synthesize questions`, or a benchmark's .json "
+        "(WebQSP, CWQ, GrailQA, GraphQuestions: its gold logical forms are the oracle's "
+        "and the references' actions).",
+        rich_help_panel=INPUTS,
+    ),
+]
+
+
+@command(synth_app, "trajectories")
+@config_command(TrajectoryConfig, section="trajectories", carried=model_carries, panel=SYNTHESIS)
 def synthesize_trajectories_cmd(
     cfg: TrajectoryConfig,
-    questions: Annotated[
-        Path,
-        typer.Option(
-            "--questions",
-            help="questions.parquet from `synthesize questions`, or a benchmark's .json "
-            "(WebQSP, CWQ, GrailQA, GraphQuestions: its gold logical forms are the oracle's "
-            "and the references' actions).",
-        ),
+    questions: QuestionsOption,
+    out_path: Annotated[
+        Path, typer.Option("--out", help="Output trajectories.parquet.", rich_help_panel=OUTPUT)
     ],
-    out_path: Annotated[Path, typer.Option("--out", help="Output trajectories.parquet.")],
     kg: KGOption = None,
     profile: ProfileOption = None,
     llm: LLMOption = "template",
@@ -234,10 +247,7 @@ def synthesize_trajectories_cmd(
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
     free rollouts, through the real KG tools."""
-    from kgsynth.benchmarks import read_benchmark
-    from kgsynth.schema import QUESTION_SCHEMA, REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
-    from kgsynth.synthesize import trajectories
-    from kgsynth.synthesize.benchmark_questions import benchmark_question_rows, is_benchmark_file
+    from kgsynth.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
 
     started = time.perf_counter()
     inputs = {
@@ -251,30 +261,7 @@ def synthesize_trajectories_cmd(
         with StagedOutput(out_path, overwrite=overwrite, inputs=inputs) as staged:
             check_fraction("--max-failed-fraction", max_failed_fraction)
             graph = open_graph_option(kg, profile)
-            bench_info = None
-            if is_benchmark_file(questions):  # WebQSP, CWQ, GrailQA or GraphQuestions
-                records = read_benchmark(questions)
-                rows, left_out = benchmark_question_rows(records, graph, cfg.toolset, cfg.mode)
-                bench_info = {
-                    "file": str(questions),
-                    "format": records[0].source_format if records else None,
-                    "questions": len(records),
-                    "usable": len(rows),
-                    "left_out": dict(left_out),
-                }
-                stdout.print(
-                    f"{len(rows):,} of {len(records):,} benchmark questions usable in "
-                    f"{cfg.mode} mode with --tools {cfg.toolset} (left out: {dict(left_out)})",
-                    highlight=False,
-                )
-            else:
-                rows = read_rows(
-                    questions,
-                    "--questions",
-                    trajectories.input_columns(cfg),
-                    "kgsynth synthesize questions",
-                    QUESTION_SCHEMA,
-                )
+            rows, bench_info = _question_rows(questions, graph, cfg)
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
@@ -285,24 +272,7 @@ def synthesize_trajectories_cmd(
                 from kgsynth.agent.loop import stored_system_prompt
 
                 stored = stored_system_prompt(model)
-            with progress_bar(count=False) as bar:
-                task = bar.add_task(cfg.mode, total=None, info="")
-
-                def progress(done: int, total: int, phase: str) -> None:
-                    st = client.stats
-                    what = (
-                        f"turn {done}, {total} episodes active"
-                        if phase == "turn"
-                        else f"thought {done}"
-                    )
-                    bar.update(
-                        task,
-                        info=f"{what}; requests {st.requests}, cache hits {st.cache_hits}, errors {st.errors}",
-                    )
-
-                result = trajectories.run(
-                    rows, cfg, graph=graph, llm=client, progress=progress, system_text=stored
-                )
+            result = _sample_trajectories(rows, cfg, graph, client, stored)
             manifest = _write(
                 staged,
                 "synthesize trajectories",
@@ -327,3 +297,65 @@ def synthesize_trajectories_cmd(
         check_llm_failures(client, max_failed_fraction, out_path, "synthesize trajectories")
     except KGSynthError as exc:
         fail(exc)
+
+
+def _question_rows(
+    questions: Path, graph: Any, cfg: TrajectoryConfig
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The questions to make trajectories for, and (for a benchmark's .json: WebQSP, CWQ,
+    GrailQA or GraphQuestions) what the manifest records of the file; None otherwise."""
+    from kgsynth.benchmarks import read_benchmark
+    from kgsynth.schema import QUESTION_SCHEMA
+    from kgsynth.synthesize import trajectories
+    from kgsynth.synthesize.benchmark_questions import benchmark_question_rows, is_benchmark_file
+
+    if not is_benchmark_file(questions):
+        rows = read_rows(
+            questions,
+            "--questions",
+            trajectories.input_columns(cfg),
+            "kgsynth synthesize questions",
+            QUESTION_SCHEMA,
+        )
+        return rows, None
+    records = read_benchmark(questions)
+    rows, left_out = benchmark_question_rows(records, graph, cfg.toolset, cfg.mode)
+    bench_info = {
+        "file": str(questions),
+        "format": records[0].source_format if records else None,
+        "questions": len(records),
+        "usable": len(rows),
+        "left_out": dict(left_out),
+    }
+    stdout.print(
+        f"{len(rows):,} of {len(records):,} benchmark questions usable in "
+        f"{cfg.mode} mode with --tools {cfg.toolset} (left out: {dict(left_out)})",
+        highlight=False,
+    )
+    return rows, bench_info
+
+
+def _sample_trajectories(
+    rows: list[dict[str, Any]],
+    cfg: TrajectoryConfig,
+    graph: Any,
+    client: Any,
+    system_text: str | None,
+) -> StageResult:
+    """The stage's trajectories, with a progress bar of turns, episodes and requests."""
+    from kgsynth.synthesize import trajectories
+
+    with progress_bar(count=False) as bar:
+        task = bar.add_task(cfg.mode, total=None, info="")
+
+        def progress(done: int, total: int, phase: str) -> None:
+            st = client.stats
+            what = f"turn {done}, {total} episodes active" if phase == "turn" else f"thought {done}"
+            bar.update(
+                task,
+                info=f"{what}; requests {st.requests}, cache hits {st.cache_hits}, errors {st.errors}",
+            )
+
+        return trajectories.run(
+            rows, cfg, graph=graph, llm=client, progress=progress, system_text=system_text
+        )

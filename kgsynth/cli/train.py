@@ -23,6 +23,7 @@ from kgsynth.agent.carried import CarriedAgent
 from kgsynth.cli.common import fail, progress_bar, stderr, stdout
 from kgsynth.cli.fields import config_command, field_params
 from kgsynth.cli.options import ConfigOption, KGOption, ProfileOption
+from kgsynth.cli.panels import INPUTS, LAUNCH, MODEL, OPTIMIZATION, OUTPUT, command
 from kgsynth.errors import KGSynthError
 from kgsynth.train.grpo_config import GRPOConfig
 from kgsynth.train.launch import LaunchConfig
@@ -37,23 +38,31 @@ train_app = typer.Typer(
 CorpusOption = Annotated[
     Path,
     typer.Option(
-        "--corpus", help="Trajectory Parquet with a messages column (corpus/accepted.parquet)."
+        "--corpus",
+        help="Trajectory Parquet with a messages column (corpus/accepted.parquet).",
+        rich_help_panel=INPUTS,
     ),
 ]
 OutOption = Annotated[
-    Path, typer.Option("--out", help="Run folder; ends up a save_pretrained model folder.")
+    Path,
+    typer.Option(
+        "--out", help="Run folder; ends up a save_pretrained model folder.", rich_help_panel=OUTPUT
+    ),
 ]
 SFTOverwriteOption = Annotated[
     bool,
     typer.Option(
         help="Delete an earlier run in --out (a finished one, or one with other options) and "
-        "train afresh; without it an unfinished run of the same options is resumed."
+        "train afresh; without it an unfinished run of the same options is resumed.",
+        rich_help_panel=OUTPUT,
     ),
 ]
 DryRunOption = Annotated[
     bool,
     typer.Option(
-        "--dry-run", help="Print the resolved configuration and the launch command; train nothing."
+        "--dry-run",
+        help="Print the resolved configuration and the launch command; train nothing.",
+        rich_help_panel=OUTPUT,
     ),
 ]
 # stage 2 starts from stage 1's folder: no --model and no tiny-model options
@@ -63,7 +72,7 @@ _STAGE2_SKIP = ("model", "tiny_vocab_size", "tiny_hidden_size", "tiny_layers", "
 
 def with_launch(fn: Callable[..., Any]) -> Callable[..., Any]:
     """One flag per :class:`LaunchConfig` field, handed to ``fn`` built, as ``launch``."""
-    params = field_params(LaunchConfig)
+    params = field_params(LaunchConfig, panel=LAUNCH)
     own = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
         for p in inspect.signature(fn, eval_str=True).parameters.values()
@@ -103,19 +112,19 @@ def _sft_command(stage: str, skip: tuple[str, ...], doc: str) -> Callable[..., A
         return sft_agent(params["corpus"], given.get("init") if stage == "stage2" else None)
 
     command.__doc__ = doc
-    return config_command(SFTConfig, section=stage, skip=skip, carried=carried)(
+    return config_command(SFTConfig, section=stage, skip=skip, carried=carried, panel=OPTIMIZATION)(
         with_launch(command)
     )
 
 
-stage1_cmd = train_app.command("stage1")(
+stage1_cmd = command(train_app, "stage1")(
     _sft_command(
         "stage1",
         ("init", *SELECT_FIELDS, *SELECT_AGENT_FIELDS),
         "Stage 1 SFT: from --model (a checkpoint folder or 'tiny') on synthetic trajectories.",
     )
 )
-stage2_cmd = train_app.command("stage2")(
+stage2_cmd = command(train_app, "stage2")(
     _sft_command(
         "stage2",
         _STAGE2_SKIP,
@@ -224,8 +233,10 @@ def _init_carries(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent
     return model_agent(given.get("init"))
 
 
-@train_app.command("rl")
-@config_command(GRPOConfig, section="rl", base=_preset_layer, carried=_init_carries)
+@command(train_app, "rl")
+@config_command(
+    GRPOConfig, section="rl", base=_preset_layer, carried=_init_carries, panel=OPTIMIZATION
+)
 @with_launch
 def rl_cmd(
     cfg: GRPOConfig,
@@ -234,21 +245,34 @@ def rl_cmd(
         Path,
         typer.Option(
             help="Questions with topic entities and gold answers: questions.parquet from "
-            "`synthesize questions`, MetaQA txt or JSONL."
+            "`synthesize questions`, MetaQA txt or JSONL.",
+            rich_help_panel=INPUTS,
         ),
     ],
     out_dir: OutOption,
     init: Annotated[
-        str, typer.Option(help="The SFT output folder to start from (stage2, or stage1).")
+        str,
+        typer.Option(
+            help="The SFT output folder to start from (stage2, or stage1).", rich_help_panel=MODEL
+        ),
     ],
     kg: KGOption = None,
     profile: ProfileOption = None,
     config: ConfigOption = None,
     overwrite: Annotated[
-        bool, typer.Option(help="Replace an earlier run in --out (a folder kgsynth wrote).")
+        bool,
+        typer.Option(
+            help="Replace an earlier run in --out (a folder kgsynth wrote).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the resolved configuration; train nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the resolved configuration; train nothing.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = False,
 ) -> None:
     """GRPO against the live KG: multi-turn rollouts with the KG tools, the seeds' rewards.
@@ -290,12 +314,19 @@ def rl_cmd(
     _print_selection("rl", manifest)
 
 
-@train_app.command("merge")
+@command(train_app, "merge")
 def merge_cmd(
     run: Annotated[Path, typer.Argument(help="A LoRA run folder (stage1, stage2 or rl).")],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the merged full model.")],
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", help="Folder for the merged full model.", rich_help_panel=OUTPUT),
+    ],
     overwrite: Annotated[
-        bool, typer.Option(help="Replace an earlier merge in --out (a folder kgsynth wrote).")
+        bool,
+        typer.Option(
+            help="Replace an earlier merge in --out (a folder kgsynth wrote).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = False,
 ) -> None:
     """Fold a LoRA run's adapter into its base weights: a plain save_pretrained folder (weights,

@@ -14,14 +14,18 @@ from kgsynth.cli.options import (
     KGOption,
     ProfileOption,
 )
+from kgsynth.cli.panels import OUTPUT, WALKS
 from kgsynth.errors import KGSynthError
 from kgsynth.walk import WalkConfig
 
 
-@config_command(WalkConfig, section="walk")
+@config_command(WalkConfig, section="walk", panel=WALKS)
 def walk_cmd(
     cfg: WalkConfig,
-    out_path: Annotated[Path, typer.Option("--out", help="Output Parquet file (walks.parquet).")],
+    out_path: Annotated[
+        Path,
+        typer.Option("--out", help="Output Parquet file (walks.parquet).", rich_help_panel=OUTPUT),
+    ],
     kg: KGOption = None,
     profile: ProfileOption = None,
     config: ConfigOption = None,
@@ -29,7 +33,8 @@ def walk_cmd(
         bool,
         typer.Option(
             help="Replace an existing output, and discard chunks of an interrupted run "
-            "instead of resuming."
+            "instead of resuming.",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
 ) -> None:

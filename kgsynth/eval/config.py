@@ -60,16 +60,20 @@ class EvalConfig:
 
     runs: int = option(1, "Runs per question (run r uses seed + r).")
     temperature: float = option(0.0, "Sampling temperature (0: greedy).")
-    top_p: float = option(1.0, "Nucleus sampling.")
+    top_p: float = option(1.0, "Nucleus sampling.", advanced=True)
     # the agent's settings, shared with synthesis and RL; given and read under their own names
     agent: AgentConfig = field(default_factory=AgentConfig)
     report_to: str = option(
         "none",
         "Mirror the metrics to tensorboard (RUN/tensorboard; `tensorboard --logdir RUN`) or "
         "wandb (needs `pip install wandb`), or none.",
+        panel="Output",
+        advanced=True,
     )
     seed: int = option(0, "Sampling seed of run 0.")
-    limit: int | None = option(None, "Use only the first K questions.", record=False)
+    limit: int | None = option(
+        None, "Use only the first K questions.", record=False, panel="Inputs"
+    )
     baseline: tuple[str, ...] = option(
         (),
         "Also evaluate a baseline, scored the same way (repeatable): untrained (the model the "
@@ -83,6 +87,7 @@ class EvalConfig:
         "The untrained baseline's checkpoint folder (hf) or model name (openai); default: "
         "followed from the checkpoint's manifest.json start_from.",
         record=False,
+        advanced=True,
     )
 
     def __post_init__(self) -> None:

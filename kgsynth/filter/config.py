@@ -67,6 +67,7 @@ class FilterConfig:
         "Benchmark question file(s) (MetaQA txt, JSONL, Parquet) for the contamination filter; "
         "repeatable.",
         multiple=True,
+        panel="Inputs",
     )
     dedup_actions: bool = option(True, "Reject a repeat of a question's tool-call sequence.")
     max_per_question: int | None = option(3, "Trajectories kept per question; 0 for no cap.")

@@ -53,7 +53,7 @@ class QuestionConfig:
         0.85, "Drop questions at or above this cosine similarity."
     )
     seed: int = option(0, "Sampling seed sent with requests.")
-    limit: int | None = option(None, "Use only the first K walks.")
+    limit: int | None = option(None, "Use only the first K walks.", panel="Inputs")
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_quality <= 10:

@@ -37,6 +37,7 @@ class TrajectoryConfig:
         "free/referenced: sample with reflection instructions added to the system prompt "
         "(GraphRoll-style: notice a failed step, go back, check the answer before giving it; "
         "prompts/reflection.j2); the stored trajectories keep the plain prompt.",
+        advanced=True,
     )
     correct_names: bool = option(
         False,
@@ -44,17 +45,21 @@ class TrajectoryConfig:
         "another as the name it was read as (the call, the reasoning that repeats it, the "
         "turn's record), without the observation's note, so an accepted rollout teaches the "
         "KG's name (hindsight correction); answers stay as written.",
+        advanced=True,
     )
     workers: int = option(
         1,
         "N processes, with the same output as one: oracle with --llm template replays the "
         "questions over contiguous shards (each opens the KG itself); --llm hf on CPU "
         "generates the policy's batches in N processes.",
+        panel="Launch",
+        advanced=True,
     )
     fan_out: int = option(
         1,
         "oracle: follow a chain's next hop from up to this many of the entities the hop before "
         "reached, so the replay observes the whole answer set.",
+        advanced=True,
     )
     follow: str = option(
         "walked",
@@ -62,6 +67,7 @@ class TrajectoryConfig:
         "display cap hides it, the first shown one the next hop leads on from); first always "
         "goes on from the first shown one, so which entity the agent follows is a rule it can "
         "read from the observation.",
+        advanced=True,
     )
     look_ahead: bool = option(
         False,
@@ -69,6 +75,7 @@ class TrajectoryConfig:
         "answer shown before answering, so every hop ends with the relations of an entity it "
         "reached and the agent decides to go on or answer with that list, ranked by the "
         "question, in its context.",
+        advanced=True,
     )
     trial_and_error: float = option(
         0.0,
@@ -76,6 +83,7 @@ class TrajectoryConfig:
         "that also get a trial-and-error trajectory (mode oracle_trial): a first ExecuteSPARQL "
         "with a relation the wrong way round or a wrong relation the SearchGraphPatterns "
         "observation showed, its empty or wrong rows, then the gold query; 0 writes none.",
+        advanced=True,
     )
     reference_share: float = option(
         0.0,
@@ -83,20 +91,27 @@ class TrajectoryConfig:
         "prompt also shows the gold action sequence, as --mode referenced shows it, so a policy "
         "trained from scratch learns to read a reference before Referenced Rejection Sampling "
         "(a pretrained LLM reads one without); 0 keeps every prompt plain.",
+        advanced=True,
     )
     stratify: str = option(
         "none",
         "With --limit: draw the K questions stratified by structure or hops (equal shares, "
         "seeded; GraphRoll's sampling for expert rollouts) instead of the first K; none takes "
         "the first K.",
+        panel="Inputs",
+        advanced=True,
     )
     split: str = option(
         "all",
         "all, train or heldout: a stable split by question_id hash, so stage 1 and the stage-2 "
         "rollouts can use disjoint questions.",
+        panel="Inputs",
+        advanced=True,
     )
-    heldout_fraction: float = option(0.1, "Share of questions in the heldout split.")
-    limit: int | None = option(None, "Use only the first K questions.")
+    heldout_fraction: float = option(
+        0.1, "Share of questions in the heldout split.", panel="Inputs", advanced=True
+    )
+    limit: int | None = option(None, "Use only the first K questions.", panel="Inputs")
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -64,6 +64,7 @@ class GRPOConfig:
         None,
         "Defaults: default (lr 1e-6, group 8, 16 questions/step) or tiny (CPU). "
         "\\[default: tiny when --init is a tiny SFT run]",
+        advanced=True,
     )
     preset: str | None = option(
         None,
@@ -71,25 +72,31 @@ class GRPOConfig:
         "actions, --tools sexpr, with relation gating), knowcoder-a1, kg-r1 or isp "
         "(rewards, advantage, KL, clip, group, turns, lr, warm-up; the README's preset table "
         "gives each value and its source). --config and flags override it.",
+        panel="Inputs",
     )
     reward: str = option(
         "graphwalker",
         "Reward: a preset (graphwalker = hit, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
         "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance.",
+        panel="Rewards",
     )
     fbeta_switch_step: int | None = option(
-        None, "fbeta curriculum: beta 0.5 until this step, then 1."
+        None, "fbeta curriculum: beta 0.5 until this step, then 1.", panel="Rewards", advanced=True
     )
     fbeta_switch_reward: float | None = option(
         None,
         "fbeta curriculum: beta 1 from the step after the outcome reward's running mean reaches "
         "this (the switch never goes back).",
+        panel="Rewards",
+        advanced=True,
     )
     # KnowCoder-A1's per-phase question sets: after the F-beta switch, questions come from here
     phase2_questions: str | None = option(
         None,
         "fbeta curriculum: questions of the second phase (after the switch); KnowCoder-A1's "
         "per-phase question sets. \\[default: --questions throughout]",
+        panel="Inputs",
+        advanced=True,
     )
     group_size: int | None = option(None, f"Rollouts per question (G). {_RECIPES}")
     questions_per_step: int | None = option(None, f"Questions per step. {_RECIPES}")
@@ -98,70 +105,109 @@ class GRPOConfig:
     kl_coef: float = option(
         0.001, "KL coefficient to the frozen init model (k3); 0 = off.", aliases=("--kl",)
     )
-    clip_low: float = option(0.2, "Ratio clip below: 1 - clip_low.")
-    clip_high: float = option(0.28, "Ratio clip above: 1 + clip_high (DAPO).")
-    scale_rewards: bool = option(True, "Divide advantages by the group std.")
+    clip_low: float = option(0.2, "Ratio clip below: 1 - clip_low.", advanced=True)
+    clip_high: float = option(0.28, "Ratio clip above: 1 + clip_high (DAPO).", advanced=True)
+    scale_rewards: bool = option(True, "Divide advantages by the group std.", advanced=True)
     turn_advantage: bool = option(
         False,
         "KG-R1's turn-wise advantage: each turn's tokens get G_t = r_t + lambda R (turn rewards "
         "plus the trajectory reward) against one baseline pooled over every turn of the group; "
         "on in --preset kg-r1 and isp.",
+        advanced=True,
     )
-    turn_lambda: float = option(1.0, "KG-R1's lambda: the trajectory reward's weight in G_t.")
+    turn_lambda: float = option(
+        1.0, "KG-R1's lambda: the trajectory reward's weight in G_t.", advanced=True
+    )
     rollout: str = option(
         "flat",
         "Rollouts: flat (--group-size independent rollouts per question, one advantage per "
         "rollout or per turn) or tree (ISP-KGR: --branches continuations of every live step, "
         "equivalent sibling branches pruned, each step's advantage normalised among its "
         "siblings; --turn-advantage and --group-size do not apply).",
+        panel="Rollouts",
+        advanced=True,
     )
-    branches: int = option(3, "Tree rollouts: branches sampled from each live node per step (K).")
+    branches: int = option(
+        3,
+        "Tree rollouts: branches sampled from each live node per step (K).",
+        panel="Rollouts",
+        advanced=True,
+    )
     max_tree_nodes: int = option(
         8,
         "Tree rollouts: live nodes per question at most; past it a node gets fewer than "
         "--branches branches (at least one).",
+        panel="Rollouts",
+        advanced=True,
     )
     tree_value: str = option(
         "max",
         "Tree rollouts: a node's outcome over the leaves of its subtree: max (ISP-KGR) or mean.",
+        panel="Rollouts",
+        advanced=True,
     )
     updates_per_step: int = option(
-        1, "Updates on each step's rollouts; 1 = on-policy single update (KnowCoder-A1)."
+        1,
+        "Updates on each step's rollouts; 1 = on-policy single update (KnowCoder-A1).",
+        advanced=True,
     )
-    micro_batch_size: int = option(8, "Rollouts per forward pass in the update.")
-    max_grad_norm: float = option(1.0, HELP["max_grad_norm"])
-    weight_decay: float = option(0.0, HELP["weight_decay"])
-    warmup_steps: int = option(0, "Linear learning-rate warm-up steps.")
+    micro_batch_size: int = option(8, "Rollouts per forward pass in the update.", advanced=True)
+    max_grad_norm: float = option(1.0, HELP["max_grad_norm"], advanced=True)
+    weight_decay: float = option(0.0, HELP["weight_decay"], advanced=True)
+    warmup_steps: int = option(0, "Linear learning-rate warm-up steps.", advanced=True)
     warmup_ratio: float | None = option(
-        None, "Warm-up as a share of --max-steps (KBQA-R1: 0.3); wins over --warmup-steps."
+        None,
+        "Warm-up as a share of --max-steps (KBQA-R1: 0.3); wins over --warmup-steps.",
+        advanced=True,
     )
-    temperature: float = option(1.0, "Sampling temperature of rollouts.")
-    top_p: float = option(1.0, "Nucleus sampling of rollouts: the probability mass kept.")
+    temperature: float = option(
+        1.0, "Sampling temperature of rollouts.", panel="Rollouts", advanced=True
+    )
+    top_p: float = option(
+        1.0,
+        "Nucleus sampling of rollouts: the probability mass kept.",
+        panel="Rollouts",
+        advanced=True,
+    )
     max_turns: int = agent_option("max_turns")
-    max_turn_tokens: int | None = option(None, f"Generated tokens per turn. {_RECIPES}")
-    max_obs_tokens: int = option(512, "Observation tokens kept per call.")
+    max_turn_tokens: int | None = option(
+        None, f"Generated tokens per turn. {_RECIPES}", panel="Agent", advanced=True
+    )
+    max_obs_tokens: int = option(
+        512, "Observation tokens kept per call.", panel="Agent", advanced=True
+    )
     rollout_timeout_s: float = option(
         300.0,
         "Seconds per rollout before it is ended where it is.",
         aliases=("--rollout-timeout",),
+        panel="Rollouts",
+        advanced=True,
     )
-    rollout_batch_size: int = option(64, "Sequences per generate() call.")
+    rollout_batch_size: int = option(
+        64, "Sequences per generate() call.", panel="Rollouts", advanced=True
+    )
     rollout_engine: str = option(
         "hf",
         "What samples the rollouts: hf (batched transformers generate on the policy itself) or "
         "vllm (a vLLM engine in each training process, its weights loaded from the policy after "
         "every update, as TRL's colocate mode; pip install kgsynth[vllm], a CUDA GPU, --top-p 1).",
+        panel="Rollouts",
+        advanced=True,
     )
     vllm_gpu_memory_utilization: float = option(
         0.3,
         "--rollout-engine vllm: the share of each rank's GPU its vLLM engine takes (its copy of "
         "the weights and KV cache); the policy, reference and optimizer need the rest.",
+        panel="Rollouts",
+        advanced=True,
     )
     logprob_tolerance: float | None = option(
         None,
         "The alignment check: stop the run when a step's mean |rollout log-prob - training "
         "forward log-prob| over sampled tokens exceeds this. \\[default: 0.05 for hf, 0.2 for "
         "vllm]",
+        panel="Rollouts",
+        advanced=True,
     )
     toolset: str = agent_option("toolset")
     relation_ranking: str = agent_option("relation_ranking")
@@ -170,11 +216,16 @@ class GRPOConfig:
     conjunction_hints: bool = agent_option("conjunction_hints")
     first_hop_fallback: str = agent_option("first_hop_fallback")
     later_hop_fallback: str = agent_option("later_hop_fallback")
-    report_to: str = option("none", HELP["report_to"])
-    lora_r: int = option(0, HELP["lora_r"] + " The KL reference is the adapter switched off.")
-    lora_alpha: float = option(16.0, HELP["lora_alpha"])
-    lora_dropout: float = option(0.05, HELP["lora_dropout"])
-    lora_target: str = option("all-linear", HELP["lora_target"])
+    report_to: str = option("none", HELP["report_to"], panel="Output")
+    lora_r: int = option(
+        0,
+        HELP["lora_r"] + " The KL reference is the adapter switched off.",
+        panel="Model",
+        advanced=True,
+    )
+    lora_alpha: float = option(16.0, HELP["lora_alpha"], panel="Model", advanced=True)
+    lora_dropout: float = option(0.05, HELP["lora_dropout"], panel="Model", advanced=True)
+    lora_target: str = option("all-linear", HELP["lora_target"], panel="Model", advanced=True)
     top_k_relations: int = agent_option("top_k_relations")
     max_triples_per_relation: int = agent_option("max_triples_per_relation")
     gate_high: float = agent_option("gate_high")
@@ -184,21 +235,32 @@ class GRPOConfig:
         help="--select-questions' agent: a turn cut at the token cap before it closes its "
         "action is sampled again at --resample-temperature, at most N times in an episode "
         "(GRPO's own rollouts keep every turn as sampled)",
+        panel="Early stopping",
+        advanced=True,
     )
-    resample_temperature: float = agent_option("resample_temperature")
+    resample_temperature: float = agent_option(
+        "resample_temperature", panel="Early stopping", advanced=True
+    )
     query_timeout_s: float = agent_option("query_timeout_s")
     distance_max_depth: int = option(
-        3, "The distance reward's search depth (hops from the topic entities)."
+        3,
+        "The distance reward's search depth (hops from the topic entities).",
+        panel="Rewards",
+        advanced=True,
     )
-    save_steps: int = option(25, "Checkpoint every N steps.")
-    select_questions: str | None = option(None, HELP["select_questions"])
-    select_limit: int = option(150, HELP["select_limit"])
-    select_alpha: float = option(0.05, HELP["select_alpha"])
-    select_cache: str | None = option(None, HELP["select_cache"])
-    logging_steps: int = option(1, "Write metrics every N steps.")
+    save_steps: int = option(25, "Checkpoint every N steps.", panel="Output", advanced=True)
+    select_questions: str | None = option(
+        None, HELP["select_questions"], panel="Early stopping", advanced=True
+    )
+    select_limit: int = option(150, HELP["select_limit"], panel="Early stopping", advanced=True)
+    select_alpha: float = option(0.05, HELP["select_alpha"], panel="Early stopping", advanced=True)
+    select_cache: str | None = option(
+        None, HELP["select_cache"], panel="Early stopping", advanced=True
+    )
+    logging_steps: int = option(1, "Write metrics every N steps.", panel="Output", advanced=True)
     seed: int = option(0, HELP["seed"])
-    deepspeed: str | None = option(None, HELP["deepspeed"])
-    precision: str = option("auto", HELP["precision"])
+    deepspeed: str | None = option(None, HELP["deepspeed"], panel="Launch")
+    precision: str = option("auto", HELP["precision"], panel="Model", advanced=True)
 
     def __post_init__(self) -> None:
         """Every check of the values; one reading a recipe field waits until it is filled."""

@@ -39,18 +39,22 @@ class LaunchConfig:
     """How many processes, where, and through which launcher."""
 
     nproc_per_node: int = option(1, "Processes (GPUs) per node; > 1 starts a launcher.")
-    nnodes: int = option(1, "Nodes.")
-    node_rank: int = option(0, "This node's rank (torchrun).")
-    master_addr: str = option("127.0.0.1", "Address of the rank-0 node.")
+    nnodes: int = option(1, "Nodes.", advanced=True)
+    node_rank: int = option(0, "This node's rank (torchrun).", advanced=True)
+    master_addr: str = option("127.0.0.1", "Address of the rank-0 node.", advanced=True)
     master_port: int = option(
-        29500, "Port of the rank-0 node; 0: a free port of this machine (one node only)."
+        29500,
+        "Port of the rank-0 node; 0: a free port of this machine (one node only).",
+        advanced=True,
     )
     launcher: str = option(
         "auto",
         "auto (none for one process, deepspeed with --deepspeed, else torchrun), none, torchrun "
         "or deepspeed.",
     )
-    hostfile: str | None = option(None, "DeepSpeed hostfile for a multi-node deepspeed launch.")
+    hostfile: str | None = option(
+        None, "DeepSpeed hostfile for a multi-node deepspeed launch.", advanced=True
+    )
 
     @property
     def world_size(self) -> int:

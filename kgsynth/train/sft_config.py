@@ -95,7 +95,12 @@ _RECIPES = "\\[default: recipe's]"
 def _select_agent_option(name: str) -> Any:
     """An agent option of the agent that answers --select-questions' questions."""
     f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
-    return agent_option(name, help="--select-questions' agent: " + f.metadata["help"])
+    return agent_option(
+        name,
+        help="--select-questions' agent: " + f.metadata["help"],
+        panel="Early stopping",
+        advanced=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -108,12 +113,16 @@ class SFTConfig:
         None,
         "A local HF checkpoint folder, or 'tiny' (a small Qwen2 built offline, its tokenizer "
         "trained on the corpus).",
+        panel="Model",
     )
-    init: str | None = option(None, "The stage-1 output folder (weights and tokenizer).")
+    init: str | None = option(
+        None, "The stage-1 output folder (weights and tokenizer).", panel="Model"
+    )
     recipe: str | None = option(
         None,
         "Defaults: graphwalker (lr 1e-5, batch 32, 2 epochs, 4096 tokens) or tiny (CPU). "
         "\\[default: tiny for --model tiny, else graphwalker]",
+        advanced=True,
     )
     epochs: float | None = option(None, f"Epochs. {_RECIPES}")
     max_steps: int | None = option(None, "Optimizer steps; overrides --epochs when set.")
@@ -126,78 +135,109 @@ class SFTConfig:
     micro_batch_size: int | None = option(
         None,
         "Rows per device per forward pass; gradient accumulation makes up the rest. " + _RECIPES,
+        advanced=True,
     )
     max_length: int | None = option(
         None, f"Tokens per row; longer trajectories are dropped and counted. {_RECIPES}"
     )
     packing: bool | None = option(
-        None, f"Pack trajectories into rows (else length-bucketed batches). {_RECIPES}"
+        None,
+        f"Pack trajectories into rows (else length-bucketed batches). {_RECIPES}",
+        advanced=True,
     )
-    warmup_ratio: float | None = option(None, f"Warmup as a fraction of the steps. {_RECIPES}")
-    lr_scheduler: str = option("cosine", "cosine, linear or constant_with_warmup.")
-    weight_decay: float = option(0.0, HELP["weight_decay"])
-    max_grad_norm: float = option(1.0, HELP["max_grad_norm"])
+    warmup_ratio: float | None = option(
+        None, f"Warmup as a fraction of the steps. {_RECIPES}", advanced=True
+    )
+    lr_scheduler: str = option("cosine", "cosine, linear or constant_with_warmup.", advanced=True)
+    weight_decay: float = option(0.0, HELP["weight_decay"], advanced=True)
+    max_grad_norm: float = option(1.0, HELP["max_grad_norm"], advanced=True)
     seed: int = option(0, HELP["seed"])
-    logging_steps: int | None = option(None, f"Write metrics every N steps. {_RECIPES}")
-    save_steps: int | None = option(None, f"Checkpoint every N steps. {_RECIPES}")
-    save_total_limit: int = option(2, "Checkpoints kept in OUT/checkpoints (the oldest go).")
-    deepspeed: str | None = option(None, HELP["deepspeed"])
-    precision: str = option("auto", HELP["precision"])
-    gradient_checkpointing: bool = option(False, "Recompute activations to save memory.")
-    attn_implementation: str = option("sdpa", "sdpa, eager or flash_attention_2.")
+    logging_steps: int | None = option(
+        None, f"Write metrics every N steps. {_RECIPES}", panel="Output", advanced=True
+    )
+    save_steps: int | None = option(
+        None, f"Checkpoint every N steps. {_RECIPES}", panel="Output", advanced=True
+    )
+    save_total_limit: int = option(
+        2, "Checkpoints kept in OUT/checkpoints (the oldest go).", panel="Output", advanced=True
+    )
+    deepspeed: str | None = option(None, HELP["deepspeed"], panel="Launch")
+    precision: str = option("auto", HELP["precision"], panel="Model", advanced=True)
+    gradient_checkpointing: bool = option(
+        False, "Recompute activations to save memory.", panel="Model", advanced=True
+    )
+    attn_implementation: str = option(
+        "sdpa", "sdpa, eager or flash_attention_2.", panel="Model", advanced=True
+    )
     logits: str = option(
         "labelled",
         "Where the LM head and the loss run: labelled (only the positions the loss scores: the "
         "same loss and gradients, less time and memory; models that cannot slice by a mask "
         "fall back to all) or all.",
+        panel="Model",
+        advanced=True,
     )
-    tiny_vocab_size: int = option(2000, "tiny: BPE vocabulary cap.")
-    tiny_hidden_size: int = option(64, "tiny: hidden size.")
-    tiny_layers: int = option(2, "tiny: layers.")
-    tiny_heads: int = option(4, "tiny: attention heads.")
-    tiny_init_std: float = option(0.1, "tiny: normal-init spread of the weights.")
+    tiny_vocab_size: int = option(2000, "tiny: BPE vocabulary cap.", panel="Model", advanced=True)
+    tiny_hidden_size: int = option(64, "tiny: hidden size.", panel="Model", advanced=True)
+    tiny_layers: int = option(2, "tiny: layers.", panel="Model", advanced=True)
+    tiny_heads: int = option(4, "tiny: attention heads.", panel="Model", advanced=True)
+    tiny_init_std: float = option(
+        0.1, "tiny: normal-init spread of the weights.", panel="Model", advanced=True
+    )
     copy_drills: int | None = option(
         None,
         "Short name-copy conversations made from the corpus's own entity names, mixed into the "
         "training rows (teaches a model trained from scratch to copy names). " + _RECIPES,
+        advanced=True,
     )
     copy_warmup_steps: int | None = option(
         None,
         "Steps on name-copy drills (batches of --copy-warmup-batch-size, from the corpus's own "
         "entity names) before the trajectories: a model trained from scratch learns to copy "
         "names in a minute this way. " + _RECIPES,
+        advanced=True,
     )
-    copy_warmup_batch_size: int = option(32, "Drills per copy warm-up step.")
+    copy_warmup_batch_size: int = option(32, "Drills per copy warm-up step.", advanced=True)
     # 2.5e-3: the drill loss after 1,000 steps, 3 seeds, 0.42 / 0.50 / 1.00 against 1.32 /
     # 0.74 / 1.56 at 5e-3 (benchmarks/README.md, "the copy warm-up's learning rate")
-    copy_warmup_lr: float = option(2.5e-3, "Learning rate of the copy warm-up.")
+    copy_warmup_lr: float = option(2.5e-3, "Learning rate of the copy warm-up.", advanced=True)
     copy_warmup_target: float | None = option(
         None,
         "Drill loss (mean of the warm-up's last tenth) the copy warm-up must reach: above it, "
         "the weights go back to their initial values and the warm-up runs again on drills of "
         "another seed, up to --copy-warmup-tries times in all (a tiny model learns to copy "
         "later on some seeds than on others). None: one warm-up, whatever its loss.",
+        advanced=True,
     )
     copy_warmup_max_steps: int | None = option(
         None,
         "With --copy-warmup-target: a warm-up still above the target after "
         "--copy-warmup-steps drills on, checking every tenth of --copy-warmup-steps, up to this "
         "many steps in all, before it counts as missed. None: no extension.",
+        advanced=True,
     )
-    copy_warmup_tries: int = option(1, "Most copy warm-ups with --copy-warmup-target.")
-    report_to: str = option("none", HELP["report_to"])
-    lora_r: int = option(0, HELP["lora_r"])
-    lora_alpha: float = option(16.0, HELP["lora_alpha"])
-    lora_dropout: float = option(0.05, HELP["lora_dropout"])
-    lora_target: str = option("all-linear", HELP["lora_target"])
-    select_questions: str | None = option(None, HELP["select_questions"])
+    copy_warmup_tries: int = option(
+        1, "Most copy warm-ups with --copy-warmup-target.", advanced=True
+    )
+    report_to: str = option("none", HELP["report_to"], panel="Output")
+    lora_r: int = option(0, HELP["lora_r"], panel="Model", advanced=True)
+    lora_alpha: float = option(16.0, HELP["lora_alpha"], panel="Model", advanced=True)
+    lora_dropout: float = option(0.05, HELP["lora_dropout"], panel="Model", advanced=True)
+    lora_target: str = option("all-linear", HELP["lora_target"], panel="Model", advanced=True)
+    select_questions: str | None = option(
+        None, HELP["select_questions"], panel="Early stopping", advanced=True
+    )
     select_kg: str | None = option(
         None,
         "--select-questions: the KG they are answered on (as --kg). \\[default: the shipped KB]",
+        panel="Early stopping",
+        advanced=True,
     )
-    select_limit: int = option(150, HELP["select_limit"])
-    select_alpha: float = option(0.05, HELP["select_alpha"])
-    select_cache: str | None = option(None, HELP["select_cache"])
+    select_limit: int = option(150, HELP["select_limit"], panel="Early stopping", advanced=True)
+    select_alpha: float = option(0.05, HELP["select_alpha"], panel="Early stopping", advanced=True)
+    select_cache: str | None = option(
+        None, HELP["select_cache"], panel="Early stopping", advanced=True
+    )
     relation_ranking: str = _select_agent_option("relation_ranking")
     first_hop_fallback: str = _select_agent_option("first_hop_fallback")
     later_hop_fallback: str = _select_agent_option("later_hop_fallback")

@@ -31,47 +31,71 @@ class WalkConfig:
         "Structure mix name:weight,… of chain-1..chain-5, 2I, IP, PI, count, superlative, "
         "comparative, time.",
     )
-    min_fanout: int = option(1, "d_min: fewest neighbours along a hop's relation.")
-    max_fanout: int = option(20, "d_max: most neighbours along a hop's relation.")
+    min_fanout: int = option(1, "d_min: fewest neighbours along a hop's relation.", advanced=True)
+    max_fanout: int = option(20, "d_max: most neighbours along a hop's relation.", advanced=True)
     max_answers: int = option(10, "Reject walks with more answers.")
     wide_share: float = option(
         0.0,
         "The share of chain-1 attempts that take a relation with more than --max-fanout "
         'neighbours, up to --wide-max-answers (questions with many answers: "who plays '
         'Defender?"); such a walk may have that many answers.',
+        advanced=True,
     )
     wide_max_answers: int = option(
-        200, "--wide-share: the most neighbours, and answers, of a wide chain-1 walk."
+        200,
+        "--wide-share: the most neighbours, and answers, of a wide chain-1 walk.",
+        advanced=True,
     )
     relation_balance: float = option(
-        0.5, "Relation weight = frequency ** -balance (0: uniform over relation types)."
+        0.5,
+        "Relation weight = frequency ** -balance (0: uniform over relation types).",
+        advanced=True,
     )
-    relations: str | None = option(None, "Whitelist file: relation names, one per line.")
-    exclude_relations: str | None = option(None, "Blacklist file: relation names, one per line.")
-    seeds: str | None = option(None, "File of entity names to start walks from.")
+    relations: str | None = option(
+        None, "Whitelist file: relation names, one per line.", panel="Inputs"
+    )
+    exclude_relations: str | None = option(
+        None, "Blacklist file: relation names, one per line.", panel="Inputs", advanced=True
+    )
+    seeds: str | None = option(None, "File of entity names to start walks from.", panel="Inputs")
     relations_from: str | None = option(
         None,
         "Benchmark file (WebQSP, CWQ, GrailQA or GraphQuestions .json): walk only the relations "
         "its gold SPARQL uses (GraphWalker's predicate set P); instead of --relations.",
+        panel="Inputs",
+        advanced=True,
     )
     seeds_from: str | None = option(
         None,
         "Benchmark file: start walks from its questions' topic entities, by id (GraphWalker's "
         "seed set E); instead of --seeds.",
+        panel="Inputs",
+        advanced=True,
     )
-    shard: str = option("0/1", "i/N: this run's share; shards merge without duplicates.")
-    chunk_size: int = option(250, "Walks per resumable chunk.")
+    shard: str = option(
+        "0/1",
+        "i/N: this run's share; shards merge without duplicates.",
+        panel="Launch",
+        advanced=True,
+    )
+    chunk_size: int = option(250, "Walks per resumable chunk.", panel="Launch", advanced=True)
     max_attempts_per_walk: int = option(
-        500, "Give a structure up when its attempts exceed this many per accepted walk (+1)."
+        500,
+        "Give a structure up when its attempts exceed this many per accepted walk (+1).",
+        advanced=True,
     )
     max_base: int = option(
-        30, "Constraint walks: most members of the set counted or filtered (count: <= this)."
+        30,
+        "Constraint walks: most members of the set counted or filtered (count: <= this).",
+        advanced=True,
     )
     constraint_hops: int = option(
-        2, "Constraint walks: most hops (1 or 2) from the topic entity to the set."
+        2, "Constraint walks: most hops (1 or 2) from the topic entity to the set.", advanced=True
     )
     workers: int = option(
-        1, "Processes sampling attempts side by side; the output is the same as with 1."
+        1,
+        "Processes sampling attempts side by side; the output is the same as with 1.",
+        panel="Launch",
     )
 
     def __post_init__(self) -> None:
