@@ -17,13 +17,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kgsynth.agent.spaces.registry import BUILTIN
+from kgsynth.agent.spaces.registry import names as space_names
 from kgsynth.config import option
 from kgsynth.errors import ConfigError
 from kgsynth.kg.base import MAX_TIMEOUT_S
 
 ToolSetName = Literal["graphwalker", "kgr1", "knowcoder", "isp", "sexpr"]
 NeighborOrder = Literal["relevance", "alphabetical"]
-TOOLSETS = ("graphwalker", "kgr1", "knowcoder", "isp", "sexpr")
+TOOLSETS = tuple(BUILTIN)  # the built-in action spaces (kgsynth.agent.spaces)
 NEIGHBOR_ORDERS = ("relevance", "alphabetical")
 RERANK_MODES = ("none", "llm")
 RELATION_RANKINGS = ("bm25", "hybrid", "focus")
@@ -178,7 +180,7 @@ class AgentConfig:
     kgr1_max_entities: int | None = option(
         None, "kgr1: cap on the entities listed (none: the full set, as KG-R1)", cli=False
     )
-    # KBQA-R1's Referenced Relation Candidate Gating (kgsynth.agent.toolsets.sexpr_gate)
+    # KBQA-R1's Referenced Relation Candidate Gating (kgsynth.agent.spaces.sexpr.gate)
     gate_high: float = option(
         0.95,
         "sexpr: a written relation whose most similar available relation (MiniLM cosine) is at "
@@ -213,7 +215,8 @@ class AgentConfig:
                     f"{name} must be {rule} ({flags}; got {getattr(self, name)!r})"
                 )
 
-        need(self.toolset in TOOLSETS, "toolset", "graphwalker, kgr1, knowcoder, isp or sexpr")
+        known = space_names()
+        need(self.toolset in known, "toolset", f"{', '.join(known[:-1])} or {known[-1]}")
         need(self.max_turns >= 1, "max_turns", ">= 1")
         need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
         need(self.resample_cut_turns >= 0, "resample_cut_turns", ">= 0")

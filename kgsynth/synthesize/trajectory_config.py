@@ -133,7 +133,9 @@ class TrajectoryConfig:
             raise ConfigError(
                 f"--trial-and-error must be within [0, 1] (got {self.trial_and_error})"
             )
-        if self.trial_and_error > 0 and (self.mode != "oracle" or not space(self.toolset).trial_and_error):
+        if self.trial_and_error > 0 and (
+            self.mode != "oracle" or not space(self.toolset).trial_and_error
+        ):
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
                 f"--mode oracle and --tools knowcoder (got --mode {self.mode}, --tools {self.toolset})"
