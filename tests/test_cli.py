@@ -72,3 +72,27 @@ def test_query_tsv_json_and_refused_update(store):
 def test_unknown_kg_is_a_clear_error(tmp_path):
     res = runner.invoke(app, ["kg", "stats", "--kg", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "--kg" in res.output
+
+
+def test_a_command_learns_which_config_flags_were_given():
+    """config_command passes a ``given_flags`` parameter the fields given as flags (synthesize
+    trajectories keeps an explicit --system-prompt over an hf checkpoint's stored prompt)."""
+    import typer
+
+    from kgsynth.cli.fields import config_command
+    from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+
+    toy = typer.Typer()
+    seen: dict = {}
+
+    @toy.command()
+    @config_command(TrajectoryConfig, section="trajectories")
+    def cmd(cfg: TrajectoryConfig, given_flags: frozenset[str] = frozenset()) -> None:
+        seen.update(given=given_flags, cfg=cfg)
+
+    res = runner.invoke(toy, ["--system-prompt", "full", "--max-turns", "3"])
+    assert res.exit_code == 0, res.output
+    assert seen["given"] == {"system_prompt", "max_turns"}
+    assert seen["cfg"].agent.max_turns == 3
+    runner.invoke(toy, [])
+    assert seen["given"] == frozenset()

@@ -49,6 +49,8 @@ if typing.TYPE_CHECKING:
 _LAST = ("config", "overwrite")
 # a parameter of the command that config_command fills (with what its model carries), no flag
 _CARRIED = "carried_agent"
+# a parameter of the command that config_command fills with the config fields given as flags
+_GIVEN = "given_flags"
 
 
 def _cli_type(hint: Any) -> Any:
@@ -127,16 +129,18 @@ def config_command(
     name) and ``params`` (the command's own parameters). They are layered under the preset, the
     file and the flags (defaults < carried < preset < file < flags), and one warning line on
     stderr names every setting given there that overrides a different carried one. A command
-    with a ``carried_agent`` parameter gets them (None where there are none)."""
+    with a ``carried_agent`` parameter gets them (None where there are none); one with a
+    ``given_flags`` parameter gets the names of the fields given as flags."""
     skip = set(skip)
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [
             p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
             for p in inspect.signature(fn, eval_str=True).parameters.values()
-            if p.name not in ("cfg", _CARRIED)
+            if p.name not in ("cfg", _CARRIED, _GIVEN)
         ]
         wants_carried = _CARRIED in inspect.signature(fn).parameters
+        wants_given = _GIVEN in inspect.signature(fn).parameters
         names = {p.name for p in own}
         fields = field_params(cls, skip | names, panel)
         field_names = [p.name for p in fields]
@@ -185,6 +189,8 @@ def config_command(
                 )
             if wants_carried:
                 kwargs[_CARRIED] = agent
+            if wants_given:
+                kwargs[_GIVEN] = frozenset(n for n, v in overrides.items() if v is not None)
             return fn(cfg=cfg, **kwargs)
 
         command.__signature__ = inspect.Signature([*first, *fields, *last])  # type: ignore[attr-defined]

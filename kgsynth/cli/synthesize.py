@@ -55,16 +55,6 @@ synth_app = typer.Typer(
 )
 
 
-def _given_on_command_line(name: str) -> bool:
-    """True when the flag of parameter ``name`` was given (not left at its default)."""
-    import click
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context(silent=True)
-    source = ctx.get_parameter_source(name) if ctx is not None else None
-    return source not in (None, ParameterSource.DEFAULT)
-
-
 def _bench_guard(benchmark: list[Path] | None) -> tuple[Any, int]:
     """The contamination guard's score function over the ``--benchmark`` questions (None
     without any), and how many benchmark questions there are."""
@@ -244,6 +234,7 @@ def synthesize_trajectories_cmd(
     device: DeviceOption = None,
     config: ConfigOption = None,
     overwrite: OverwriteOption = False,
+    given_flags: frozenset[str] = frozenset(),
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
     free rollouts, through the real KG tools."""
@@ -268,7 +259,7 @@ def synthesize_trajectories_cmd(
                 device=device, workers=cfg.workers,
             )  # fmt: skip
             stored = None  # the prompt an hf checkpoint was trained with, unless --system-prompt
-            if llm == "hf" and not _given_on_command_line("system_prompt"):
+            if llm == "hf" and "system_prompt" not in given_flags:
                 from kgsynth.agent.loop import stored_system_prompt
 
                 stored = stored_system_prompt(model)
