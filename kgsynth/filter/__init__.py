@@ -79,9 +79,12 @@ reference-leak substring checks run only on ``referenced`` rows still kept.
 
 Modules: :mod:`~kgsynth.filter.config` (options and reasons), :mod:`~kgsynth.filter.columns`
 (the input table and vectorised helpers), :mod:`~kgsynth.filter.checks` (answer, format and
-leak checks), :mod:`~kgsynth.filter.filters` (:func:`run_filters`: the filters in order, the
-stats), :mod:`~kgsynth.filter.figure` (``filter_stats.png``) and :mod:`~kgsynth.filter.corpus`
-(the stage: reading the ``--in`` files, :func:`run`, writing the corpus folder).
+leak checks), :mod:`~kgsynth.filter.base` (a filter: a reason and the rows it rejects; the run
+state each one reads), :mod:`~kgsynth.filter.filters` (one class per filter, their order, and
+:func:`run_filters`), :mod:`~kgsynth.filter.outputs` (the accepted and rejected tables,
+upsampling, the stats), :mod:`~kgsynth.filter.figure` (``filter_stats.png``) and
+:mod:`~kgsynth.filter.corpus` (the stage: reading the ``--in`` files, :func:`run`, writing the
+corpus folder).
 """
 
 from kgsynth.filter.checks import (

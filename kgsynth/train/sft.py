@@ -42,28 +42,27 @@ in the manifest:
 Precision: bf16 (autocast, fp32 master weights) on a CUDA GPU with bf16, fp32 on CPU.
 
 Modules: the options and recipes are :mod:`kgsynth.train.sft_config`, the run folder
-:mod:`kgsynth.train.sft_run`, the ``Trainer`` additions :mod:`kgsynth.train.sft_trainer`, and
-what GRPO shares :mod:`kgsynth.train.core`; this module is the training run itself and
-re-exports the names callers use.
+:mod:`kgsynth.train.sft_run`, the ``Trainer`` additions :mod:`kgsynth.train.sft_trainer`, the
+placement, model and trainer a run sets up :mod:`kgsynth.train.sft_setup`, and what GRPO shares
+:mod:`kgsynth.train.core`; this module is the training run itself and re-exports the names
+callers use.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.errors import InputFileError
 from kgsynth.train.core import (
     deepspeed_env,
     load_deepspeed_config,
     resolve_precision,
     single_process_env,
     store_system_prompt,
-    use_gloo_on_cpu,
     write_json_atomic,
 )
 from kgsynth.train.drills import copy_drills
@@ -83,7 +82,6 @@ from kgsynth.train.sft_config import (
     SUMMARY,
     TINY_INIT,
     SFTConfig,
-    check_batch_split,
     resolve_config,
 )
 from kgsynth.train.sft_run import (
@@ -93,6 +91,7 @@ from kgsynth.train.sft_run import (
     prepare_run,
     read_metrics,
 )
+from kgsynth.train.sft_setup import Placement, load_model, make_trainer, resolve_placement
 
 log = logging.getLogger(__name__)
 
@@ -255,93 +254,17 @@ def _warm_up_log(cfg: SFTConfig, attempt: int) -> Callable[[int, float], None]:
     return progress
 
 
-def _train(
-    spec: RunSpec,
-    callbacks: Sequence[Any],
-    progress: Callable[[int, int, dict], None] | None,
-    started: float,
-) -> dict[str, Any]:
-    import torch
+def _start_or_resume(
+    spec: RunSpec, trainer: Any, model: Any, tokenizer: Any, data: dict[str, Any], rank0: bool
+) -> tuple[str | None, int | None, dict | None]:
+    """A fresh run's copy warm-up, or a resumed run's token totals: the last complete
+    checkpoint (None for a fresh run), its step and the warm-up's stats."""
+    from kgsynth.train.sft_trainer import read_run_state
 
-    from kgsynth.agent.carried import AGENT_CONFIG_FILE
-    from kgsynth.modelio import load_causal_lm
-    from kgsynth.train.data import Collator, RowDataset
-    from kgsynth.train.sft_trainer import (
-        RunComplete,
-        load_tokenizer,
-        make_trainer_class,
-        masked_logits_supported,
-        metrics_callback,
-        prompt_callback,
-        read_run_state,
-        training_arguments,
-    )
-
-    cfg = spec.config
-    out = Path(spec.out)
-    assert cfg.recipe is not None and cfg.max_length is not None  # resolved
-    assert cfg.batch_size is not None and cfg.micro_batch_size is not None
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    check_batch_split(cfg, world)
-    use_cpu, bf16 = resolve_precision(cfg.precision)
-    ds_config = load_deepspeed_config(cfg.deepspeed) if cfg.deepspeed else None
-    if ds_config is not None and use_cpu:
-        use_gloo_on_cpu()
-    ckpt_dir = out / CHECKPOINTS
-    # TrainingArguments before the model: under ZeRO-3 from_pretrained then partitions on load.
-    args = training_arguments(
-        cfg, ckpt_dir, world, (use_cpu, bf16), ds_config, progress is not None
-    )
-    rank0 = args.process_index == 0
-
-    model_path = spec.model_path
-    tokenizer = load_tokenizer(model_path)
-    zero3 = bool(ds_config and (ds_config.get("zero_optimization") or {}).get("stage") == 3)
-    data = _training_data(spec, tokenizer, zero3)
-    probe, system_text = data["probe"], data["system_text"]
-
-    model = load_causal_lm(
-        model_path, dtype=torch.float32, attn_implementation=cfg.attn_implementation
-    )
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and cfg.max_length > limit:
-        raise ConfigError(
-            f"max_length ({cfg.max_length}) exceeds the model's max_position_embeddings ({limit})"
-        )
-    copy_loss_start = copy_loss(model, tokenizer, probe) if probe and rank0 else None
-    if cfg.lora_r:
-        from kgsynth.train.lora import wrap
-
-        model = wrap(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target)
-    model.config.use_cache = False
-    n_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-
+    cfg, out = spec.config, Path(spec.out)
     metrics_path = out / METRICS
-    if cfg.report_to == "tensorboard" and rank0:  # transformers' own callback, into RUN/tensorboard
-        from torch.utils.tensorboard import SummaryWriter
-        from transformers.integrations import TensorBoardCallback
-
-        from kgsynth.tracking import TB_DIR
-
-        callbacks = [*callbacks, TensorBoardCallback(SummaryWriter(log_dir=str(out / TB_DIR)))]
-    trainer = make_trainer_class()(
-        model=model,
-        args=args,
-        train_dataset=RowDataset(data["rows"]),
-        data_collator=Collator(tokenizer.pad_token_id, pad_to_multiple_of=1 if use_cpu else 8),
-        processing_class=tokenizer,
-        callbacks=[
-            metrics_callback(metrics_path, progress),
-            prompt_callback(system_text, out / AGENT_CONFIG_FILE),  # stages.run_sft wrote it
-            *callbacks,
-        ],
-    )
-    trainer.masked_logits = cfg.logits == "labelled" and masked_logits_supported(model)
-    if progress is not None:
-        from transformers.trainer_callback import PrinterCallback
-
-        trainer.remove_callback(PrinterCallback)  # the caller shows progress; metrics.jsonl logs
-    last = last_complete_checkpoint(ckpt_dir)
+    probe = data["probe"]
+    last = last_complete_checkpoint(out / CHECKPOINTS)
     warmup_stats = None
     if cfg.copy_warmup_steps and last is None:
         # a resumed run's weights already hold the warm-up; a fresh one does it first
@@ -367,6 +290,30 @@ def _train(
         log.info("resuming from %s", last)
     elif rank0 and metrics_path.exists():
         metrics_path.unlink()
+    return last, resumed_from, warmup_stats
+
+
+def _train(
+    spec: RunSpec,
+    callbacks: Sequence[Any],
+    progress: Callable[[int, int, dict], None] | None,
+    started: float,
+) -> dict[str, Any]:
+    """:func:`train_sft`'s run: set up, warm up or resume, train, save, summarise."""
+    from kgsynth.train.sft_trainer import RunComplete, load_tokenizer
+
+    cfg = spec.config
+    out = Path(spec.out)
+    placement = resolve_placement(cfg, out / CHECKPOINTS, progress is not None)
+    rank0 = placement.rank0
+    tokenizer = load_tokenizer(spec.model_path)
+    data = _training_data(spec, tokenizer, placement.zero3)
+    probe = data["probe"]
+    model, copy_loss_start, n_params = load_model(spec, tokenizer, probe, rank0)
+    trainer = make_trainer(spec, model, tokenizer, data, placement, callbacks, progress)
+    last, resumed_from, warmup_stats = _start_or_resume(
+        spec, trainer, model, tokenizer, data, rank0
+    )
     try:
         result = trainer.train(resume_from_checkpoint=last)
         train_s, train_loss = result.metrics.get("train_runtime"), result.training_loss
@@ -376,24 +323,61 @@ def _train(
     model.config.use_cache = True
     trainer.save_model(str(out))  # weights, config, generation config, tokenizer + template
     if rank0:
-        store_system_prompt(out, system_text)
+        store_system_prompt(out, data["system_text"])
     trainer.accelerator.wait_for_everyone()
     if not rank0:
         return {}
     copy_loss_end = copy_loss(model, tokenizer, probe) if probe else None
-    metrics = read_metrics(metrics_path)
+    metrics = read_metrics(out / METRICS)
     loss_curve_png(metrics, out / LOSS_PNG, f"{spec.stage} SFT ({cfg.recipe} recipe)")
     wall = time.perf_counter() - started
     train_s = float(wall if train_s is None else train_s)
-    summary = {
+    summary = _summary(
+        spec,
+        placement,
+        trainer,
+        data,
+        metrics,
+        parameters=n_params,
+        resumed_from=resumed_from,
+        warmup_stats=warmup_stats,
+        copy_losses=(copy_loss_start, copy_loss_end),
+        train_loss=train_loss,
+        times=(train_s, wall),
+    )
+    write_json_atomic(out / SUMMARY, summary)
+    return summary
+
+
+def _summary(
+    spec: RunSpec,
+    placement: Placement,
+    trainer: Any,
+    data: dict[str, Any],
+    metrics: list[dict[str, Any]],
+    *,
+    parameters: int,
+    resumed_from: int | None,
+    warmup_stats: dict | None,
+    copy_losses: tuple[float | None, float | None],
+    train_loss: float | None,
+    times: tuple[float, float],
+) -> dict[str, Any]:
+    """``train_summary.json``: the run's setup, steps, losses, token counts and speed;
+    ``times`` is the training's seconds and the wall time."""
+    import torch
+
+    out = Path(spec.out)
+    train_s, wall = times
+    return {
         "stage": spec.stage,
-        "model_path": str(model_path),
-        "parameters": int(n_params),
-        "world_size": world,
-        "device": "cpu" if use_cpu else torch.cuda.get_device_name(0),
-        "precision": "bf16" if bf16 else "fp32",
-        "deepspeed": ds_config,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "model_path": str(spec.model_path),
+        "parameters": int(parameters),
+        "world_size": placement.world,
+        "device": "cpu" if placement.use_cpu else torch.cuda.get_device_name(0),
+        "precision": "bf16" if placement.bf16 else "fp32",
+        "deepspeed": placement.ds_config,
+        "gradient_accumulation_steps": placement.args.gradient_accumulation_steps,
         "data": data["stats"].as_dict(),
         "steps": trainer.state.global_step,
         "max_steps": trainer.state.max_steps,
@@ -405,9 +389,9 @@ def _train(
         "copy_drills": len(data["drills"]),
         "copy_warmup": warmup_stats,
         "copy_probe": {
-            "trajectories": len(probe),
-            "loss_start": copy_loss_start,
-            "loss_end": copy_loss_end,
+            "trajectories": len(data["probe"]),
+            "loss_start": copy_losses[0],
+            "loss_end": copy_losses[1],
         },
         "tokens_trained": trainer.tokens_seen,
         "loss_tokens_trained": trainer.loss_tokens_seen,
@@ -418,12 +402,10 @@ def _train(
         "train_runtime_s": round(train_s, 3),
         "wall_s": round(wall, 3),
         "final_model": str(out),
-        "metrics": str(metrics_path),
+        "metrics": str(out / METRICS),
         "loss_png": str(out / LOSS_PNG),
-        "checkpoints": str(ckpt_dir),
+        "checkpoints": str(out / CHECKPOINTS),
     }
-    write_json_atomic(out / SUMMARY, summary)
-    return summary
 
 
 __all__ = [

@@ -16,10 +16,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgsynth.train.core import store_system_prompt, write_json_atomic
 from kgsynth.train.sft_config import SFTConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from kgsynth.train.data import RowOrder
 
 # What a checkpoint holds of kgsynth's own run state (transformers' files hold the rest): the
 # token totals the metrics and the summary count on from (``metrics.jsonl`` has them only as
@@ -158,14 +163,10 @@ def labelled_positions(labels: Any) -> tuple[Any, Any]:
     return keep, shifted[keep]
 
 
-def make_trainer_class() -> type:
-    """``Trainer`` plus token counting, the epoch-seeded row order and the run state kept in
-    checkpoints (imported lazily: importing kgsynth loads no torch)."""
-    import torch
-    from transformers import Trainer, TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    from kgsynth.train.data import RowDataset, RowOrder
+def _run_callbacks(trainer: Any) -> list[Any]:
+    """The callbacks an SFT trainer adds to itself: the epoch of its row order, and the stop of
+    a resumed run that has nothing left to train."""
+    from transformers import TrainerCallback
 
     class EpochOfRowOrder(TrainerCallback):
         """Tells the trainer's :class:`RowOrder` which epoch begins. The dataloader passes
@@ -194,117 +195,140 @@ def make_trainer_class() -> type:
             if state.global_step >= state.max_steps > 0:
                 raise RunComplete
 
-    class TokenCountingTrainer(Trainer):
-        """Counts real, padded and labelled tokens per micro-batch and adds tokens/s and the
-        non-padding fraction (over the logging window, and its worst batch) to every log. With
-        ``masked_logits`` (set by the caller, where the model supports it) the logits are
-        computed at labelled positions only (:func:`labelled_positions`). Rows come in the
-        order of :class:`RowOrder`; every checkpoint keeps the token totals
-        (:data:`RUN_STATE`), which the caller restores with :meth:`restore_run_state`."""
+    return [EpochOfRowOrder(trainer), StopWhenComplete()]
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.add_callback(EpochOfRowOrder(self))
-            self.add_callback(StopWhenComplete())
-            self.row_order: RowOrder | None = None  # made with the training dataloader
-            self.masked_logits = False
-            self._window_start: float | None = None  # set by the window's first micro-batch
-            self._counts: torch.Tensor | None = None  # real, padded, labelled (on device)
-            self._worst: torch.Tensor | None = None  # lowest non-padding fraction of a batch
-            self.tokens_seen = 0  # over the whole run, resumed runs included
-            self.loss_tokens_seen = 0
-            self.session_tokens = 0  # this session only (a resumed run starts a session)
-            self.session_padded = 0
 
-        def _get_train_sampler(self, train_dataset: Any = None) -> RowOrder:
-            """The row order: length-grouped in megabatches of a step's rows per process
-            (``train_sampling_strategy`` ``group_by_length``, as transformers' own sampler), or
-            a plain shuffle, drawn per epoch from the data seed alone."""
-            dataset = train_dataset if train_dataset is not None else self.train_dataset
-            if isinstance(dataset, RowDataset):
-                lengths = [len(row) for row in dataset.rows]
-            else:
-                lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
-            grouped = getattr(self.args, "train_sampling_strategy", "") == "group_by_length"
-            step_rows = self.args.train_batch_size * self.args.gradient_accumulation_steps
-            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-            self.row_order = RowOrder(lengths, seed, step_rows if grouped else None)
-            return self.row_order
+class _TokenCounting:
+    """What SFT adds to ``Trainer`` (mixed in before it by :func:`make_trainer_class`, so that
+    importing kgsynth loads no torch): counts real, padded and labelled tokens per micro-batch
+    and adds tokens/s and the non-padding fraction (over the logging window, and its worst
+    batch) to every log. With ``masked_logits`` (set by the caller, where the model supports
+    it) the logits are computed at labelled positions only (:func:`labelled_positions`). Rows
+    come in the order of :class:`RowOrder`; every checkpoint keeps the token totals
+    (:data:`RUN_STATE`), which the caller restores with :meth:`restore_run_state`."""
 
-        def run_state(self) -> dict[str, int]:
-            """The token totals up to the last step taken: the logged ones plus the logging
-            window's so far (summed over the processes; every process must call this)."""
-            pending = self._counts if self._counts is not None else torch.zeros(3)
-            pending = pending.to(self.args.device, torch.float64)
-            if self.args.world_size > 1:
-                pending = self.accelerator.reduce(pending, reduction="sum")
-            real, _, labelled = (int(x) for x in pending.cpu())
-            return {
-                "step": int(self.state.global_step),
-                "tokens_seen": self.tokens_seen + real,
-                "loss_tokens_seen": self.loss_tokens_seen + labelled,
-            }
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for callback in _run_callbacks(self):
+            self.add_callback(callback)
+        self.row_order: RowOrder | None = None  # made with the training dataloader
+        self.masked_logits = False
+        self._window_start: float | None = None  # set by the window's first micro-batch
+        self._counts: torch.Tensor | None = None  # real, padded, labelled (on device)
+        self._worst: torch.Tensor | None = None  # lowest non-padding fraction of a batch
+        self.tokens_seen = 0  # over the whole run, resumed runs included
+        self.loss_tokens_seen = 0
+        self.session_tokens = 0  # this session only (a resumed run starts a session)
+        self.session_padded = 0
 
-        def restore_run_state(self, state: dict[str, Any]) -> None:
-            """Count on from a checkpoint's :data:`RUN_STATE`."""
-            self.tokens_seen = int(state["tokens_seen"])
-            self.loss_tokens_seen = int(state["loss_tokens_seen"])
+    def _get_train_sampler(self, train_dataset: Any = None) -> RowOrder:
+        """The row order: length-grouped in megabatches of a step's rows per process
+        (``train_sampling_strategy`` ``group_by_length``, as transformers' own sampler), or
+        a plain shuffle, drawn per epoch from the data seed alone."""
+        from kgsynth.train.data import RowDataset, RowOrder
 
-        def _save_checkpoint(self, model: Any, trial: Any) -> None:
-            """The run state first, then transformers' files: its ``trainer_state.json``,
-            written last, marks a checkpoint complete, so a complete one holds the state."""
-            state = self.run_state()
-            if self.args.should_save:
-                folder = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state['step']}"
-                folder.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(folder / RUN_STATE, state)
-            super()._save_checkpoint(model, trial)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if isinstance(dataset, RowDataset):
+            lengths = [len(row) for row in dataset.rows]
+        else:
+            lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+        grouped = getattr(self.args, "train_sampling_strategy", "") == "group_by_length"
+        step_rows = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        self.row_order = RowOrder(lengths, seed, step_rows if grouped else None)
+        return self.row_order
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            real = inputs.pop("num_real_tokens", None)
-            padded = inputs.pop("num_padded_tokens", None)
-            if real is not None and padded is not None and model.training:
-                if self._window_start is None:
-                    self._window_start = time.perf_counter()
-                labelled = (inputs["labels"] != -100).sum()
-                row = torch.stack([real, padded, labelled]).to(torch.float64)
-                frac = row[:1] / row[1:2].clamp(min=1)
-                self._counts = row if self._counts is None else self._counts + row
-                self._worst = frac if self._worst is None else torch.minimum(self._worst, frac)
-            # with a KV cache transformers skips packed-sequence detection, and packed samples
-            # would attend to each other
-            inputs = {**inputs, "use_cache": False}
-            if self.masked_logits and not return_outputs and "labels" in inputs:
-                keep, targets = labelled_positions(inputs["labels"])
-                inputs["logits_to_keep"], inputs["shift_labels"] = keep, targets
-            return super().compute_loss(
-                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-            )
+    def run_state(self) -> dict[str, int]:
+        """The token totals up to the last step taken: the logged ones plus the logging
+        window's so far (summed over the processes; every process must call this)."""
+        import torch
 
-        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-            if "loss" in logs:
-                device = self.args.device
-                counts = self._counts if self._counts is not None else torch.zeros(3)
-                worst = self._worst if self._worst is not None else torch.ones(1)
-                counts = counts.to(device, torch.float64)
-                worst = worst.to(device, torch.float64)
-                if self.args.world_size > 1:  # every rank logs at the same steps
-                    counts = self.accelerator.reduce(counts, reduction="sum")
-                    worst = self.accelerator.gather(worst).min().reshape(1)
-                real, padded, labelled = (float(x) for x in counts.cpu())
-                now = time.perf_counter()
-                elapsed = now - (self._window_start or now)
-                self.tokens_seen += int(real)
-                self.loss_tokens_seen += int(labelled)
-                self.session_tokens += int(real)
-                self.session_padded += int(padded)
-                logs["tokens_per_s"] = round(real / elapsed, 1) if elapsed > 0 else 0.0
-                logs["nonpad_fraction"] = round(real / padded, 4) if padded else 0.0
-                logs["worst_batch_nonpad_fraction"] = round(float(worst.cpu()), 4)
-                logs["tokens"] = self.tokens_seen
-                logs["loss_tokens"] = self.loss_tokens_seen
-                self._counts, self._worst, self._window_start = None, None, now
-            super().log(logs, start_time)
+        pending = self._counts if self._counts is not None else torch.zeros(3)
+        pending = pending.to(self.args.device, torch.float64)
+        if self.args.world_size > 1:
+            pending = self.accelerator.reduce(pending, reduction="sum")
+        real, _, labelled = (int(x) for x in pending.cpu())
+        return {
+            "step": int(self.state.global_step),
+            "tokens_seen": self.tokens_seen + real,
+            "loss_tokens_seen": self.loss_tokens_seen + labelled,
+        }
+
+    def restore_run_state(self, state: dict[str, Any]) -> None:
+        """Count on from a checkpoint's :data:`RUN_STATE`."""
+        self.tokens_seen = int(state["tokens_seen"])
+        self.loss_tokens_seen = int(state["loss_tokens_seen"])
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The run state first, then transformers' files: its ``trainer_state.json``,
+        written last, marks a checkpoint complete, so a complete one holds the state."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        state = self.run_state()
+        if self.args.should_save:
+            folder = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state['step']}"
+            folder.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(folder / RUN_STATE, state)
+        super()._save_checkpoint(model, trial)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        import torch
+
+        real = inputs.pop("num_real_tokens", None)
+        padded = inputs.pop("num_padded_tokens", None)
+        if real is not None and padded is not None and model.training:
+            if self._window_start is None:
+                self._window_start = time.perf_counter()
+            labelled = (inputs["labels"] != -100).sum()
+            row = torch.stack([real, padded, labelled]).to(torch.float64)
+            frac = row[:1] / row[1:2].clamp(min=1)
+            self._counts = row if self._counts is None else self._counts + row
+            self._worst = frac if self._worst is None else torch.minimum(self._worst, frac)
+        # with a KV cache transformers skips packed-sequence detection, and packed samples
+        # would attend to each other
+        inputs = {**inputs, "use_cache": False}
+        if self.masked_logits and not return_outputs and "labels" in inputs:
+            keep, targets = labelled_positions(inputs["labels"])
+            inputs["logits_to_keep"], inputs["shift_labels"] = keep, targets
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        import torch
+
+        if "loss" in logs:
+            device = self.args.device
+            counts = self._counts if self._counts is not None else torch.zeros(3)
+            worst = self._worst if self._worst is not None else torch.ones(1)
+            counts = counts.to(device, torch.float64)
+            worst = worst.to(device, torch.float64)
+            if self.args.world_size > 1:  # every rank logs at the same steps
+                counts = self.accelerator.reduce(counts, reduction="sum")
+                worst = self.accelerator.gather(worst).min().reshape(1)
+            real, padded, labelled = (float(x) for x in counts.cpu())
+            now = time.perf_counter()
+            elapsed = now - (self._window_start or now)
+            self.tokens_seen += int(real)
+            self.loss_tokens_seen += int(labelled)
+            self.session_tokens += int(real)
+            self.session_padded += int(padded)
+            logs["tokens_per_s"] = round(real / elapsed, 1) if elapsed > 0 else 0.0
+            logs["nonpad_fraction"] = round(real / padded, 4) if padded else 0.0
+            logs["worst_batch_nonpad_fraction"] = round(float(worst.cpu()), 4)
+            logs["tokens"] = self.tokens_seen
+            logs["loss_tokens"] = self.loss_tokens_seen
+            self._counts, self._worst, self._window_start = None, None, now
+        super().log(logs, start_time)
+
+
+def make_trainer_class() -> type:
+    """``Trainer`` plus token counting, the epoch-seeded row order and the run state kept in
+    checkpoints (:class:`_TokenCounting`; imported lazily: importing kgsynth loads no torch)."""
+    from transformers import Trainer
+
+    class TokenCountingTrainer(_TokenCounting, Trainer):
+        """transformers' ``Trainer`` with :class:`_TokenCounting`'s additions."""
 
     return TokenCountingTrainer
 
