@@ -18,7 +18,7 @@ trajectories`` writes it) and then timed:
 
 1. ``run_filters(table, FilterConfig(), max_similarity=stub)`` on the table in memory, best of
    ``--repeats``, with its own time split per step (``stats["seconds_by_step"]``). The stub
-   stands in for :class:`~kgsynth.contamination.ContaminationGuard` (a hash of the text, 2% of
+   stands in for :class:`~kgsynth.datasets.contamination.ContaminationGuard` (a hash of the text, 2% of
    questions "contaminated"), so the contamination step's plumbing is timed but not the
    embedding model, whose cost depends on the model and the device, not on this code;
 2. the same with ``balance="structure"`` and ``max_turns=3`` (every filter on);
@@ -58,7 +58,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_kg_tools import machine_info as shared_machine_info  # noqa: E402
-from kgsynth.schema import TRAJECTORY_SCHEMA  # noqa: E402
+from kgsynth.core.schema import TRAJECTORY_SCHEMA  # noqa: E402
 
 TARGET_ROWS_PER_MIN = 1_000_000
 

@@ -119,7 +119,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rl-vs-trl-"))
     model_dir = ns.model
     if model_dir is None:
-        from kgsynth.tiny import build_tiny_model
+        from kgsynth.train.tiny import build_tiny_model
 
         texts = [system_prompt("graphwalker", 1, "short")] + [q.question for q in qs[:2000]]
         model_dir = str(build_tiny_model(texts, tmp / "tiny", vocab_size=1000, seed=0))

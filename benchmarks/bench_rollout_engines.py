@@ -23,7 +23,7 @@ from typing import Any
 
 def tiny_model(root: Path) -> Path:
     from kgsynth.agent.loop import system_prompt
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     texts = [system_prompt("graphwalker", 2), "who directed Kismet Juarez Jezebel Bette Davis"] * 4
     return build_tiny_model(texts, root, vocab_size=1000, hidden_size=128, num_heads=2, seed=0)

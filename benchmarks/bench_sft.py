@@ -569,7 +569,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
     from kgsynth.train.data import build_samples, corpus_texts, read_corpus
     from kgsynth.train.sft import SFTConfig, resolve_config
 

@@ -29,7 +29,7 @@ A prediction is a list of names, parsed from the model's ``<answer>`` as a JSON 
 one answer. Duplicates after normalization count once. Substring matching is reported as
 ``relaxed_match``, never under any of the names above.
 
-Benchmarks with ids and aliases (WebQSP, CWQ, GrailQA, GraphQ: :mod:`kgsynth.benchmarks`) give
+Benchmarks with ids and aliases (WebQSP, CWQ, GrailQA, GraphQ: :mod:`kgsynth.datasets.benchmarks`) give
 each gold answer an id (a Freebase MID ``m.0abc``/``g.11x`` or a Wikidata QID ``Q42``, also as a
 full IRI) and aliases. :func:`match_predictions` first maps each prediction onto the gold answer
 it names: a prediction that is an id (:func:`entity_id`) matches the gold answer with that id;
@@ -50,7 +50,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 
 _ARTICLE = re.compile(r"^(the|a|an)\s+")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import jinja2
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
 

@@ -123,7 +123,7 @@ def tiny_agent_model(root, vocab_size: int):
     """A tiny model (``build_tiny_model``) whose tokenizer was trained on a few agent turns of
     the movie fixture: the policy of the GRPO unit tests. Returns its folder."""
     from kgsynth.agent.loop import system_prompt
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     texts = [
         system_prompt("graphwalker", 2),

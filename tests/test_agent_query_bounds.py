@@ -27,7 +27,7 @@ from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.episode import Episode, EpisodeTask, step
 from kgsynth.agent.sparql_exec import AGENT_QUERY_TIMEOUT_S
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg

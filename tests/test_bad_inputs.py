@@ -30,7 +30,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.cli import app
-from kgsynth.schema import QUESTION_SCHEMA, WALK_SCHEMA
+from kgsynth.core.schema import QUESTION_SCHEMA, WALK_SCHEMA
 from tests.kgfixtures import build_pipeline_inputs
 from tests.servers import free_port
 

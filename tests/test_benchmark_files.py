@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from kgsynth.benchmarks import benchmark_relations, benchmark_seed_ids, read_benchmark
 from kgsynth.cli import app
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
+from kgsynth.datasets.benchmarks import benchmark_relations, benchmark_seed_ids, read_benchmark
+from kgsynth.datasets.qafiles import read_question_texts, read_questions
 from kgsynth.eval.config import EvalConfig, check_records
 from kgsynth.eval.subjects import evaluate
 from kgsynth.kg.graph import KGGraph
@@ -22,7 +23,6 @@ from kgsynth.kg.open import open_kg
 from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.metrics import entity_id, match_predictions, score
-from kgsynth.qafiles import read_question_texts, read_questions
 from kgsynth.walk import WalkConfig
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
@@ -312,7 +312,7 @@ def test_eval_cli_reads_a_webqsp_file(tmp_path, store):
 
     from kgsynth.agent.loop import system_prompt
     from kgsynth.eval.episodes import NO_TOOLS_SYSTEM_PROMPT
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     assert "movie" not in NO_TOOLS_SYSTEM_PROMPT
     model = build_tiny_model(
@@ -353,7 +353,7 @@ def test_rl_reads_benchmark_questions_and_names_id_only_topics(graph, tmp_path):
 
 
 def test_contamination_guard_reads_a_grailqa_file():
-    from kgsynth.contamination import benchmark_guard, flag
+    from kgsynth.datasets.contamination import benchmark_guard, flag
 
     similarity, n = benchmark_guard([GRAILQA])
     assert n == 5

@@ -11,11 +11,11 @@ import pytest
 from kgsynth.agent.spaces import replay
 from kgsynth.agent.spaces.oracle_call import oracle_answers
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
-from kgsynth.bench_sparql import SparqlSyntaxError, parse_sparql, predicate_paths
+from kgsynth.datasets.bench_sparql import SparqlSyntaxError, parse_sparql, predicate_paths
+from kgsynth.datasets.qafiles import read_questions
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.open import open_kg
 from kgsynth.metrics import normalize_answer
-from kgsynth.qafiles import read_questions
 from kgsynth.synthesize.benchmark_refs import (
     NotAPath,
     benchmark_reference,

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from kgsynth.benchmarks import read_benchmark
 from kgsynth.cli import app
+from kgsynth.datasets.benchmarks import read_benchmark
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.open import open_kg
 from kgsynth.metrics import normalize_answer

@@ -34,11 +34,11 @@ from kgsynth.agent.protocol import parse_answer
 from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.toolcall import parse_tool_call
 from kgsynth.cli import app
+from kgsynth.core.text import RedactingFilter, clean_text, redact_argv, redact_text
 from kgsynth.kg.endpoint import binding_to_term
 from kgsynth.llm.base import Completion, GenerationParams, Request
 from kgsynth.llm.cache import CachedLLM, request_key
 from kgsynth.llm.openai_backend import OpenAILLM
-from kgsynth.text import RedactingFilter, clean_text, redact_argv, redact_text
 from tests.kgfixtures import build_pipeline_inputs
 from tests.llm_servers import FakeOpenAIServer, Reply, _QuietThreadingServer, _send, chat_completion
 from tests.servers import free_port

@@ -12,7 +12,7 @@ import psutil
 import pyoxigraph as ox
 import pytest
 
-from kgsynth.errors import ConfigError, KGTimeoutError, QueryRefusedError, RowLimitError
+from kgsynth.core.errors import ConfigError, KGTimeoutError, QueryRefusedError, RowLimitError
 from kgsynth.kg import open_kg
 from kgsynth.kg.embedded import META_FILE, STORE_SUBDIR, EmbeddedKG
 from kgsynth.kg.endpoint import SparqlEndpointKG

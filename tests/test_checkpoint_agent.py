@@ -26,7 +26,7 @@ from kgsynth.agent.carried import (
     write_agent_file,
 )
 from kgsynth.cli import app
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
 from tests.kgfixtures import build_pipeline_inputs
 
 runner = CliRunner()

@@ -524,7 +524,7 @@ def test_a_reply_nested_past_the_recursion_limit_is_a_failed_request(
 def test_a_full_disk_in_training_and_the_report_is_one_line(
     base: Path, small_disk: Path, command: str
 ) -> None:
-    """The tiny model's build (``kgsynth/tiny.py``) and the report's page on a full disk."""
+    """The tiny model's build (``kgsynth/train/tiny.py``) and the report's page on a full disk."""
     filler = small_disk / "filler"
     with contextlib.suppress(OSError), open(filler, "wb") as fh:
         fh.write(b"\0" * (300 * 1024 - 4 * 1024))

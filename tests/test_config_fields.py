@@ -11,8 +11,8 @@ import typer
 from typer.testing import CliRunner
 
 from kgsynth.cli.fields import config_command
-from kgsynth.config import build_config, field_help, flat_fields, option
-from kgsynth.errors import ConfigError
+from kgsynth.core.config import build_config, field_help, flat_fields, option
+from kgsynth.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kgsynth.contamination import ContaminationGuard, contamination_report, flag
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.datasets.contamination import ContaminationGuard, contamination_report, flag
 
 BENCHMARK = [
     "what films did Michelle Trachtenberg star in",
@@ -38,7 +38,9 @@ def guard() -> ContaminationGuard:
 
 
 def test_importing_loads_no_model():
-    code = "import sys, kgsynth.contamination; print('sentence_transformers' in sys.modules)"
+    code = (
+        "import sys, kgsynth.datasets.contamination; print('sentence_transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -61,7 +63,7 @@ def test_paraphrase_scores_high_and_unrelated_low(guard):
 
 
 def test_similarity_is_chunked_and_progress_reported(guard, monkeypatch):
-    import kgsynth.contamination as contamination
+    import kgsynth.datasets.contamination as contamination
 
     questions = [f"who directed the movies written by writer number {i}" for i in range(7)]
     whole = guard.max_similarity(questions)

@@ -22,7 +22,7 @@ from typing import Any
 import pyoxigraph as ox
 import pytest
 
-from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
+from kgsynth.core.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
 from kgsynth.kg import guard
 from kgsynth.kg.base import KG
 from kgsynth.kg.embedded import EmbeddedKG

@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.cli import app
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
+from kgsynth.datasets.qafiles import QARecord, hops_of_qtype, read_questions
 from kgsynth.eval.checkpoints import untrained_model
 from kgsynth.eval.compare import compare_markdown, compare_runs
 from kgsynth.eval.config import METRIC_LEGEND, UNION_LABEL, EvalConfig, check_records
@@ -26,7 +27,6 @@ from kgsynth.eval.subjects import evaluate
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.metrics import bootstrap_interval, score
-from kgsynth.qafiles import QARecord, hops_of_qtype, read_questions
 from tests.kgfixtures import movie_kg, movie_ntriples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -446,7 +446,7 @@ def test_untrained_model_follows_the_start_from_chain(tmp_path):
 
 
 def test_untrained_model_checks_the_recorded_weights(tmp_path):
-    from kgsynth.manifest import sha256_file
+    from kgsynth.core.manifest import sha256_file
 
     elsewhere = _checkpoint(tmp_path / "runs" / "stage1" / "init-tiny")
     (elsewhere / "model.safetensors").write_bytes(b"someone else's newer run")
@@ -597,7 +597,7 @@ def test_compare_table_reads_folders_and_nested_eval(tmp_path):
 def tiny_stage1(tmp_path_factory) -> Path:
     """A 'stage1' folder with a training manifest pointing at its init-tiny (no training)."""
     from kgsynth.agent.loop import system_prompt
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny-run") / "stage1"
     texts = [

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from kgsynth.agent.spaces import parse_turn
 from kgsynth.cli import app
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
+from kgsynth.core.schema import TRAJECTORY_SCHEMA
 from kgsynth.filter import (
     ACCEPTED_SCHEMA,
     FAST_ANSWER_TURN,
@@ -30,7 +31,6 @@ from kgsynth.filter import (
     run_filters,
 )
 from kgsynth.metrics import em_strict, f1, hit
-from kgsynth.schema import TRAJECTORY_SCHEMA
 
 SYSTEM = {"role": "system", "content": "You answer questions with tools."}
 CALL_1 = 'get_relations("Kismet")'

@@ -214,7 +214,7 @@ def test_deepspeed_run_resumes_only_on_its_own_world_size(tmp_path: Path):
 
     import torch
 
-    from kgsynth.errors import ConfigError
+    from kgsynth.core.errors import ConfigError
     from kgsynth.train.grpo_config import GRPOConfig
     from kgsynth.train.grpo_resume import resume
 

@@ -257,7 +257,7 @@ def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Pa
 def test_report_to_tensorboard_for_sft_rl_and_eval(task: Path, sft: Path, tmp_path: Path):
     """--report-to tensorboard: event files in RUN/tensorboard that read back to the same
     numbers the stage writes to its own files."""
-    from kgsynth.tracking import read_tensorboard
+    from kgsynth.core.tracking import read_tensorboard
 
     s1 = tmp_path / "s1"
     res = runner.invoke(

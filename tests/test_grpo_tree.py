@@ -314,7 +314,7 @@ def test_rl_tree_step_on_cpu_updates_weights_and_logs_branches(tiny, tmp_path, m
 
 
 def test_tree_options_are_checked():
-    from kgsynth.errors import ConfigError
+    from kgsynth.core.errors import ConfigError
     from kgsynth.train.grpo_config import GRPOConfig
 
     for bad, field in (({"rollout": "beam"}, "rollout"), ({"branches": 1}, "branches"),

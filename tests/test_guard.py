@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgsynth.errors import KGError, QueryRefusedError, QueryRejectedError
+from kgsynth.core.errors import KGError, QueryRefusedError, QueryRejectedError
 from kgsynth.kg import guard
 from kgsynth.kg.base import KG
 from kgsynth.kg.embedded import EmbeddedKG

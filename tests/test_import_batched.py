@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
 from kgsynth.kg import arrow_import, delimited
 from kgsynth.kg.embedded import NAMES_FILE, STORE_SUBDIR
 from kgsynth.kg.importer import import_kg

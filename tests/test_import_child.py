@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kgsynth.errors import InputFileError, KGSynthError
+from kgsynth.core.errors import InputFileError, KGSynthError
 from kgsynth.kg import delimited
 from kgsynth.kg.fanouts import FANOUTS_DIR
 from kgsynth.kg.importer import import_kg

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kgsynth.core.stage import Reject
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable, TooMany, _distinct
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.profiles import get_profile
-from kgsynth.stage import Reject
 from kgsynth.walk import WalkConfig, run_walks
 from kgsynth.walk.records import Walk
 from kgsynth.walk.sampler import WalkSampler

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from kgsynth.agent.loop import system_prompt, user_prompt
-from kgsynth.errors import ConfigError
-from kgsynth.schema import TRAJECTORY_SCHEMA
-from kgsynth.tiny import build_tiny_model
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.schema import TRAJECTORY_SCHEMA
 from kgsynth.train.probe import copy_char_spans, copy_loss, copy_targets
 from kgsynth.train.sft import PROBE_ROWS, SFTConfig, prepare_run, train_sft
+from kgsynth.train.tiny import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "do", "fa", "gu", "ha", "jo"]

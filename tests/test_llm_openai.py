@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.llm.base import Completion, GenerationParams, Request
 from kgsynth.llm.cache import CachedLLM
 from kgsynth.llm.openai_backend import OpenAILLM
-from kgsynth.tiny import build_tiny_model
+from kgsynth.train.tiny import build_tiny_model
 from tests.llm_servers import (
     CountingProxy,
     FakeOpenAIServer,

@@ -109,7 +109,7 @@ def test_named_metrics_match_the_papers_definitions(predicted, strict, hit_, h1,
 
 
 def test_plain_em_is_refused_as_ambiguous():
-    from kgsynth.errors import ConfigError
+    from kgsynth.core.errors import ConfigError
 
     assert check_metric_name("hit", "--outcome") == "hit"
     with pytest.raises(ConfigError, match=r"ambiguous.*em_strict.*hit"):

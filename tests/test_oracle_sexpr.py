@@ -16,13 +16,13 @@ from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.sexpr.oracle import sexpr_oracle_calls, walk_sexpr
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.cli import app
+from kgsynth.core.stage import Reject
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.metrics import normalize_answer
-from kgsynth.stage import Reject
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import (
     TrajectoryConfig,
@@ -470,7 +470,7 @@ def test_reference_share_shows_the_reference_in_a_seeded_share_of_oracle_prompts
 
 
 def test_reference_share_needs_oracle_mode():
-    from kgsynth.errors import ConfigError
+    from kgsynth.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--reference-share"):
         TrajectoryConfig(agent=SEXPR, mode="free", reference_share=0.3)

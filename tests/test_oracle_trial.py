@@ -12,7 +12,7 @@ import pytest
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph

@@ -17,20 +17,20 @@ from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import names, register, space
 from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.core.stage import Reject
+from kgsynth.datasets.qafiles import QARecord
 from kgsynth.eval.config import EvalConfig
 from kgsynth.eval.subjects import evaluate
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
-from kgsynth.llm.base import LLM, Completion
 from kgsynth.llm.template import TemplateLLM
-from kgsynth.qafiles import QARecord
-from kgsynth.stage import Reject
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
 from kgsynth.walk import WalkConfig, run_walks
 from tests.kgfixtures import generated_movie_facts, movie_ntriples
+from tests.test_trajectories import ScriptedPolicy
 
 
 def follow(env: Any, name: str, relation: str) -> Any:
@@ -71,33 +71,6 @@ class Hops(ActionSpace):
         return steps
 
 
-class Replayer(LLM):
-    """A policy that learned the corpus by heart: each question's accepted trajectory's turns."""
-
-    backend = "scripted"
-    model = "corpus"
-
-    def __init__(self, corpus: list[dict[str, Any]]) -> None:
-        super().__init__()
-        self.turns = {
-            r["question"]: [m["content"] for m in r["messages"] if m["role"] == "assistant"]
-            for r in corpus
-        }
-
-    def generate_batch(self, requests, progress=None):
-        out = []
-        for i, r in enumerate(requests):
-            msgs = r.message_dicts()
-            question = msgs[1]["content"].split("\n")[0].removeprefix("Question: ")
-            done = sum(m["role"] == "assistant" for m in msgs)
-            c = Completion(self.turns[question][done])
-            self.stats.add(c)
-            out.append(c)
-            if progress:
-                progress(i, c)
-        return out
-
-
 @pytest.fixture(scope="module")
 def hops_space():
     register(Hops())
@@ -135,7 +108,14 @@ def test_a_plugin_space_runs_oracle_filter_and_eval(hops_space, tmp_path):
         )
         for i, r in enumerate(corpus, 1)
     ]
-    preds, metrics = evaluate(records, Replayer(corpus), graph, EvalConfig(agent=agent))
+    # a policy that learned the corpus by heart: each question's accepted trajectory's turns
+    learned = ScriptedPolicy(
+        {
+            r["question"]: [m["content"] for m in r["messages"] if m["role"] == "assistant"]
+            for r in corpus
+        }
+    )
+    preds, metrics = evaluate(records, learned, graph, EvalConfig(agent=agent))
     assert all(p["tool_errors"] == 0 and p["format_errors"] == 0 for p in preds)
     assert all(c.startswith("follow(") for p in preds for c in p["tool_calls"])
     assert metrics["overall"]["hits_at_1"] == 1.0

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kgsynth.errors import InputFileError
-from kgsynth.qafiles import QARecord, read_question_texts, read_questions
+from kgsynth.core.errors import InputFileError
+from kgsynth.datasets.qafiles import QARecord, read_question_texts, read_questions
 
 METAQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "metaqa"
 

@@ -23,7 +23,7 @@ MESSAGES = [
 def tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     texts = [m["content"] for m in MESSAGES] * 3
     path = build_tiny_model(texts, tmp_path_factory.mktemp("tok") / "m", vocab_size=400)

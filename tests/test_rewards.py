@@ -18,7 +18,7 @@ from kgsynth.agent.rewards import (
     turn_returns,
 )
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.graph import KGGraph
 from tests.kgfixtures import movie_kg
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.train import select
 
 

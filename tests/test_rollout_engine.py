@@ -276,7 +276,7 @@ def test_vllm_engine_without_vllm_is_one_line_of_error(tiny, rl_inputs):
 
 
 def test_engine_options_are_checked():
-    from kgsynth.errors import ConfigError
+    from kgsynth.core.errors import ConfigError
     from kgsynth.train.grpo_config import GRPOConfig, logprob_tolerance
 
     for bad, match in (

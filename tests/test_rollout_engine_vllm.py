@@ -26,7 +26,7 @@ TOLERANCE = 0.2
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     from kgsynth.agent.loop import system_prompt
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     texts = [
         system_prompt("graphwalker", 2),

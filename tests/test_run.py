@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kgsynth.errors import ConfigError
-from kgsynth.recipe import RunOptions, plan
+from kgsynth.cli.recipe import RunOptions, plan
+from kgsynth.core.errors import ConfigError
 from tests.kgfixtures import MOVIE_FACTS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kgsynth.agent.sparql_exec import query_form, run_agent_query
-from kgsynth.errors import RowLimitError
+from kgsynth.core.errors import RowLimitError
 from kgsynth.kg import guard
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from kgsynth.agent.loop import system_prompt, user_prompt
 from kgsynth.cli.train import train_app
-from kgsynth.schema import TRAJECTORY_SCHEMA
+from kgsynth.core.schema import TRAJECTORY_SCHEMA
 from kgsynth.train.data import (
     IGNORE_INDEX,
     Collator,
@@ -106,7 +106,7 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     return build_tiny_model(
         corpus_texts(CONVERSATIONS), tmp_path_factory.mktemp("tiny") / "m", vocab_size=600

@@ -3,7 +3,7 @@
 import pyoxigraph as ox
 import pytest
 
-from kgsynth.errors import QueryRejectedError
+from kgsynth.core.errors import QueryRejectedError
 from kgsynth.kg import guard, sparql
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kgsynth import stage_io
-from kgsynth.errors import ConfigError, OutputBusyError
-from kgsynth.stage_io import (
+from kgsynth.core import stage_io
+from kgsynth.core.errors import ConfigError, OutputBusyError
+from kgsynth.core.stage_io import (
     OutputLock,
     StagedOutput,
     check_overlap,
@@ -150,8 +150,8 @@ def test_a_second_writer_is_told_who_holds_the_output(tmp_path: Path) -> None:
 KILLER = """
 import os, sys
 from pathlib import Path
-from kgsynth import stage_io
-from kgsynth.stage_io import StagedOutput
+from kgsynth.core import stage_io
+from kgsynth.core.stage_io import StagedOutput
 
 out, folder, die_after = Path(sys.argv[1]), sys.argv[2] == "folder", int(sys.argv[3])
 real, calls = os.replace, []

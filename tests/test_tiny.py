@@ -1,4 +1,4 @@
-"""kgsynth.tiny: a tiny Llama-architecture model and tokenizer built offline reload, tokenize the agent
+"""kgsynth.train.tiny: a tiny Llama-architecture model and tokenizer built offline reload, tokenize the agent
 protocol tags as single tokens, render ChatML and generate through the hf backend."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.llm.base import Completion
 from kgsynth.llm.hf_backend import HFLLM
-from kgsynth.tiny import IM_END, IM_START, PAD_TOKEN, PROTOCOL_TAGS, build_tiny_model
+from kgsynth.train.tiny import IM_END, IM_START, PAD_TOKEN, PROTOCOL_TAGS, build_tiny_model
 
 TEXTS = [
     "who directed Kismet? <think>Find the director.</think>",

@@ -21,7 +21,7 @@ from kgsynth.agent.spaces.sexpr.gate import (
 from kgsynth.agent.spaces.sexpr.syntax import ActionSyntaxError, parse_action
 from kgsynth.agent.toolkit import ToolFailure
 from kgsynth.agent.tools import ErrorType, ToolEnvironment
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile

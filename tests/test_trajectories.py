@@ -9,7 +9,7 @@ import pytest
 from kgsynth.agent.loop import EpisodeTask, run_episodes
 from kgsynth.agent.spaces import close_action
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
@@ -252,7 +252,7 @@ def test_free_rollouts_of_a_local_checkpoint_through_hf(kg, questions, tmp_path)
     """A real (tiny, untrained) model as the policy: its garbage becomes trajectories with
     format errors and forced answers, never a crash."""
     from kgsynth.llm.hf_backend import HFLLM
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     texts = [q["question"] for q in questions] + ['<think>x</think><answer>["y"]</answer>']
     model_dir = build_tiny_model(texts, tmp_path / "tiny", vocab_size=500)
@@ -274,7 +274,7 @@ def test_cli_oracle_run_and_cached_rerun(kg, questions, tmp_path):
     from typer.testing import CliRunner
 
     from kgsynth.cli import app
-    from kgsynth.schema import QUESTION_SCHEMA
+    from kgsynth.core.schema import QUESTION_SCHEMA
 
     qfile = tmp_path / "questions.parquet"
     pq.write_table(pa.Table.from_pylist(questions, schema=QUESTION_SCHEMA), qfile)
@@ -485,7 +485,7 @@ def test_the_split_is_part_of_the_config_and_its_manifest(kg, questions, tmp_pat
     from typer.testing import CliRunner
 
     from kgsynth.cli import app
-    from kgsynth.schema import QUESTION_SCHEMA
+    from kgsynth.core.schema import QUESTION_SCHEMA
     from kgsynth.synthesize.trajectories import split_of
 
     qfile = tmp_path / "questions.parquet"

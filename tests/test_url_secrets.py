@@ -21,11 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.cli import app
-from kgsynth.errors import KGUnavailableError
+from kgsynth.core.errors import KGUnavailableError
+from kgsynth.core.text import redact_argv, redact_text, url_secrets
 from kgsynth.kg.endpoint import SparqlEndpointKG
 from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.openai_backend import OpenAILLM
-from kgsynth.text import redact_argv, redact_text, url_secrets
 from tests.kgfixtures import build_pipeline_inputs
 from tests.llm_servers import _QuietThreadingServer, _send, chat_completion
 from tests.servers import free_port

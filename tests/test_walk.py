@@ -6,7 +6,7 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile

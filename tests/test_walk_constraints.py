@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kgsynth.core.schema import WALK_SCHEMA
+from kgsynth.core.stage import Reject
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
 from kgsynth.kg.terms import Term
 from kgsynth.llm.template import question_from_walk, walk_rng
-from kgsynth.schema import WALK_SCHEMA
-from kgsynth.stage import Reject
 from kgsynth.walk import WalkConfig, WalkSampler, WalkState, finish, run_walks, sample_walks
 from kgsynth.walk.values import AttributeKind, Value, classify, parse_value
 from tests.kgfixtures import E, R, movie_ntriples
@@ -303,7 +303,7 @@ def test_older_walk_file_without_sexpr_still_reads(films, tmp_path):
     from typer.testing import CliRunner
 
     from kgsynth.cli import app
-    from kgsynth.stage_rows import read_rows
+    from kgsynth.core.stage_rows import read_rows
 
     run_walks(films, WalkConfig(n=4, seed=0, structures="chain-1:1"), tmp_path / "new.parquet")
     old = pq.read_table(tmp_path / "new.parquet").drop_columns(["sexpr"])

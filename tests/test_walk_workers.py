@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.profiles import get_profile

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.config import AGENT_FIELDS, STAGE_FIELD_NAMES, AgentConfig, AgentConfigError
-from kgsynth.config import type_problem
-from kgsynth.errors import InputFileError
+from kgsynth.core.config import type_problem
+from kgsynth.core.errors import InputFileError
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def _manifest_of(path: Path) -> dict[str, Any] | None:
     """The manifest that describes the output file ``path``: its sidecar
     (``X.manifest.json``), or the manifest of the folder output it is part of (a filter's
     ``corpus/manifest.json``, whose output names it)."""
-    from kgsynth.stage_io import sidecar
+    from kgsynth.core.stage_io import sidecar
 
     folder = path.parent / "manifest.json"
     for candidate, own in ((sidecar(path, "manifest.json"), True), (folder, False)):
@@ -202,7 +202,7 @@ def _locate(entry: dict[str, Any], manifest_dir: Path) -> Path | None:
     """The file an input entry names: as recorded (relative to here), else relative to the
     folder of the manifest that names it or the folder above (a run moved whole); one whose
     contents changed since (another SHA-256 than recorded) is not it."""
-    from kgsynth.manifest import sha256_file
+    from kgsynth.core.manifest import sha256_file
 
     named = Path(str(entry["path"]))
     candidates = [named] if named.is_absolute() else [named, manifest_dir / named]

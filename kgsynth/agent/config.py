@@ -4,7 +4,7 @@ Trajectory synthesis, eval and RL run the same agent (tool set, turn limit, per-
 system prompt, what the KG tools show), so these settings live in one frozen dataclass that the
 tool environment reads (``ToolConfig`` is another name for it) and that RL's
 :class:`~kgsynth.agent.rollout.RolloutConfig` extends with its token-space limits. Each field
-documents itself (``kgsynth.config.option``): its help text is its ``--flag``'s, and older flag
+documents itself (``kgsynth.core.config.option``): its help text is its ``--flag``'s, and older flag
 names are kept as aliases (``--tools``, ``--max-tokens``, ``--max-triples``).
 
 A stage config that still declares these fields flat gets its agent settings with
@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from kgsynth.agent.spaces.registry import BUILTIN
 from kgsynth.agent.spaces.registry import names as space_names
-from kgsynth.config import option
-from kgsynth.errors import ConfigError
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.base import MAX_TIMEOUT_S
 
 ToolSetName = Literal["graphwalker", "kgr1", "knowcoder", "isp", "sexpr"]
@@ -284,7 +284,7 @@ def nests_agent(cls: type) -> type:
     The agent's options stay options of the stage: the constructor (and ``dataclasses.replace``)
     takes them under their own names or the stage's older ones (:data:`STAGE_FIELD_NAMES`), and
     they read back as attributes (``cfg.max_turns`` is ``cfg.agent.max_turns``). Flags and YAML
-    keys are the agent's fields (``kgsynth.config.flat_fields``)."""
+    keys are the agent's fields (``kgsynth.core.config.flat_fields``)."""
     names = {**{n: n for n in AGENT_FIELDS}, **STAGE_FIELD_NAMES}
     init = cls.__init__
     agent_field = next(f for f in dataclasses.fields(cls) if f.name == "agent")

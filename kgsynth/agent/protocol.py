@@ -28,7 +28,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from kgsynth.text import clean_text
+from kgsynth.core.text import clean_text
 
 # Tag names, and the strings that open and close them.
 THINK = "think"
@@ -167,7 +167,7 @@ def parse_answer(text: str) -> list[str] | None:
 
     Never splits on commas, so "Washington, D.C." stays one answer. A bare non-list string is
     taken as one answer. Returns None when nothing usable is there. Answers pass through
-    :func:`~kgsynth.text.clean_text`: ``"\\ud83c"`` escapes decode to lone surrogates.
+    :func:`~kgsynth.core.text.clean_text`: ``"\\ud83c"`` escapes decode to lone surrogates.
     """
     answers = _parse_answer(text)
     return None if answers is None else [clean_text(a) for a in answers]

@@ -37,13 +37,13 @@ class DenseRelationScorer:
     @property
     def model(self) -> Any:
         if self._model is None:
-            from kgsynth.contamination import load_default_model
+            from kgsynth.datasets.contamination import load_default_model
 
             self._model = load_default_model()
         return self._model
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
-        from kgsynth.contamination import embed
+        from kgsynth.datasets.contamination import embed
 
         return embed(self.model, list(texts), batch_size=128)
 

@@ -39,7 +39,7 @@ from kgsynth.agent.protocol import (
 from kgsynth.agent.render import chat_text
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment
-from kgsynth.config import option
+from kgsynth.core.config import option
 
 _SENTINEL = "\x1eASSISTANT-TURN\x1e"
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from kgsynth.agent.config import AGENT_QUERY_TIMEOUT_S, AgentConfig
-from kgsynth.errors import QueryRejectedError, RowLimitError
+from kgsynth.core.errors import QueryRejectedError, RowLimitError
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.terms import Term
 
@@ -87,8 +87,8 @@ def run_agent_query(
     where a caller sets one.
 
     Raises :class:`QueryRefused` for a query the agent must rewrite, and the KG's own
-    :class:`~kgsynth.errors.KGTimeoutError` / :class:`~kgsynth.errors.KGUnavailableError` /
-    :class:`~kgsynth.errors.KGMemoryError`, which the tool sets and the tool environment map
+    :class:`~kgsynth.core.errors.KGTimeoutError` / :class:`~kgsynth.core.errors.KGUnavailableError` /
+    :class:`~kgsynth.core.errors.KGMemoryError`, which the tool sets and the tool environment map
     to typed results."""
     form = query_form(query)
     if form in ("CONSTRUCT", "DESCRIBE"):

@@ -3,7 +3,7 @@
 Single or double quotes, extra whitespace, unicode, typographic quotes around arguments and a
 bare string where a list is expected are all accepted. What cannot be read becomes a
 :class:`ToolCallSyntaxError`, which the environment turns into a typed ``bad_syntax`` result.
-Arguments pass through :func:`~kgsynth.text.clean_text`: a model that writes ``"\\ud83c"``
+Arguments pass through :func:`~kgsynth.core.text.clean_text`: a model that writes ``"\\ud83c"``
 gets U+FFFD in its query, not a lone surrogate that no query or Parquet file can hold.
 """
 
@@ -13,7 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from kgsynth.text import clean_text
+from kgsynth.core.text import clean_text
 
 _SMART = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'"})
 _CALL_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*\((.*)\)\s*;?\s*$", re.DOTALL)

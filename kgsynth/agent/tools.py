@@ -56,7 +56,7 @@ from kgsynth.agent.toolkit import (
     tokenize,
     truncate,
 )
-from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError
+from kgsynth.core.errors import KGError, KGTimeoutError, KGUnavailableError
 from kgsynth.kg.graph import Entity, KGGraph, Neighbor, Relation
 
 

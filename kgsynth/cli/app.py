@@ -22,7 +22,7 @@ from kgsynth.cli.run import run_cmd
 from kgsynth.cli.synthesize import synth_app
 from kgsynth.cli.train import train_app
 from kgsynth.cli.walk import walk_cmd
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 
 
 class _OneLineErrors(TyperGroup):
@@ -83,7 +83,7 @@ command(app, "run")(run_cmd)
 def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
 ) -> None:
-    from kgsynth.text import RedactingFilter
+    from kgsynth.core.text import RedactingFilter
 
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,

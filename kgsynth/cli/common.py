@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from rich.console import Console
 
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -27,7 +27,7 @@ def fail_line(message: str, code: int) -> NoReturn:
     """Print ``message`` as the one ``error:`` line (secrets redacted) and exit with ``code``."""
     from rich.markup import escape
 
-    from kgsynth.text import clean_text, redact_text
+    from kgsynth.core.text import clean_text, redact_text
 
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     message = escape(redact_text(clean_text(message)))
@@ -54,7 +54,7 @@ def os_error_line(exc: OSError) -> str:
 def check_count(flag: str, value: int | None, minimum: int = 1) -> None:
     """A count option below ``minimum`` is a :class:`ConfigError` naming the flag."""
     if value is not None and value < minimum:
-        from kgsynth.errors import ConfigError
+        from kgsynth.core.errors import ConfigError
 
         raise ConfigError(f"{flag} must be >= {minimum} (got {value})")
 
@@ -62,7 +62,7 @@ def check_count(flag: str, value: int | None, minimum: int = 1) -> None:
 def check_fraction(flag: str, value: float) -> None:
     """A fraction outside [0, 1] (or NaN) is a :class:`ConfigError` naming the flag."""
     if not 0.0 <= value <= 1.0:
-        from kgsynth.errors import ConfigError
+        from kgsynth.core.errors import ConfigError
 
         raise ConfigError(f"{flag} must be within [0, 1] (got {value})")
 
@@ -74,7 +74,7 @@ def check_llm_failures(
     any ``max_failed_fraction``: a run that made nothing is no success), or more than
     ``max_failed_fraction`` of them did; called after the outputs and manifest were written,
     which stay for inspection."""
-    from kgsynth.errors import LLMFailuresError
+    from kgsynth.core.errors import LLMFailuresError
 
     st = client.stats
     if st.requests and st.errors == st.requests:

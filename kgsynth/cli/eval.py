@@ -41,7 +41,7 @@ from kgsynth.cli.options import (
     TimeoutOption,
 )
 from kgsynth.cli.panels import EVALUATION, INPUTS, LAUNCH, MODEL, OUTPUT
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
 from kgsynth.eval.config import EvalConfig
 
 DirsArgument = Annotated[

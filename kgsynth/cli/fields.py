@@ -33,7 +33,7 @@ import typer
 
 from kgsynth.cli.common import fail, stderr
 from kgsynth.cli.panels import INPUTS
-from kgsynth.config import (
+from kgsynth.core.config import (
     build_config,
     field_help,
     file_options,
@@ -41,7 +41,7 @@ from kgsynth.config import (
     load_yaml,
     nested_default,
 )
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
 
 if typing.TYPE_CHECKING:
     from kgsynth.agent.carried import CarriedAgent

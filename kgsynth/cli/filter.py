@@ -3,7 +3,7 @@ cap and balance filters over trajectories; the accepted corpus and the rejects.
 
 The command builds its :class:`~kgsynth.filter.FilterConfig` (one flag per field), reads the
 ``--in`` files, calls :func:`kgsynth.filter.run`, writes the corpus folder through
-:class:`~kgsynth.stage_io.StagedOutput` and prints one summary line."""
+:class:`~kgsynth.core.stage_io.StagedOutput` and prints one summary line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.fields import config_command
 from kgsynth.cli.options import ConfigOption, OverwriteOption
 from kgsynth.cli.panels import FILTERS, INPUTS, OUTPUT
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 from kgsynth.filter.config import FilterConfig
 
 
@@ -46,8 +46,8 @@ def filter_cmd(
     """Keep trajectories that answer right from observed evidence in a clean format; write
     the rejects with their reason (outcome, grounding, format, reference leak, length,
     contamination, duplicates, per-question cap, balance)."""
+    from kgsynth.core.stage_io import StagedOutput
     from kgsynth.filter import CORPUS_FILES, read_inputs, run, write_corpus
-    from kgsynth.stage_io import StagedOutput
 
     try:
         inputs = [("--in", p) for p in in_paths] + [("--benchmark", b) for b in cfg.benchmark]

@@ -18,7 +18,7 @@ from kgsynth.cli.options import (
     RelationRankingOption,
 )
 from kgsynth.cli.panels import AGENT, INPUTS, OUTPUT, command
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
 from kgsynth.kg.base import MAX_TIMEOUT_S
 
 kg_app = typer.Typer(help="Import, inspect and query knowledge graphs.", no_args_is_help=True)
@@ -70,8 +70,8 @@ def kg_import(
     ] = False,
 ) -> None:
     """Import a triple file into an embedded store directory."""
+    from kgsynth.core.stage_io import OutputLock, check_overlap
     from kgsynth.kg.importer import import_kg
-    from kgsynth.stage_io import OutputLock, check_overlap
 
     try:
         check_overlap([out_dir], [("SRC", src), ("--names", names)])
@@ -208,7 +208,7 @@ def kg_tool(
     """Run one agent tool call and print the observation the agent would see."""
     from kgsynth.agent.protocol import render_observation
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
-    from kgsynth.text import clean_text
+    from kgsynth.core.text import clean_text
 
     _check_tool_names(tools, relation_ranking)
     # argv holds a non-UTF-8 byte as a lone surrogate
@@ -297,7 +297,7 @@ def kg_query(
     ] = 100_000,
 ) -> None:
     """Run a read-only SPARQL query and print the rows."""
-    from kgsynth.text import clean_text
+    from kgsynth.core.text import clean_text
 
     if query == "-":
         query = sys.stdin.read()
@@ -306,7 +306,7 @@ def kg_query(
         fail(KGSynthError(f"--format: unknown format {fmt!r}; choose tsv or json"))
     try:
         if not 0 < timeout <= MAX_TIMEOUT_S:  # NaN fails too; past a year a deadline overflows
-            from kgsynth.errors import ConfigError
+            from kgsynth.core.errors import ConfigError
 
             raise ConfigError(
                 f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}] (got {timeout})"

@@ -2,7 +2,7 @@
 advanced ones behind ``--help-all``.
 
 A config field names its panel and whether it is advanced where it is declared
-(``option(..., panel="Model", advanced=True)``, :func:`kgsynth.config.option`); a typer option
+(``option(..., panel="Model", advanced=True)``, :func:`kgsynth.core.config.option`); a typer option
 declared in a command says the same with ``rich_help_panel=`` and ``hidden=``. An advanced
 option works as any other when given; only ``--help`` leaves it out. Each command is registered
 with :func:`command`, which gives it ``--help-all`` and prints its panels in :data:`PANELS`

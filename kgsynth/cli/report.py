@@ -17,7 +17,7 @@ import typer
 from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.options import OverwriteOption
 from kgsynth.cli.panels import OUTPUT
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
 
 
 def report_cmd(
@@ -54,8 +54,8 @@ def report_cmd(
 
 
 def _report(run_dir: Path, out_path: Path | None, samples: int, seed: int, overwrite: bool) -> None:
+    from kgsynth.core.stage_io import StagedOutput
     from kgsynth.report import collect_run, render_html
-    from kgsynth.stage_io import StagedOutput
 
     if samples < 1:
         raise ConfigError(f"--samples must be >= 1 (got {samples})")

@@ -1,6 +1,6 @@
 """``kgsynth run RECIPE --kg SOURCE --out RUN``: a whole recipe on any KG, one step after another.
 
-The recipe (``pipelines/*.yaml``) lists its steps and their settings (:mod:`kgsynth.recipe`);
+The recipe (``pipelines/*.yaml``) lists its steps and their settings (:mod:`kgsynth.cli.recipe`);
 this command derives every path from ``RUN``, runs each step as its own ``kgsynth`` process
 (a training step may launch several), prints one line per step, and ends with the comparison
 of the evaluations. A step whose output is complete and whose command line is the one it was
@@ -26,7 +26,7 @@ import typer
 
 from kgsynth.cli.common import fail, stderr, stdout
 from kgsynth.cli.panels import INPUTS, LAUNCH, MODEL, OUTPUT
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
 
 STATE_FILE = "run_steps.json"
 """In the run folder: each step's command-line fingerprint when its output was made."""
@@ -124,8 +124,8 @@ def run_cmd(
 ) -> None:
     """Run a recipe's steps in order on any KG: walk, questions, trajectories, filter,
     training, evaluation and report, every path under --out."""
+    from kgsynth.cli.recipe import RunOptions, plan
     from kgsynth.kg.open import DEFAULT_KG
-    from kgsynth.recipe import RunOptions, plan
 
     try:
         if not recipe.is_file():

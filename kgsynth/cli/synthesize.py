@@ -1,7 +1,7 @@
 """``kgsynth synthesize``: questions from walks, trajectories from questions.
 
 Each command builds its config (one flag per field of :class:`QuestionConfig` /
-:class:`TrajectoryConfig`), reads its input through :mod:`kgsynth.stage_io`, opens the LLM (and
+:class:`TrajectoryConfig`), reads its input through :mod:`kgsynth.core.stage_io`, opens the LLM (and
 the KG), calls the stage's ``run``, writes the rows, their rejects and the manifest, and prints
 one summary line."""
 
@@ -43,10 +43,10 @@ from kgsynth.cli.options import (
     TimeoutOption,
 )
 from kgsynth.cli.panels import INPUTS, OUTPUT, SYNTHESIS, command
-from kgsynth.errors import KGSynthError
-from kgsynth.stage import StageResult
-from kgsynth.stage_io import StagedOutput
-from kgsynth.stage_rows import read_rows, write_rows
+from kgsynth.core.errors import KGSynthError
+from kgsynth.core.stage import StageResult
+from kgsynth.core.stage_io import StagedOutput
+from kgsynth.core.stage_rows import read_rows, write_rows
 from kgsynth.synthesize.questions import QuestionConfig
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 
@@ -58,7 +58,7 @@ synth_app = typer.Typer(
 def _bench_guard(benchmark: list[Path] | None) -> tuple[Any, int]:
     """The contamination guard's score function over the ``--benchmark`` questions (None
     without any), and how many benchmark questions there are."""
-    from kgsynth.contamination import benchmark_guard
+    from kgsynth.datasets.contamination import benchmark_guard
 
     return benchmark_guard(benchmark or [], lambda text: stderr.print(f"{text}…"))
 
@@ -79,7 +79,7 @@ def _write(
 ) -> dict[str, Any]:
     """The stage's rows, its rejects and its manifest into ``staged``, committed; returns the
     manifest. ``source``: the input's name, path and the rows the stage used."""
-    from kgsynth.manifest import sha256_file
+    from kgsynth.core.manifest import sha256_file
 
     rejected = result.rejected_rows()
     rejected_path = write_rows(staged, result.accepted, schemas[0], rejected, schemas[1])
@@ -143,7 +143,7 @@ def synthesize_questions_cmd(
 ) -> None:
     """Write one question per walk (intermediates masked), then parse, leakage, quality and
     contamination filters."""
-    from kgsynth.schema import QUESTION_SCHEMA, REJECTED_QUESTION_SCHEMA, WALK_SCHEMA
+    from kgsynth.core.schema import QUESTION_SCHEMA, REJECTED_QUESTION_SCHEMA, WALK_SCHEMA
     from kgsynth.synthesize import questions
 
     started = time.perf_counter()
@@ -238,7 +238,7 @@ def synthesize_trajectories_cmd(
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
     free rollouts, through the real KG tools."""
-    from kgsynth.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
+    from kgsynth.core.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
 
     started = time.perf_counter()
     inputs = {
@@ -295,8 +295,8 @@ def _question_rows(
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The questions to make trajectories for, and (for a benchmark's .json: WebQSP, CWQ,
     GrailQA or GraphQuestions) what the manifest records of the file; None otherwise."""
-    from kgsynth.benchmarks import read_benchmark
-    from kgsynth.schema import QUESTION_SCHEMA
+    from kgsynth.core.schema import QUESTION_SCHEMA
+    from kgsynth.datasets.benchmarks import read_benchmark
     from kgsynth.synthesize import trajectories
     from kgsynth.synthesize.benchmark_questions import benchmark_question_rows, is_benchmark_file
 

@@ -24,7 +24,7 @@ from kgsynth.cli.common import fail, progress_bar, stderr, stdout
 from kgsynth.cli.fields import config_command, field_params
 from kgsynth.cli.options import ConfigOption, KGOption, ProfileOption
 from kgsynth.cli.panels import INPUTS, LAUNCH, MODEL, OPTIMIZATION, OUTPUT, command
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 from kgsynth.train.grpo_config import GRPOConfig
 from kgsynth.train.launch import LaunchConfig
 from kgsynth.train.sft_config import SELECT_AGENT_FIELDS, SELECT_FIELDS, SFTConfig

@@ -15,7 +15,7 @@ from kgsynth.cli.options import (
     ProfileOption,
 )
 from kgsynth.cli.panels import OUTPUT, WALKS
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 from kgsynth.walk import WalkConfig
 
 
@@ -41,9 +41,9 @@ def walk_cmd(
     """Sample constrained random walks with exact answer sets (GraphWalker CRW)."""
     import pyarrow.parquet as pq
 
-    from kgsynth.manifest import sha256_file
-    from kgsynth.plots import walk_stats_png
-    from kgsynth.stage_io import StagedOutput, stats_png
+    from kgsynth.core.manifest import sha256_file
+    from kgsynth.core.plots import walk_stats_png
+    from kgsynth.core.stage_io import StagedOutput, stats_png
     from kgsynth.walk import parts_dir, run
 
     inputs = {

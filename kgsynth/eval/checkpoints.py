@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
-from kgsynth.modelio import is_model_folder
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.modelio import is_model_folder
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
@@ -31,7 +31,7 @@ def checkpoint_label(model: str) -> str:
 
 
 def _weights_sha256(folder: Path) -> str | None:
-    from kgsynth.manifest import sha256_file
+    from kgsynth.core.manifest import sha256_file
 
     weights = folder / "model.safetensors"
     return sha256_file(weights) if weights.is_file() else None

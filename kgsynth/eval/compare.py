@@ -8,11 +8,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
+from kgsynth.core.stage import StageResult
 from kgsynth.eval.config import METRIC_LEGEND, METRIC_NAMES, SHOWN_METRICS, UNION_LABEL
 from kgsynth.eval.paired import MODEL_SYSTEM, paired_markdown, paired_rows
 from kgsynth.eval.scoring import sorted_groups
-from kgsynth.stage import StageResult
 
 
 def find_metrics(path: str | Path) -> Path:

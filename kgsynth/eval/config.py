@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kgsynth.agent.config import AgentConfig, nests_agent
-from kgsynth.config import config_record, option
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.config import config_record, option
+from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.llm.base import GenerationParams
 
 if TYPE_CHECKING:  # the CLI reads this module on every start: the agent layer loads when used
     from kgsynth.agent.tools import ToolConfig
-    from kgsynth.qafiles import QARecord
+    from kgsynth.datasets.qafiles import QARecord
 
 METRICS = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1", "precision", "recall")
 SHOWN_METRICS = ("em_strict", "hit", "f1", "hits_at_1", "rhits_at_1")
@@ -109,7 +109,7 @@ class EvalConfig:
             raise ConfigError(f"--temperature must be in [0, 5] (got {self.temperature})")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
-        from kgsynth.tracking import check_report_to
+        from kgsynth.core.tracking import check_report_to
 
         check_report_to(self.report_to)
         if self.top_k_relations < 1 or self.max_triples < 1:
@@ -182,7 +182,7 @@ def load_questions(
     path: Path, *, qtype_file: Path | None = None, limit: int | None = None
 ) -> list[QARecord]:
     """The questions to evaluate (the first ``limit``), each checked (:func:`check_records`)."""
-    from kgsynth.qafiles import read_questions
+    from kgsynth.datasets.qafiles import read_questions
 
     records = read_questions(path, qtype_file=qtype_file, limit=limit)
     check_records(records, path)

@@ -18,11 +18,11 @@ from kgsynth.agent.loop import (
 from kgsynth.agent.protocol import TaggedFormat
 from kgsynth.agent.rerank import LLMReranker
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
+from kgsynth.datasets.qafiles import QARecord
 from kgsynth.eval.config import MODEL_SUBJECT, EvalConfig, question_id
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.metrics import score
-from kgsynth.qafiles import QARecord
 
 # The no-tools baseline asks for the answer directly, in the same answer format as the agent.
 NO_TOOLS_SYSTEM_PROMPT = (

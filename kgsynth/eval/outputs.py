@@ -1,4 +1,4 @@
-"""Where ``kgsynth eval`` writes, through :class:`kgsynth.stage_io.StagedOutput` (all files
+"""Where ``kgsynth eval`` writes, through :class:`kgsynth.core.stage_io.StagedOutput` (all files
 committed together): an evaluation's folder (``predictions.parquet``, ``metrics.json``,
 ``eval.png``, ``manifest.json``, and a ``tensorboard``/``wandb`` folder with ``--report-to``)
 and a comparison's (``compare.md``, ``compare.png``, ``compare.json``, ``paired.json``,
@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.stage import StageResult
+from kgsynth.core.stage_io import StagedOutput
 from kgsynth.eval.compare import compare_markdown
 from kgsynth.eval.config import MODEL_SUBJECT, EvalConfig
 from kgsynth.eval.figures import compare_png, eval_png
 from kgsynth.eval.subjects import Subject
 from kgsynth.llm.base import LLM
-from kgsynth.stage import StageResult
-from kgsynth.stage_io import StagedOutput
 
 EVAL_FILES = {
     "predictions.parquet",
@@ -85,8 +85,8 @@ def write_eval(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kgsynth.manifest import sha256_file, write_manifest
-    from kgsynth.schema import PREDICTION_SCHEMA
+    from kgsynth.core.manifest import sha256_file, write_manifest
+    from kgsynth.core.schema import PREDICTION_SCHEMA
 
     metrics = {"label": label, "questions_file": str(questions), **result.stats}
     out_dir = staged.out
@@ -132,7 +132,7 @@ def write_eval(
 
 def _report_to(backend: str, staged: StagedOutput, label: str, metrics: dict[str, Any]) -> None:
     """The summary metrics (overall, and by hops) mirrored to tensorboard or wandb."""
-    from kgsynth.tracking import Tracker, scalars
+    from kgsynth.core.tracking import Tracker, scalars
 
     tracker = Tracker(backend, staged.staging, name=f"eval-{label or MODEL_SUBJECT}")
     values = scalars(metrics["overall"], "eval/")
@@ -155,7 +155,7 @@ def compare_output(out_dir: Path, folders: Sequence[Path], *, overwrite: bool) -
 
 def write_compare(staged: StagedOutput, result: StageResult, folders: Sequence[Path]) -> None:
     """Write the comparison (markdown with its sources, figure, rows, manifest) and commit it."""
-    from kgsynth.manifest import write_manifest
+    from kgsynth.core.manifest import write_manifest
 
     rows = result.accepted
     paired = result.stats.get("paired", [])

@@ -1,6 +1,6 @@
 """The eval stage: every subject (what is evaluated: the model as a KG agent, and the
 baselines) answers the questions; its predictions are scored and aggregated (:func:`run`, the
-stage contract of :mod:`kgsynth.stage`)."""
+stage contract of :mod:`kgsynth.core.stage`)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError, LLMFailuresError
+from kgsynth.core.errors import ConfigError, LLMFailuresError
+from kgsynth.core.modelio import is_model_folder
+from kgsynth.core.stage import StageResult
+from kgsynth.datasets.qafiles import QARecord
 from kgsynth.eval.checkpoints import untrained_model
 from kgsynth.eval.config import MODEL_SUBJECT, NO_TOOLS_SUBJECT, EvalConfig
 from kgsynth.eval.episodes import EvalProgress, run_agent, run_no_tools
 from kgsynth.eval.scoring import summarize
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM
-from kgsynth.modelio import is_model_folder
-from kgsynth.qafiles import QARecord
-from kgsynth.stage import StageResult
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``kgsynth filter``: trajectories.parquet -> an SFT corpus of accepted trajectories.
 
-Input: rows in :data:`kgsynth.schema.TRAJECTORY_SCHEMA` (``kgsynth synthesize trajectories``).
+Input: rows in :data:`kgsynth.core.schema.TRAJECTORY_SCHEMA` (``kgsynth synthesize trajectories``).
 Output: the accepted rows and the rejected rows, each with a ``reject_reason`` (the first
 filter it failed), plus counts. Every input row ends up in exactly one of the two::
 
@@ -43,7 +43,7 @@ cap filters:
 6. ``too_long`` — the messages' contents add up to more than ``max_chars`` characters (16,000)
    or ``num_turns`` is above ``max_turns`` (off by default).
 7. ``contamination`` (only when ``run_filters`` is given ``max_similarity``; the CLI builds it
-   from ``--benchmark`` files with :class:`~kgsynth.contamination.ContaminationGuard`) —
+   from ``--benchmark`` files with :class:`~kgsynth.datasets.contamination.ContaminationGuard`) —
    the row's ``question`` is at or above ``contamination_threshold`` (0.85) cosine similarity
    to a benchmark question. Each distinct question of the rows still kept is embedded once.
 8. ``duplicate_actions`` (``dedup_actions``) — same ``question_id`` and the same ``tool_calls``
@@ -64,7 +64,7 @@ cap filters:
     the accepted rows with ``~copyN`` ids; the manifest's ``balance.upsample`` and
     ``upsampled_rows`` record them.
 
-Both outputs carry the input columns (:data:`~kgsynth.schema.TRAJECTORY_SCHEMA`, extra input
+Both outputs carry the input columns (:data:`~kgsynth.core.schema.TRAJECTORY_SCHEMA`, extra input
 columns dropped) then ``em`` and ``f1`` (float64, computed for every row); in the rejected
 rows ``reject_reason`` comes between the two (:data:`ACCEPTED_SCHEMA`, :data:`REJECTED_SCHEMA`).
 ``stats`` holds the counts per enabled reason in filter order, acceptance by structure, hops,
@@ -87,6 +87,7 @@ upsampling, the stats), :mod:`~kgsynth.filter.figure` (``filter_stats.png``) and
 corpus folder).
 """
 
+from kgsynth.core.schema import ACCEPTED_SCHEMA, REJECTED_SCHEMA
 from kgsynth.filter.checks import (
     FAST_ANSWER_TURN,
     FAST_QUERY_TURN,
@@ -100,7 +101,6 @@ from kgsynth.filter.config import BALANCE_BY, OUTCOMES, REASONS, FilterConfig, M
 from kgsynth.filter.corpus import CORPUS_FILES, CorpusInputs, read_inputs, run, write_corpus
 from kgsynth.filter.figure import filter_stats_png
 from kgsynth.filter.filters import run_filters
-from kgsynth.schema import ACCEPTED_SCHEMA, REJECTED_SCHEMA
 
 __all__ = [
     "ACCEPTED_SCHEMA",

@@ -12,8 +12,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kgsynth.errors import InputFileError
-from kgsynth.schema import TRAJECTORY_SCHEMA
+from kgsynth.core.errors import InputFileError
+from kgsynth.core.schema import TRAJECTORY_SCHEMA
 
 _WORKERS = max(1, min(4, pa.cpu_count()))
 

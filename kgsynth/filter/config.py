@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kgsynth.config import option
-from kgsynth.errors import ConfigError
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError
 from kgsynth.metrics import check_metric_name
 
 REASONS = (

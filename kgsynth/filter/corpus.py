@@ -1,7 +1,7 @@
 """The filter stage end to end: the ``--in`` files read as one table (:func:`read_inputs`), the
 stage (:func:`run`: the contamination guard built from ``cfg.benchmark``, then
 :func:`~kgsynth.filter.filters.run_filters`), and the corpus folder written into a
-:class:`~kgsynth.stage_io.StagedOutput` (:func:`write_corpus`)::
+:class:`~kgsynth.core.stage_io.StagedOutput` (:func:`write_corpus`)::
 
     table, inputs = read_inputs(paths)
     result = run(table, cfg, source=inputs.source)
@@ -20,15 +20,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
+from kgsynth.core.manifest import sha256_file
+from kgsynth.core.schema import TRAJECTORY_SCHEMA
+from kgsynth.core.stage import Progress, StageResult
+from kgsynth.core.stage_io import StagedOutput, recover_input
 from kgsynth.filter.columns import missing_columns
 from kgsynth.filter.config import FilterConfig, MaxSimilarity
 from kgsynth.filter.figure import filter_stats_png
 from kgsynth.filter.filters import run_filters
-from kgsynth.manifest import sha256_file
-from kgsynth.schema import TRAJECTORY_SCHEMA
-from kgsynth.stage import Progress, StageResult
-from kgsynth.stage_io import StagedOutput, recover_input
 
 CORPUS_FILES = frozenset(
     {"accepted.parquet", "rejected.parquet", "filter_stats.png", "manifest.json"}
@@ -126,23 +126,23 @@ def run(
     max_similarity: MaxSimilarity | None = None,
     source: str = "input rows",
 ) -> StageResult[pa.Table]:
-    """Filter trajectories; the stage contract of :mod:`kgsynth.stage`.
+    """Filter trajectories; the stage contract of :mod:`kgsynth.core.stage`.
 
     ``inputs``: an Arrow table, a polars DataFrame or row dicts with every trajectory column.
-    ``accepted`` is in :data:`~kgsynth.schema.ACCEPTED_SCHEMA`; ``rejected`` is a table in
-    :data:`~kgsynth.schema.REJECTED_SCHEMA` with each row's ``reject_reason``. ``stats``:
+    ``accepted`` is in :data:`~kgsynth.core.schema.ACCEPTED_SCHEMA`; ``rejected`` is a table in
+    :data:`~kgsynth.core.schema.REJECTED_SCHEMA` with each row's ``reject_reason``. ``stats``:
     ``benchmarks`` (files, questions), ``seconds_by_phase`` (``benchmark_embeddings``,
     ``filter``), then the counts per reason and the rest of :func:`run_filters`' stats.
 
     With ``cfg.benchmark`` (and no ``max_similarity`` given) the benchmark questions are read
-    and embedded (:class:`~kgsynth.contamination.ContaminationGuard`) for the contamination
+    and embedded (:class:`~kgsynth.datasets.contamination.ContaminationGuard`) for the contamination
     filter. ``progress`` gets ``(0, 0, what is being done)``. The filter reads neither a graph
     nor an LLM."""
     del graph, llm
     phases: dict[str, float] = {}
     benchmarks = {"files": list(cfg.benchmark), "questions": 0}
     if max_similarity is None and cfg.benchmark:
-        from kgsynth.contamination import benchmark_guard
+        from kgsynth.datasets.contamination import benchmark_guard
 
         clock = time.perf_counter()
         max_similarity, benchmarks["questions"] = benchmark_guard(

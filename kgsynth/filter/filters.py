@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.filter.base import Filter, FilterRun, Phase
 from kgsynth.filter.checks import _message_parts, answer_checks, format_checks, leak_checks
 from kgsynth.filter.columns import _counts, _rank_within, as_trajectory_table
@@ -136,7 +136,7 @@ class Contamination(Filter):
         row_sims = sims[np.asarray(codes.indices, dtype=np.int64)] if len(idx) else sims
         hit = np.zeros(run.n, dtype=bool)
         hit[idx] = row_sims >= cfg.contamination_threshold
-        from kgsynth.contamination import contamination_report
+        from kgsynth.datasets.contamination import contamination_report
 
         report = contamination_report(sims)
         report["threshold"] = cfg.contamination_threshold

@@ -13,10 +13,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from kgsynth.core.schema import METRIC_FIELDS, REJECTED_SCHEMA
 from kgsynth.filter.base import FilterRun
 from kgsynth.filter.columns import _filter_rows
 from kgsynth.filter.config import REASONS, FilterConfig
-from kgsynth.schema import METRIC_FIELDS, REJECTED_SCHEMA
 
 
 def group_key(value: Any) -> str:

@@ -6,7 +6,7 @@ import abc
 from collections.abc import Iterator
 from typing import Any
 
-from kgsynth.errors import ConfigError, RowLimitError
+from kgsynth.core.errors import ConfigError, RowLimitError
 from kgsynth.kg.profiles import KGProfile
 from kgsynth.kg.terms import Row
 
@@ -27,7 +27,7 @@ class KG(abc.ABC):
     passes can become an UPDATE or reach another endpoint. Every query is bounded: by a
     timeout (``timeout`` per call, else the backend's ``timeout``) and by a row cap
     (``max_rows`` per call, else :attr:`max_rows`); a result past the cap raises
-    :class:`~kgsynth.errors.RowLimitError` as soon as its first extra row arrives.
+    :class:`~kgsynth.core.errors.RowLimitError` as soon as its first extra row arrives.
     """
 
     profile: KGProfile

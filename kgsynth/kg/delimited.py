@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kgsynth.errors import InputFileError, KGSynthError
+from kgsynth.core.errors import InputFileError, KGSynthError
 from kgsynth.kg import sparql
 from kgsynth.kg.arrow_import import DelimitedResult, NeedsLineReader, delimited_to_ntriples
 from kgsynth.kg.fanout_build import write_fanout_table

@@ -36,7 +36,7 @@ from typing import Any
 
 import pyoxigraph as ox
 
-from kgsynth.errors import (
+from kgsynth.core.errors import (
     ConfigError,
     KGError,
     KGMemoryError,
@@ -263,8 +263,8 @@ class EmbeddedKG(KG):
         self, query: str, *, timeout: float | None = None, max_rows: int | None = None
     ) -> Iterator[Row]:
         """An agent's SELECT, run in :meth:`agent_process`: killed at the deadline
-        (:class:`~kgsynth.errors.KGTimeoutError`) or past :attr:`agent_memory`
-        (:class:`~kgsynth.errors.KGMemoryError`); in-process for a store in memory."""
+        (:class:`~kgsynth.core.errors.KGTimeoutError`) or past :attr:`agent_memory`
+        (:class:`~kgsynth.core.errors.KGMemoryError`); in-process for a store in memory."""
         process = self.agent_process()
         if process is None:
             return self.select_iter(query, timeout=timeout, max_rows=max_rows)

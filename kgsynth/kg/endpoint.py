@@ -37,11 +37,11 @@ from typing import Any
 
 from SPARQLWrapper import ASK, JSON, POST, SELECT, URLENCODED, SPARQLWrapper
 
-from kgsynth.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
+from kgsynth.core.errors import KGError, KGTimeoutError, KGUnavailableError, QueryRejectedError
+from kgsynth.core.text import clean_text, redact_text
 from kgsynth.kg.base import KG
 from kgsynth.kg.profiles import KGProfile
 from kgsynth.kg.terms import Row, Term
-from kgsynth.text import clean_text, redact_text
 
 log = logging.getLogger(__name__)
 

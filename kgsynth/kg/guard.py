@@ -2,7 +2,7 @@
 
 :func:`checked_query` admits exactly one SPARQL 1.1 SELECT, ASK, CONSTRUCT or DESCRIBE query
 with no ``SERVICE`` anywhere (subqueries, ``OPTIONAL``, ``EXISTS`` included) and no update
-operation; anything else raises :class:`~kgsynth.errors.QueryRejectedError`. It works in three
+operation; anything else raises :class:`~kgsynth.core.errors.QueryRejectedError`. It works in three
 steps:
 
 1. **Lex** the text with the SPARQL 1.1 terminals (comments end at ``\\r`` or ``\\n``, as the
@@ -39,7 +39,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kgsynth.errors import QueryRefusedError, QueryRejectedError
+from kgsynth.core.errors import QueryRefusedError, QueryRejectedError
 from kgsynth.kg import sparql
 
 TEXT_CACHE_SIZE = 4_096  # query text -> canonical text
@@ -318,7 +318,7 @@ stats = {"texts_hit": 0, "shapes_hit": 0, "parsed": 0}
 
 
 def ensure_read_only(query: str) -> str:
-    """The text to send for ``query``, or :class:`~kgsynth.errors.QueryRefusedError`: what
+    """The text to send for ``query``, or :class:`~kgsynth.core.errors.QueryRefusedError`: what
     every backend calls on every query (looked up through this module at each call, so a
     benchmark can swap it). See :func:`checked_query`."""
     return checked_query(query)

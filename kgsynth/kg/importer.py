@@ -24,7 +24,7 @@ from typing import Any, Literal
 import pyoxigraph as ox
 
 from kgsynth import __version__
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.kg import sparql
 from kgsynth.kg.arrow_import import DelimitedResult
 from kgsynth.kg.delimited import (

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from kgsynth.errors import KGError
+from kgsynth.core.errors import KGError
 from kgsynth.kg.sparql import normalize_name
 
 _SCHEMA = """

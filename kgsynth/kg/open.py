@@ -8,7 +8,7 @@ import logging
 import urllib.parse
 from pathlib import Path
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, KG
 from kgsynth.kg.embedded import EmbeddedKG, is_store_dir
 from kgsynth.kg.graph import cache_dir

@@ -6,7 +6,7 @@ a huge join) holds its thread and its memory until it finishes. :class:`QueryPro
 the queries of one store directory in a child (``python kgsynth/kg/query_process.py STORE``)
 that opens the store read-only; the parent waits for each frame of the answer with the
 query's deadline, and past it kills the child (``SIGKILL``: the operating system frees all of
-its memory) and raises :class:`~kgsynth.errors.KGTimeoutError`. The next query starts a new
+its memory) and raises :class:`~kgsynth.core.errors.KGTimeoutError`. The next query starts a new
 child. Frames are length-prefixed ``marshal`` payloads over the child's stdin/stdout.
 
 A ``memory_limit`` bounds the child's memory too: once the store is open, the child caps its

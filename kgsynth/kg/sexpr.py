@@ -97,7 +97,7 @@ def execute(
     its name; a literal's value twice), or the number ``COUNT`` counts.
 
     Raises :class:`SExprError` for an expression that does not compile, and the KG's own
-    errors (:class:`~kgsynth.errors.RowLimitError` past ``max_rows``, timeouts)."""
+    errors (:class:`~kgsynth.core.errors.RowLimitError` past ``max_rows``, timeouts)."""
     from kgsynth.kg.graph import KGGraph
 
     graph = source if isinstance(source, KGGraph) else KGGraph(source)

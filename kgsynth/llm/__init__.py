@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.llm.cache import CachedLLM
 

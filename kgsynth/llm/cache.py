@@ -6,7 +6,7 @@ its path, so retrained weights never read an older answer, and a stage that kept
 weights answers from the entries its start wrote. Re-running a stage makes zero new requests.
 Every insert is its own transaction in WAL mode, so a ``kill -9`` loses at most the request in
 flight and never leaves a corrupt cache. Cached texts pass through
-:func:`~kgsynth.text.clean_text` when read, so an entry written before replies were cleaned
+:func:`~kgsynth.core.text.clean_text` when read, so an entry written before replies were cleaned
 cannot fail every re-run.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.text import clean_optional, clean_text
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
-from kgsynth.text import clean_optional, clean_text
 
 
 def request_key(llm: LLM, request: Request) -> str:

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.modelio import is_model_folder
+from kgsynth.core.text import clean_text
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
 from kgsynth.llm.chat import chat_template
-from kgsynth.modelio import is_model_folder
-from kgsynth.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class HFLLM(LLM):
     def cache_fields(self) -> dict[str, Any]:
         """The model's file digest instead of its path, and what forms its batches."""
         if self._digest is None:
-            from kgsynth.modelio import model_digest
+            from kgsynth.core.modelio import model_digest
 
             self._digest = model_digest(self.model)
         return {
@@ -103,7 +103,7 @@ class HFLLM(LLM):
         self._tok.padding_side = "left"
         if self._tok.pad_token is None:
             self._tok.pad_token = self._tok.eos_token
-        from kgsynth.modelio import load_causal_lm
+        from kgsynth.core.modelio import load_causal_lm
 
         self._model = load_causal_lm(self.model, dtype=dtype).to(device)
         self._model.eval()
@@ -239,7 +239,7 @@ _WORKER: HFLLM | None = None  # the model a worker process generates with
 def _worker_start(model: str, threads: int) -> None:
     import torch
 
-    from kgsynth.cores import worker_ignores_interrupts
+    from kgsynth.core.cores import worker_ignores_interrupts
 
     global _WORKER
     worker_ignores_interrupts()

@@ -6,12 +6,12 @@ timeouts, connection errors and unreadable responses are retried with exponentia
 to ``max_retries`` times, after which the request comes back as an error result (the stage
 counts and keeps it) instead of raising.
 
-Replies are passed through :func:`~kgsynth.text.clean_text` (a reply can carry lone surrogates
-as JSON escapes), and error texts through :func:`~kgsynth.text.redact_text` with the API key
+Replies are passed through :func:`~kgsynth.core.text.clean_text` (a reply can carry lone surrogates
+as JSON escapes), and error texts through :func:`~kgsynth.core.text.redact_text` with the API key
 in use (a server may echo the key or the ``Authorization`` header back). A server may echo the
 credentials into a reply too, which stages keep (accepted and rejected rows, the request
 cache), so replies lose the key and the base URL's credentials as well
-(:func:`~kgsynth.text.redact_known`: only those values, the rest of a reply is data).
+(:func:`~kgsynth.core.text.redact_known`: only those values, the rest of a reply is data).
 
 A base URL may carry its key as a query parameter (``http://host/v1?key=…``): the parameters
 are sent with every request (the client would otherwise append its paths after them), and the
@@ -32,9 +32,9 @@ from typing import Any
 
 import openai
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.text import clean_text, redact_known, redact_text, url_secrets
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
-from kgsynth.text import clean_text, redact_known, redact_text, url_secrets
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
 from kgsynth.report.contents import (
     FOLDER_OUTPUT_FILES,
     PIPELINE,

@@ -1,5 +1,5 @@
 """A benchmark file as the questions of ``synthesize trajectories`` (issue 18, part 5): WebQSP,
-CWQ, GrailQA or GraphQuestions questions (:mod:`kgsynth.benchmarks`) become question rows the
+CWQ, GrailQA or GraphQuestions questions (:mod:`kgsynth.datasets.benchmarks`) become question rows the
 oracle, Referenced Rejection Sampling and free rollouts run on, so expert trajectories can be
 sampled on a benchmark's train split with its gold logical forms as references::
 
@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.spaces.registry import space
+from kgsynth.datasets.qafiles import QARecord
 from kgsynth.kg.graph import KGGraph
-from kgsynth.qafiles import QARecord
 from kgsynth.synthesize.benchmark_refs import NotAPath, benchmark_walk_row
 
 BENCHMARK_SUFFIXES = (".json", ".json.gz")
 
 
 def is_benchmark_file(path: str | Path) -> bool:
-    """True for a benchmark's JSON file (read by :mod:`kgsynth.benchmarks`)."""
+    """True for a benchmark's JSON file (read by :mod:`kgsynth.datasets.benchmarks`)."""
     return str(path).endswith(BENCHMARK_SUFFIXES)
 
 

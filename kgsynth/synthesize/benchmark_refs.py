@@ -28,17 +28,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.spaces.registry import names, space
-from kgsynth.bench_sparql import (
+from kgsynth.datasets.bench_sparql import (
     ParsedQuery,
     Pattern,
     SparqlSyntaxError,
     Term,
     parse_sparql,
 )
+from kgsynth.datasets.qafiles import QARecord
 from kgsynth.kg import sparql as sp
 from kgsynth.kg.graph import KGGraph
 from kgsynth.metrics import entity_id
-from kgsynth.qafiles import QARecord
 
 
 class NotAPath(ValueError):

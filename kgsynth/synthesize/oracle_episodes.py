@@ -19,11 +19,11 @@ from kgsynth.agent.spaces.oracle_call import oracle_answers
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.spaces.sparql_oracle import QUERY_KINDS, query_answers
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.stage import Progress, Reject, Rejected
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams, Request
 from kgsynth.prompts import render
-from kgsynth.stage import Progress, Reject, Rejected
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_id, trajectory_row
 
@@ -263,7 +263,7 @@ def oracle_in_workers(
     shards = [list(rows[i : i + size]) for i in range(0, len(rows), size)] if size else []
     accepted: list[dict[str, Any]] = []
     rejected: list[Rejected] = []
-    from kgsynth.cores import worker_ignores_interrupts
+    from kgsynth.core.cores import worker_ignores_interrupts
 
     with ProcessPoolExecutor(
         max_workers=n,

@@ -24,13 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kgsynth.config import option
-from kgsynth.errors import ConfigError
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.stage import Progress, Rejected, StageResult
 from kgsynth.kg.sparql import normalize_name
 from kgsynth.llm.base import LLM, Completion, GenerationParams, Request
 from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES, constraint_operation
 from kgsynth.prompts import prompt_hash, render
-from kgsynth.stage import Progress, Rejected, StageResult
 
 QUESTION_RE = re.compile(r"<question>(.*?)</question>", re.DOTALL | re.IGNORECASE)
 SCORES_RE = re.compile(r"<scores>(.*?)</scores>", re.DOTALL | re.IGNORECASE)

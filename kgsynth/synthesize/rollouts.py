@@ -17,10 +17,10 @@ from kgsynth.agent.loop import EpisodeTask, episode_summary, run_episodes, syste
 from kgsynth.agent.rerank import LLMReranker
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
+from kgsynth.core.stage import Progress, Reject, Rejected
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, GenerationParams
 from kgsynth.prompts import render
-from kgsynth.stage import Progress, Reject, Rejected
 from kgsynth.synthesize.name_correction import correct_read_names
 from kgsynth.synthesize.trajectory_config import TrajectoryConfig
 from kgsynth.synthesize.trajectory_rows import trajectory_row

@@ -14,7 +14,7 @@ eval):
 
 :func:`run` is the stage (``run(questions, cfg, *, graph, llm, progress) -> StageResult``): it
 takes the ``split`` and the ``limit`` of the questions, runs the mode, and returns the
-trajectory rows, the rejects (:class:`~kgsynth.stage.Rejected`, in question order) and the
+trajectory rows, the rejects (:class:`~kgsynth.core.stage.Rejected`, in question order) and the
 counts for the manifest.
 """
 
@@ -29,11 +29,11 @@ from typing import Any
 from kgsynth.agent.spaces import oracle_calls, reference_text, replay, space
 from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
 from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.stage import Progress, StageResult
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM
 from kgsynth.prompts import prompt_hash
-from kgsynth.stage import Progress, StageResult
 from kgsynth.synthesize.oracle_episodes import oracle_in_workers, oracle_trajectories
 from kgsynth.synthesize.rollouts import rollout_trajectories
 from kgsynth.synthesize.trajectory_config import MODES, SPLITS, STRATA, TrajectoryConfig

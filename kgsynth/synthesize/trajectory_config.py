@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from kgsynth.agent.config import AgentConfig, nests_agent
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolConfig
-from kgsynth.config import option
-from kgsynth.errors import ConfigError
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError
 
 MODES = ("oracle", "referenced", "free")
 STRATA = ("none", "structure", "hops")

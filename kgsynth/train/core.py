@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 
 PRECISIONS = ("auto", "bf16", "fp32")
 # the resolved configuration a training run folder holds (SFT's; GRPO's is rl_config.json)
@@ -60,7 +60,7 @@ def recorded_recipe(folder: str | Path, names: Sequence[str] = (SFT_SPEC,)) -> s
 
 def check_tracking_and_lora(cfg: Any) -> None:
     """The checks of the ``report_to`` and ``lora_*`` fields both configs have."""
-    from kgsynth.tracking import check_report_to
+    from kgsynth.core.tracking import check_report_to
     from kgsynth.train.lora import check_lora
 
     check_report_to(cfg.report_to)
@@ -77,7 +77,7 @@ def check_selection(cfg: Any) -> None:
 def check_selection_inputs(cfg: Any) -> None:
     """With ``select_questions``: the file exists and the run saves whole weights (a LoRA run
     saves adapters, which early stopping cannot swap); checked when the config is resolved."""
-    from kgsynth.errors import InputFileError
+    from kgsynth.core.errors import InputFileError
 
     if cfg.select_questions is None:
         return

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """GRPO of the agent policy against the live KG (``kgsynth train rl``).
 
-questions.parquet (or any question file :mod:`kgsynth.qafiles` reads) + a KG + an SFT
+questions.parquet (or any question file :mod:`kgsynth.datasets.qafiles` reads) + a KG + an SFT
 checkpoint -> ``OUT/``: a ``save_pretrained`` folder, ``checkpoints/step-N`` folders,
 ``metrics.jsonl`` (one line per step), ``rl.png`` (reward and KL curves),
 ``rl_summary.json`` and (written by the CLI) ``manifest.json``::
@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.train.core import deepspeed_env, rank_and_world, resolve_precision
 from kgsynth.train.grpo_config import (
     CHECKPOINTS,
@@ -131,9 +131,9 @@ def _start(spec: RLSpec, device: str, dtype: Any, bf16: bool, resumed: Path | No
     from kgsynth.agent.loop import stored_system_prompt
     from kgsynth.agent.rewards import GraphDistance
     from kgsynth.agent.rollout import RolloutConfig, TokenPolicy
+    from kgsynth.core.modelio import load_causal_lm
     from kgsynth.kg.graph import KGGraph
     from kgsynth.kg.open import open_kg
-    from kgsynth.modelio import load_causal_lm
     from kgsynth.train.lora import wrap
 
     cfg = spec.config
@@ -234,7 +234,7 @@ def _train(
     metrics_path = out / METRICS
     tracker = None
     if rank == 0:
-        from kgsynth.tracking import Tracker
+        from kgsynth.core.tracking import Tracker
 
         metrics_path.unlink(missing_ok=True)
         tracker = Tracker(cfg.report_to, out, name="rl", config=dataclasses.asdict(cfg))
@@ -257,7 +257,7 @@ def _train(
             with metrics_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             if tracker is not None:
-                from kgsynth.tracking import scalars
+                from kgsynth.core.tracking import scalars
 
                 tracker.log(step_i, scalars(row, "rl/"))
         check_logprobs(cfg, row)  # every rank raises together: the row's figures are gathered

@@ -17,9 +17,9 @@ from typing import Any
 
 from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.agent.engines import ENGINES
-from kgsynth.config import option
-from kgsynth.errors import ConfigError, InputFileError
-from kgsynth.modelio import is_model_folder
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError, InputFileError
+from kgsynth.core.modelio import is_model_folder
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,

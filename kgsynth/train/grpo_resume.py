@@ -25,7 +25,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.train.grpo_config import RESUME_STATE
 from kgsynth.train.grpo_dist import barrier
 from kgsynth.train.grpo_run import RLQuestion, save_model, save_resume_state

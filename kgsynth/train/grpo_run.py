@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.rewards import Gold
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
 from kgsynth.train.core import store_system_prompt
 from kgsynth.train.grpo_config import (
     CHECKPOINTS,
@@ -58,7 +58,7 @@ class RLQuestion:
 def read_rl_questions(path: str | Path) -> list[RLQuestion]:
     """Questions with topic entities and gold answers (questions.parquet, MetaQA txt, JSONL,
     or a WebQSP/CWQ/GrailQA/GraphQuestions .json, whose questions may have no topic entity)."""
-    from kgsynth.qafiles import read_questions
+    from kgsynth.datasets.qafiles import read_questions
 
     path = Path(path)
     if not path.is_file():

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 from kgsynth.train.grpo_config import GRPOConfig, logprob_tolerance
 from kgsynth.train.grpo_dist import Policy, all_gather, weights_checksum
 from kgsynth.train.grpo_loss import step_advantages

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.config import option
-from kgsynth.errors import ConfigError
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError
 
 LAUNCHERS = ("auto", "none", "torchrun", "deepspeed")
 
@@ -146,7 +146,7 @@ def run_launched(command: list[str], summary_path: Path) -> dict[str, Any] | Non
     import json
     import subprocess
 
-    from kgsynth.errors import KGSynthError
+    from kgsynth.core.errors import KGSynthError
 
     summary_path.unlink(missing_ok=True)
     try:
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import logging
 
-    from kgsynth.errors import KGSynthError
+    from kgsynth.core.errors import KGSynthError
     from kgsynth.train.sft import RunSpec, train_sft
 
     parser = argparse.ArgumentParser(prog="python -m kgsynth.train.launch")

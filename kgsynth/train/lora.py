@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
-from kgsynth.modelio import ADAPTER_CONFIG, is_adapter
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.modelio import ADAPTER_CONFIG, is_adapter
 
 
 def check_lora(r: int, alpha: float, dropout: float, target: str) -> None:

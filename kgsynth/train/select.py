@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kgsynth.cores import all_cores
-from kgsynth.errors import ConfigError
-from kgsynth.modelio import is_adapter
+from kgsynth.core.cores import all_cores
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.modelio import is_adapter
 from kgsynth.train.grpo_config import CHECKPOINTS, RUN_FILES
 
 SELECTION = "selection.json"

@@ -10,7 +10,7 @@ tokenizer, chat template, generation config) that transformers and vLLM load, pl
 
 Stage 1 starts from ``--model`` (a local HF checkpoint folder, or ``tiny``: a small Qwen2 model
 with a byte-level BPE tokenizer trained on the corpus, built offline by
-:func:`kgsynth.tiny.build_tiny_model`). Stage 2 starts from a stage-1 output folder
+:func:`kgsynth.train.tiny.build_tiny_model`). Stage 2 starts from a stage-1 output folder
 (``--init``), its weights and its tokenizer. Both are the same SFT; the stages differ in what
 they start from and, in the papers, in their data (synthetic walks, then expert or
 rejection-sampled trajectories).
@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
 from kgsynth.train.core import (
     deepspeed_env,
     load_deepspeed_config,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
-from kgsynth.config import option
-from kgsynth.errors import ConfigError
-from kgsynth.modelio import is_model_folder
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.modelio import is_model_folder
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,

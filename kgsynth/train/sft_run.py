@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError, InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.train.sft_config import (
     RESUMABLE_CHANGES,
     SPEC,
@@ -103,7 +103,7 @@ def prepare_run(
                 )
     out.mkdir(parents=True, exist_ok=True)
     if stage == "stage1" and cfg.model == "tiny" and not (out / TINY_INIT / "config.json").exists():
-        from kgsynth.tiny import build_tiny_model
+        from kgsynth.train.tiny import build_tiny_model
 
         build_tiny_model(
             corpus_texts(conversations),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.train.core import load_deepspeed_config, resolve_precision, use_gloo_on_cpu
 from kgsynth.train.probe import copy_loss
 from kgsynth.train.sft_config import METRICS, SFTConfig, check_batch_split
@@ -64,7 +64,7 @@ def load_model(
     training (rank 0) and the parameter count."""
     import torch
 
-    from kgsynth.modelio import load_causal_lm
+    from kgsynth.core.modelio import load_causal_lm
 
     cfg = spec.config
     assert cfg.max_length is not None  # resolved
@@ -113,7 +113,7 @@ def make_trainer(
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
 
-        from kgsynth.tracking import TB_DIR
+        from kgsynth.core.tracking import TB_DIR
 
         callbacks = [*callbacks, TensorBoardCallback(SummaryWriter(log_dir=str(out / TB_DIR)))]
     trainer = make_trainer_class()(

@@ -6,7 +6,7 @@ CLI only builds the config, shows progress and prints the result.
 
 - :func:`plan` — the launcher and command a run will use (what ``--dry-run`` prints);
 - :func:`run_sft` — SFT into a run folder that resumes an unfinished run of the same options;
-- :func:`run_rl` — GRPO, written through :class:`kgsynth.stage_io.StagedOutput`;
+- :func:`run_rl` — GRPO, written through :class:`kgsynth.core.stage_io.StagedOutput`;
 - :func:`run_merge` — a LoRA run's adapter folded into full weights.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kgsynth.errors import KGSynthError
+from kgsynth.core.errors import KGSynthError
 from kgsynth.train.core import SFT_SPEC, free_port
 from kgsynth.train.grpo_config import RL_SPEC
 from kgsynth.train.launch import LaunchConfig, launch_command, resolve_launcher, run_launched
@@ -127,7 +127,7 @@ def run_sft(
     with (:func:`sft_agent`); the run folder and each checkpoint carry the agent it gives
     (``agent_config.json``), and stage 2's early stopping answers with it."""
     from kgsynth.agent.carried import write_agent_file
-    from kgsynth.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
+    from kgsynth.core.stage_io import OutputLock, check_folder_target, check_overlap, recover_input
     from kgsynth.train.sft import SUMMARY, prepare_run, train_sft
     from kgsynth.train.sft_config import check_batch_split
 
@@ -251,7 +251,7 @@ def _sft_manifest(
     started: float,
     trained: tuple[dict[str, Any], str] | None = None,
 ) -> dict[str, Any]:
-    from kgsynth.manifest import sha256_file, write_manifest
+    from kgsynth.core.manifest import sha256_file, write_manifest
 
     run_dir = Path(spec.out)
     start_from: dict[str, Any] = {"path": str(spec.model_path)}
@@ -291,7 +291,7 @@ def preset_base(
 ) -> dict[str, Any]:
     """The GRPOConfig fields of the preset named by --preset or the config file's ``preset``
     (in its ``section``)."""
-    from kgsynth.config import load_yaml
+    from kgsynth.core.config import load_yaml
     from kgsynth.train.presets import preset_values
 
     name = preset
@@ -334,8 +334,8 @@ def run_rl(
     """GRPO into ``out_dir`` (staged: the folder appears whole) and its manifest; the manifest,
     or None on a torchrun node other than rank 0's. Without ``overwrite`` a killed run's
     checkpoints stay and training goes on from the last."""
-    from kgsynth.manifest import sha256_file
-    from kgsynth.stage_io import StagedOutput
+    from kgsynth.core.manifest import sha256_file
+    from kgsynth.core.stage_io import StagedOutput
     from kgsynth.train.grpo import SUMMARY, RLSpec, read_rl_questions, train_grpo
 
     started = time.perf_counter()
@@ -429,7 +429,7 @@ def _select(
 def run_merge(run: Path, out_dir: Path, *, overwrite: bool) -> dict[str, Any]:
     """A LoRA run folder's adapter folded into its base weights, into ``out_dir``; what
     :func:`kgsynth.train.lora.merge` reports."""
-    from kgsynth.stage_io import StagedOutput
+    from kgsynth.core.stage_io import StagedOutput
     from kgsynth.train.lora import merge
 
     started = time.perf_counter()

@@ -10,11 +10,11 @@ from functools import reduce
 
 import numpy as np
 
+from kgsynth.core.stage import Reject
 from kgsynth.kg import sparql
 from kgsynth.kg.fanouts import TooMany
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.terms import Term
-from kgsynth.stage import Reject
 from kgsynth.walk.config import WalkConfig
 from kgsynth.walk.records import Hop, Walk
 

@@ -1,6 +1,6 @@
 """GraphWalker's predicate set P and seed set E from a benchmark file, for ``kgsynth walk
 --relations-from FILE --seeds-from FILE`` (WebQSP, CWQ, GrailQA or GraphQuestions .json, read
-by :mod:`kgsynth.benchmarks`): P is the relations the gold SPARQL uses (a two-edge path through
+by :mod:`kgsynth.datasets.benchmarks`): P is the relations the gold SPARQL uses (a two-edge path through
 a Freebase CVT also as its flattened ``r1.r2`` hop), E the questions' topic entities, by id.
 Both are kept to what the KG holds; what it lacks is logged, and nothing left is an error."""
 
@@ -10,8 +10,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from kgsynth.benchmarks import benchmark_relations, benchmark_seed_ids
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
+from kgsynth.datasets.benchmarks import benchmark_relations, benchmark_seed_ids
 from kgsynth.kg.graph import KGGraph
 
 log = logging.getLogger(__name__)

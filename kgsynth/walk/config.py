@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kgsynth.config import option
-from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.core.config import option
+from kgsynth.core.errors import ConfigError, InputFileError, KGSynthError
 
 STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI|count|superlative|comparative|time)$")
 # constraint walks (kgsynth.walk.constraints): a set from a topic entity, counted or filtered

@@ -32,10 +32,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 
+from kgsynth.core.stage import Reject
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph, Relation
 from kgsynth.kg.terms import Term
-from kgsynth.stage import Reject
 from kgsynth.walk.config import CONSTRAINT_STRUCTURES, WalkConfig
 from kgsynth.walk.constraint_forms import Constraint, base_pattern, base_sexpr, to_sexpr, to_sparql
 from kgsynth.walk.records import Hop, Walk

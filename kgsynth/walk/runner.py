@@ -17,12 +17,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.schema import WALK_SCHEMA, fill_missing
+from kgsynth.core.stage import Progress, StageResult
+from kgsynth.core.stage_io import absolute
 from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph
-from kgsynth.schema import WALK_SCHEMA, fill_missing
-from kgsynth.stage import Progress, StageResult
-from kgsynth.stage_io import absolute
 from kgsynth.walk.config import WalkConfig, WalkError
 from kgsynth.walk.records import WalkState
 from kgsynth.walk.sampling import sample_walks
@@ -127,11 +127,11 @@ def run(
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> StageResult[pa.Table]:
-    """Sample walks on ``graph``; the stage contract of :mod:`kgsynth.stage`.
+    """Sample walks on ``graph``; the stage contract of :mod:`kgsynth.core.stage`.
 
     ``inputs`` is None: walk reads only the graph (a :class:`KGGraph`, or a :class:`KG` to
     walk through a fresh one). ``accepted`` is the walks as one table in
-    :data:`~kgsynth.schema.WALK_SCHEMA`; ``rejected`` stays empty, because a rejected walk is
+    :data:`~kgsynth.core.schema.WALK_SCHEMA`; ``rejected`` stays empty, because a rejected walk is
     an attempt, not a row: ``stats["rejects"]`` counts the attempts per reason, and the rest of
     ``stats`` is the manifest's (``relation_coverage``, attempts and acceptance by structure,
     quotas, ``elapsed_s``, …).
@@ -141,7 +141,7 @@ def run(
     that a killed run continues after the last complete chunk with the same state and gives the
     same table. A run with other options is refused; ``overwrite`` discards the chunks and
     starts afresh. The folder stays for the caller to remove once the output is committed
-    (:class:`kgsynth.stage_io.StagedOutput`'s ``cleanup``). ``progress`` gets ``(accepted, n,
+    (:class:`kgsynth.core.stage_io.StagedOutput`'s ``cleanup``). ``progress`` gets ``(accepted, n,
     "accepted A rejected R")`` every 25 attempts and at the end.
 
     Raises :class:`WalkError` when no walk satisfied the constraints."""
@@ -230,7 +230,7 @@ def run_walks(
     """:func:`run`, then the table written to ``out`` (Parquet, atomically) and the chunks
     removed; returns the stats with the ``table``. ``progress`` gets the state and the walks
     accepted so far after every attempt. For library callers and tests; the CLI writes through
-    :class:`kgsynth.stage_io.StagedOutput` instead."""
+    :class:`kgsynth.core.stage_io.StagedOutput` instead."""
     out = Path(out)
 
     def tick(st: WalkState) -> None:

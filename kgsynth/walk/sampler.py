@@ -9,10 +9,10 @@ import random
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar
 
-from kgsynth.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.core.errors import ConfigError, InputFileError, KGSynthError
+from kgsynth.core.stage import Reject
 from kgsynth.kg.graph import KGGraph, Relation
 from kgsynth.kg.terms import Term
-from kgsynth.stage import Reject
 from kgsynth.walk.answers import AnswerQueries
 from kgsynth.walk.benchmark_sets import benchmark_relation_set
 from kgsynth.walk.config import CONSTRAINT_STRUCTURES, WalkConfig, read_lines, read_list

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.errors import InputFileError, KGSynthError
+from kgsynth.core.errors import InputFileError, KGSynthError
+from kgsynth.core.stage import Reject
 from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph
-from kgsynth.stage import Reject
 from kgsynth.walk.benchmark_sets import benchmark_seed_iris
 from kgsynth.walk.config import WalkConfig, WalkError, read_lines
 from kgsynth.walk.records import Walk, WalkState, stable_hash, walk_id_of, walk_to_row

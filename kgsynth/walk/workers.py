@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 
-from kgsynth.errors import ConfigError, KGSynthError
+from kgsynth.core.errors import ConfigError, KGSynthError
+from kgsynth.core.stage import Reject
 from kgsynth.kg.base import KG
 from kgsynth.kg.graph import KGGraph
-from kgsynth.stage import Reject
 from kgsynth.walk.config import WalkConfig
 from kgsynth.walk.records import Walk
 from kgsynth.walk.sampler import Outcome, WalkSampler
@@ -23,7 +23,7 @@ def _worker_start(
     location: str, profile: str, timeout: float, max_rows: int, cfg: WalkConfig
 ) -> None:
     global _worker
-    from kgsynth.cores import worker_ignores_interrupts
+    from kgsynth.core.cores import worker_ignores_interrupts
     from kgsynth.kg.open import open_kg
 
     worker_ignores_interrupts()

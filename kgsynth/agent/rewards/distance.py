@@ -14,7 +14,7 @@ from kgsynth.agent.rewards.components import (
     _returned_names,
     assistant_turns,
 )
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.kg.graph import LRU, KGGraph
 from kgsynth.metrics import answer_set, normalize_answer
 

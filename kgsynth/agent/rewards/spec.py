@@ -31,7 +31,7 @@ from kgsynth.agent.rewards.distance import (
     distance_progress,
     distance_reward,
 )
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 from kgsynth.metrics import check_metric_name
 
 REWARDS: dict[str, Callable[..., float]] = {

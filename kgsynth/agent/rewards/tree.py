@@ -54,7 +54,7 @@ from kgsynth.agent.loop import Episode
 from kgsynth.agent.rewards.components import Gold, assistant_turns
 from kgsynth.agent.rewards.distance import GraphDistance
 from kgsynth.agent.rewards.spec import TURN_REWARDS, RewardResult, RewardSpec, RewardState
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 
 TREE_VALUES = ("max", "mean")
 """How a node's subtree outcome is aggregated over its leaves (ISP: max)."""

@@ -69,7 +69,7 @@ class ActionSpace:
 
     def replay(self, row: dict[str, Any], env: ToolEnvironment, **options: Any) -> list[Any]:
         """The oracle's calls run in ``env``: ``(OracleCall, ToolResult)`` per step; raises
-        :class:`~kgsynth.stage.Reject` where the tools do not show what the walk took.
+        :class:`~kgsynth.core.stage.Reject` where the tools do not show what the walk took.
         ``options``: the path oracle's ``fan_out``, ``follow`` and ``look_ahead``."""
         raise NotImplementedError
 

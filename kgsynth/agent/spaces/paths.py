@@ -3,7 +3,7 @@ question's walk becomes a relations call then a triples call per hop (both branc
 conjunction, then IP's last hop; the space writes the calls, :meth:`PathSpace.hop_calls`), run
 through the same :class:`~kgsynth.agent.tools.ToolEnvironment` (ranking, limits) as RL and eval.
 A step whose gold relation or next entity the tools do not show turns the question down
-(:class:`~kgsynth.stage.Reject`)."""
+(:class:`~kgsynth.core.stage.Reject`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
 from kgsynth.agent.toolkit import unmarked
 from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.core.stage import Reject
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES
-from kgsynth.stage import Reject
 
 
 def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -106,7 +106,7 @@ def replay(
     look_ahead: bool = False,
 ) -> list[tuple[OracleCall, Any]]:
     """Run the oracle calls; returns ``(call, ToolResult)`` per step, or raises
-    :class:`~kgsynth.stage.Reject` when a gold relation is not among the relations shown (same BM25
+    :class:`~kgsynth.core.stage.Reject` when a gold relation is not among the relations shown (same BM25
     ranking and top-k as inference), or when a conjunction's meeting entity is not among the
     triples shown.
 

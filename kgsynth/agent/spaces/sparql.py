@@ -16,7 +16,7 @@ from typing import Any
 
 from kgsynth.agent import sparql_exec
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolHost, ToolResult
-from kgsynth.errors import KGMemoryError
+from kgsynth.core.errors import KGMemoryError
 
 ToolTable = dict[str, tuple[int, Callable[..., ToolResult]]]
 

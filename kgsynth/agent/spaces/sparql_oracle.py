@@ -41,10 +41,10 @@ from kgsynth.agent.protocol import (
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.toolcall import ToolCallSyntaxError, parse_tool_call
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
+from kgsynth.core.stage import Reject
 from kgsynth.kg import sparql
 from kgsynth.llm.relation_forms import relation_words
 from kgsynth.metrics import normalize_answer
-from kgsynth.stage import Reject
 
 """The tool sets whose oracle is built here."""
 QUERY_KINDS = ("execute", "sparql", "retry")
@@ -99,7 +99,7 @@ def graph_sketch(row: dict[str, Any]) -> str:
 
 
 def _gold_query(row: dict[str, Any]) -> str:
-    """The walk's SPARQL; :class:`~kgsynth.stage.Reject` (``no_sparql``) for a row without."""
+    """The walk's SPARQL; :class:`~kgsynth.core.stage.Reject` (``no_sparql``) for a row without."""
     query = row.get("sparql")
     if not query:
         raise Reject("no_sparql")
@@ -161,7 +161,7 @@ def replay_sparql(
     space: Any, row: dict[str, Any], env: ToolEnvironment
 ) -> list[tuple[OracleCall, Any]]:
     """Run ``space``'s oracle calls (knowcoder's or isp's) in ``env``; ``(call, ToolResult)``
-    per step. Raises :class:`~kgsynth.stage.Reject` for a call that fails
+    per step. Raises :class:`~kgsynth.core.stage.Reject` for a call that fails
     (``oracle_<error>``), a query that fails (``oracle_query_failed``) or one whose
     observation misses a gold answer (``answers_not_observed``)."""
     gold = {normalize_answer(a) for a in row["answer_names"]}

@@ -41,7 +41,7 @@ from rank_bm25 import BM25Okapi
 
 from kgsynth.agent.spaces.sparql import ToolTable, sparql_result
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, relation_words, tokenize
-from kgsynth.errors import RowLimitError
+from kgsynth.core.errors import RowLimitError
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import Entity, KGGraph, Relation
 from kgsynth.kg.terms import Term

@@ -31,9 +31,9 @@ from typing import Any
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql_oracle import check_syntax, query_answers, walk_relations
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
+from kgsynth.core.stage import Reject
 from kgsynth.kg.graph import KGGraph
 from kgsynth.metrics import normalize_answer
-from kgsynth.stage import Reject
 
 TRIAL_MODE = "oracle_trial"
 """The ``mode`` of a trial-and-error trajectory."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.toolkit import DenseScorer, tokenize
-from kgsynth.errors import KGError
+from kgsynth.core.errors import KGError
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph, Relation
 from kgsynth.kg.sexpr import DATE_TYPES, NUMERIC_TYPES, XSD, relation_atom

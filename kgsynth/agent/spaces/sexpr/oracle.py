@@ -43,11 +43,11 @@ from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sexpr.syntax import parse_action
 from kgsynth.agent.spaces.sexpr.tools import SHOWN_RESULTS
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
+from kgsynth.core.stage import Reject
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import FREEBASE_NS, get_profile
 from kgsynth.metrics import normalize_answer
-from kgsynth.stage import Reject
 
 SEXPR_TOOLSET = "sexpr"
 KINDS = ("find_relation", "merge", "order", "compare", "time_constraint", "count")
@@ -223,7 +223,7 @@ class _Builder:
 def sexpr_oracle_calls(row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
     """The gold action sequence of a question (see the module doc). Entities the row does not
     name are named by ``graph``'s labels; without it such a row raises
-    :class:`~kgsynth.stage.Reject` (``sexpr_entity_unnamed``), as does an unsupported form."""
+    :class:`~kgsynth.core.stage.Reject` (``sexpr_entity_unnamed``), as does an unsupported form."""
     tree, names = row_sexpr(row)
     if isinstance(tree, str):
         raise Reject("sexpr_unsupported")
@@ -256,7 +256,7 @@ def final_answers(env: ToolEnvironment) -> list[str]:
 
 def replay_sexpr(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[OracleCall, ToolResult]]:
     """Run the oracle actions through ``env`` (one expression each); ``(call, ToolResult)`` per
-    step. Raises :class:`~kgsynth.stage.Reject` as the module doc says."""
+    step. Raises :class:`~kgsynth.core.stage.Reject` as the module doc says."""
     steps = []
     for c in sexpr_oracle_calls(row, env.graph):
         made = len(env.session.expressions) if env.session is not None else 0

@@ -11,11 +11,11 @@ from typing import Any
 from kgsynth.agent.spaces.sexpr.gate import Named
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, tokenize
+from kgsynth.core.text import clean_text
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import Relation
 from kgsynth.kg.profiles import KGProfile
 from kgsynth.kg.terms import Term
-from kgsynth.text import clean_text
 
 _HELP = {  # name: (usage, what it does)
     "Find_relation": (

@@ -72,7 +72,7 @@ from kgsynth.agent.spaces.sexpr.syntax import (
 from kgsynth.agent.spaces.sparql import ToolTable, memory_failure
 from kgsynth.agent.sparql_exec import AGENT_MAX_ROWS, agent_timeout
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, rank_relations
-from kgsynth.errors import KGMemoryError, QueryRejectedError, RowLimitError
+from kgsynth.core.errors import KGMemoryError, QueryRejectedError, RowLimitError
 from kgsynth.kg import sexpr as sx
 from kgsynth.kg.graph import Relation
 from kgsynth.kg.terms import Term

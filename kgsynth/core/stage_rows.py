@@ -1,13 +1,13 @@
 """A stage's rows in and out: its input Parquet read as rows with errors that name the file, the
 column, the row and the field (:func:`read_rows`), and its accepted and rejected rows written
-into its staged output (:func:`write_rows`, beside :class:`~kgsynth.stage_io.StagedOutput`)."""
+into its staged output (:func:`write_rows`, beside :class:`~kgsynth.core.stage_io.StagedOutput`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kgsynth.errors import InputFileError
-from kgsynth.stage_io import StagedOutput, recover_input, sidecar
+from kgsynth.core.errors import InputFileError
+from kgsynth.core.stage_io import StagedOutput, recover_input, sidecar
 
 
 def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -> list[dict]:
@@ -16,7 +16,7 @@ def read_rows(path: Path, flag: str, need: set[str], produced_by: str, schema) -
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kgsynth.schema import check_columns, check_types, fill_missing
+    from kgsynth.core.schema import check_columns, check_types, fill_missing
 
     recover_input(path)  # a commit of it that a crash interrupted is finished first
     if not path.is_file():

@@ -11,7 +11,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from kgsynth.errors import OutputBusyError
+from kgsynth.core.errors import OutputBusyError
 
 
 class OutputLock:

@@ -16,7 +16,7 @@ by the file name (each may be gzipped, ``.gz``):
   other fields are ignored.
 * ``.parquet`` — the same columns (kgsynth's ``questions.parquet`` is one).
 * ``.json`` — a benchmark in its published format: WebQSP, CWQ, GrailQA or GraphQuestions,
-  told apart by the JSON's shape (or named with ``format=``); read by :mod:`kgsynth.benchmarks`,
+  told apart by the JSON's shape (or named with ``format=``); read by :mod:`kgsynth.datasets.benchmarks`,
   with gold logical forms, answer ids and aliases, and topic entities by id.
 
 Usage::
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from kgsynth.errors import InputFileError
-from kgsynth.qarecord import QARecord
+from kgsynth.core.errors import InputFileError
+from kgsynth.datasets.qarecord import QARecord
 
 PathLike = str | Path
 
@@ -71,7 +71,7 @@ def read_questions(
     MetaQA's ``qa_<split>_qtype.txt`` beside the file or one folder up, False disables that.
     Its line count must equal the question count. ``limit`` keeps the first ``limit`` records.
     ``format`` names a benchmark format (``webqsp``, ``cwq``, ``grailqa``, ``graphq``; see
-    :mod:`kgsynth.benchmarks`); a ``.json`` file's format is told from its shape without it.
+    :mod:`kgsynth.datasets.benchmarks`); a ``.json`` file's format is told from its shape without it.
     Raises :class:`InputFileError` naming file, line and field for any malformed entry.
     """
     path = Path(path)
@@ -81,7 +81,7 @@ def read_questions(
     if not path.is_file():
         raise InputFileError(path, "no such file")
     if kind == "json":
-        from kgsynth.benchmarks import read_benchmark
+        from kgsynth.datasets.benchmarks import read_benchmark
 
         if qtype_file:
             raise InputFileError(qtype_file, "a qtype file goes with MetaQA .txt questions")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 
 C = TypeVar("C")
 

@@ -71,6 +71,6 @@ class RowLimitError(KGError):
 
 
 class OutputBusyError(KGSynthError):
-    """Another kgsynth run holds the lock on this output (:mod:`kgsynth.stage_io`)."""
+    """Another kgsynth run holds the lock on this output (:mod:`kgsynth.core.stage_io`)."""
 
     exit_code = 6

@@ -4,7 +4,7 @@ texts -> a ``save_pretrained`` folder (Llama architecture, random weights, a byt
 tokenizer trained on the texts) that ``AutoModelForCausalLM`` / ``AutoTokenizer`` reload, that
 ``HFLLM`` and ``transformers serve`` can generate from, and that SFT/GRPO can train::
 
-    from kgsynth.tiny import build_tiny_model
+    from kgsynth.train.tiny import build_tiny_model
 
     model_dir = build_tiny_model(["who directed Kismet?", ...], "runs/tiny")
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kgsynth.agent.protocol import PROTOCOL_TAGS
-from kgsynth.agent.render import CHATML_TEMPLATE, IM_END, IM_START
+from kgsynth.llm.chat import CHATML_TEMPLATE, IM_END, IM_START
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

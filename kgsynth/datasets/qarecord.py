@@ -1,5 +1,5 @@
 """One benchmark question as kgsynth reads it (:class:`QARecord`): the record shape shared by
-:mod:`kgsynth.qafiles` (MetaQA, JSONL, Parquet question files) and :mod:`kgsynth.benchmarks`
+:mod:`kgsynth.datasets.qafiles` (MetaQA, JSONL, Parquet question files) and :mod:`kgsynth.datasets.benchmarks`
 (WebQSP, CWQ, GrailQA, GraphQuestions). A leaf: it imports nothing of kgsynth."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class QARecord:
     ``structure`` and ``question_id`` come from JSONL/Parquet records that carry them
     (kgsynth's ``questions.parquet`` does); MetaQA text files have neither.
 
-    Benchmark files (:mod:`kgsynth.benchmarks`) also fill ``answer_ids`` (parallel to
+    Benchmark files (:mod:`kgsynth.datasets.benchmarks`) also fill ``answer_ids`` (parallel to
     ``answer_names``; None for a value answer), ``aliases`` (one list per answer),
     ``topic_ids`` (entity ids such as ``m.0abc``; CWQ gives topics by id only, so its
     ``topic_names`` is empty), the gold ``sparql`` and ``sexpr`` (GrailQA's S-expression), and

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgsynth.config import load_yaml
-from kgsynth.errors import ConfigError
-from kgsynth.stage_io import sidecar
+from kgsynth.core.config import load_yaml
+from kgsynth.core.errors import ConfigError
+from kgsynth.core.stage_io import sidecar
 
 COMMANDS = (
     "kg import", "kg stats", "walk", "synthesize questions", "synthesize trajectories", "filter",

@@ -1,4 +1,4 @@
-"""KBQA benchmark files in their published formats -> :class:`~kgsynth.qafiles.QARecord`.
+"""KBQA benchmark files in their published formats -> :class:`~kgsynth.datasets.qafiles.QARecord`.
 
 Four formats, each a JSON file as its authors release it (optionally gzipped):
 
@@ -10,7 +10,7 @@ Four formats, each a JSON file as its authors release it (optionally gzipped):
 * ``cwq`` — ComplexWebQuestions (Talmor & Berant, 2018): a list of ``{"ID", "question",
   "webqsp_ID", "machine_question", "sparql", "answers": [{"answer", "answer_id",
   "aliases"}], "compositionality_type", …}``. CWQ names no topic entity: its topics are the
-  entities of the gold SPARQL, by id (:func:`kgsynth.bench_sparql.entity_constants`).
+  entities of the gold SPARQL, by id (:func:`kgsynth.datasets.bench_sparql.entity_constants`).
 * ``grailqa`` — GrailQA (Gu et al., 2021): a list of ``{"qid", "question", "answer":
   [{"answer_type", "answer_argument", "entity_name"}], "function", "num_node", "num_edge",
   "graph_query": {"nodes": [{"nid", "node_type", "id", "class", "friendly_name",
@@ -25,7 +25,7 @@ Four formats, each a JSON file as its authors release it (optionally gzipped):
 :func:`read_benchmark` tells the format from the JSON's shape (CWQ: ``webqsp_ID``/``ID`` with
 ``answers``; GraphQ: answers as strings, ``answer_mid`` or ``commonness``, or a file named
 ``graphquestions*``; GrailQA: ``qid`` with answer objects) unless it is named. Malformed
-entries raise :class:`~kgsynth.errors.InputFileError` naming the file, the question (position
+entries raise :class:`~kgsynth.core.errors.InputFileError` naming the file, the question (position
 and id) and the field. :func:`benchmark_seed_ids` and :func:`benchmark_relations` derive
 GraphWalker's seed set E (topic entities by id) and predicate set P (the relations of the gold
 SPARQL) from a benchmark file::
@@ -44,15 +44,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kgsynth.bench_sparql import (
+from kgsynth.core.errors import InputFileError
+from kgsynth.datasets.bench_sparql import (
     SparqlSyntaxError,
     entity_constants,
     parse_sparql,
     predicate_paths,
 )
-from kgsynth.errors import InputFileError
+from kgsynth.datasets.qarecord import QARecord
 from kgsynth.metrics import entity_id
-from kgsynth.qarecord import QARecord
 
 log = logging.getLogger(__name__)
 

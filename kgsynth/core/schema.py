@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kgsynth.errors import InputFileError
+from kgsynth.core.errors import InputFileError
 
 HOP = pa.struct([("relation", pa.string()), ("inverse", pa.bool_()), ("entity", pa.string())])
 

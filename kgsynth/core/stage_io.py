@@ -35,8 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kgsynth.errors import ConfigError, OutputBusyError
-from kgsynth.output_lock import OutputLock
+from kgsynth.core.errors import ConfigError, OutputBusyError
+from kgsynth.core.output_lock import OutputLock
 
 log = logging.getLogger(__name__)
 
@@ -436,10 +436,10 @@ class StagedOutput:
     def write_manifest(self, stage: str, cfg: Any = None, **fields: Any) -> dict[str, Any]:
         """The output's manifest (``NAME.manifest.json`` beside a file output, ``manifest.json``
         inside a folder): the stage's name, its resolved config (a dataclass) and ``fields``,
-        with the command, versions and git sha that :func:`kgsynth.manifest.write_manifest`
+        with the command, versions and git sha that :func:`kgsynth.core.manifest.write_manifest`
         adds. Returns what was written."""
-        from kgsynth.config import config_record
-        from kgsynth.manifest import write_manifest
+        from kgsynth.core.config import config_record
+        from kgsynth.core.manifest import write_manifest
 
         where = self.path("manifest.json") if self.folder else self.sidecar("manifest.json")
         if cfg is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth import __version__
-from kgsynth.text import redact_argv, redact_text
+from kgsynth.core.text import redact_argv, redact_text
 
 _PACKAGES = (
     "pyoxigraph",
@@ -30,7 +30,7 @@ _PACKAGES = (
 
 def git_sha() -> str | None:
     """The checkout's commit (with ``-dirty`` when it has changes), or None outside git."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5

@@ -58,7 +58,7 @@ def model_digest(folder: str | Path) -> str:
     generation config, tokenizer, chat template and stored system prompt (a LoRA folder adds
     its local base model's). Two folders holding the same model have the same digest whatever
     run wrote them (a stage that kept its starting weights); retrained weights change it."""
-    from kgsynth.manifest import sha256_file
+    from kgsynth.core.manifest import sha256_file
 
     root = Path(folder)
     h = hashlib.sha256()

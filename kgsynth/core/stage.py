@@ -6,14 +6,14 @@ Each stage module (``walk``, ``synthesize.questions``, ``synthesize.trajectories
     run(inputs, cfg, *, graph=None, llm=None, progress=None) -> StageResult
 
 - ``inputs``: the rows (or Arrow table) the stage reads, already checked against their schema
-  by :mod:`kgsynth.stage_io`; ``None`` for ``walk``, which reads only the graph;
-- ``cfg``: the stage's frozen config dataclass (built by :func:`kgsynth.config.build_config`);
+  by :mod:`kgsynth.core.stage_io`; ``None`` for ``walk``, which reads only the graph;
+- ``cfg``: the stage's frozen config dataclass (built by :func:`kgsynth.core.config.build_config`);
 - ``graph``: the :class:`~kgsynth.kg.graph.KGGraph` the stage queries, when it needs one;
 - ``llm``: the :class:`~kgsynth.llm.base.LLM` client, when it needs one;
 - ``progress``: an optional ``(done, total, info)`` callback.
 
 It returns a :class:`StageResult`. The stage never writes files: the CLI hands the result to
-:mod:`kgsynth.stage_io`, which writes the output, its rejects and its manifest atomically.
+:mod:`kgsynth.core.stage_io`, which writes the output, its rejects and its manifest atomically.
 
 A row a stage turns down is a :class:`Rejected` (the row and a reason from the stage's reason
 list). Code deep inside a stage raises :class:`Reject` with the reason; the stage's row loop
