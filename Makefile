@@ -105,18 +105,18 @@ sparql-agent-%: install
 	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(SPARQL_RUN)/$*/kg --overwrite
 	$(K) walk $(SCFG) --kg $(SPARQL_RUN)/$*/kg --out $(SPARQL_RUN)/$*/walks.parquet --overwrite $(if $(SMOKE_S),--n 60)
 	$(K) synthesize questions $(SCFG) --walks $(SPARQL_RUN)/$*/walks.parquet --out $(SPARQL_RUN)/$*/questions.parquet --llm template --benchmark $(DEV) --overwrite
-	$(K) synthesize trajectories $(SCFG) --section trajectories_$* --tools $* --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --llm template --out $(SPARQL_RUN)/$*/trajectories.parquet --overwrite
+	$(K) synthesize trajectories $(SCFG) --section trajectories_$* --toolset $* --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --llm template --out $(SPARQL_RUN)/$*/trajectories.parquet --overwrite
 	$(K) filter $(SCFG) --section filter_$* --in $(SPARQL_RUN)/$*/trajectories.parquet --out $(SPARQL_RUN)/$*/corpus --overwrite
 	$(K) train stage1 $(SCFG) --corpus $(SPARQL_RUN)/$*/corpus/accepted.parquet --model tiny --out $(SPARQL_RUN)/$*/stage1 --overwrite $(if $(SMOKE_S),--max-steps 8 --copy-warmup-steps 4)
 	$(K) train rl $(SCFG) --preset $(if $(filter knowcoder,$*),knowcoder-a1,$*) --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --init $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/rl --overwrite $(if $(SMOKE_S),--max-steps 1 --questions-per-step 2 --group-size 2 --max-turn-tokens 48)
-	$(K) eval $(SCFG) --tools $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
-	$(K) eval $(SCFG) --tools $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/rl --out $(SPARQL_RUN)/$*/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
+	$(K) eval $(SCFG) --toolset $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/stage1 --out $(SPARQL_RUN)/$*/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-turn-tokens 48)
+	$(K) eval $(SCFG) --toolset $* --questions $(DEV) --kg $(SPARQL_RUN)/$*/kg --model $(SPARQL_RUN)/$*/rl --out $(SPARQL_RUN)/$*/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-turn-tokens 48)
 	$(K) eval --compare $(SPARQL_RUN)/$*/eval/stage1 $(SPARQL_RUN)/$*/eval/rl --out $(SPARQL_RUN)/$*/summary --overwrite
 	@cat $(SPARQL_RUN)/$*/summary/compare.md
 
 # KBQA-R1 (issue 18) end to end on the shipped KB: constraint walks (count, superlative,
 # comparative, time) beside chains -> oracle trajectories in KBQA-R1's S-expression actions
-# (--tools sexpr) -> filter -> stage1 -> Referenced Rejection Sampling against plain rejection
+# (--toolset sexpr) -> filter -> stage1 -> Referenced Rejection Sampling against plain rejection
 # sampling on the same held-out questions (acceptance of each, printed) -> stage2 on what both
 # kept -> rl (--preset kbqa-r1) -> eval with the same tools. Recipe: pipelines/kbqa_r1.yaml.
 KBQA_RUN ?= runs/kbqa-r1
@@ -137,8 +137,8 @@ kbqa-r1: install
 	$(K) filter $(KCFG) --section filter_rrs --in $(KBQA_RUN)/rrs/referenced.parquet --in $(KBQA_RUN)/rrs/plain.parquet --in $(KBQA_RUN)/corpus/accepted.parquet --out $(KBQA_RUN)/corpus_stage2 --overwrite
 	$(K) train stage2 $(KCFG) --corpus $(KBQA_RUN)/corpus_stage2/accepted.parquet --init $(KBQA_RUN)/stage1 --out $(KBQA_RUN)/stage2 --overwrite $(if $(SMOKE_S),--max-steps 4)
 	$(K) train rl $(KCFG) --preset kbqa-r1 $(KQ) --init $(KBQA_RUN)/stage2 --out $(KBQA_RUN)/rl --overwrite $(if $(SMOKE_S),--max-steps 1 --questions-per-step 2 --group-size 2 --max-turn-tokens 48)
-	$(K) eval $(KCFG) --questions $(DEV) --kg $(KBQA_RUN)/kg --model $(KBQA_RUN)/stage1 --out $(KBQA_RUN)/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
-	$(K) eval $(KCFG) --questions $(DEV) --kg $(KBQA_RUN)/kg --model $(KBQA_RUN)/rl --out $(KBQA_RUN)/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-tokens 48)
+	$(K) eval $(KCFG) --questions $(DEV) --kg $(KBQA_RUN)/kg --model $(KBQA_RUN)/stage1 --out $(KBQA_RUN)/eval/stage1 --label stage1 --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-turn-tokens 48)
+	$(K) eval $(KCFG) --questions $(DEV) --kg $(KBQA_RUN)/kg --model $(KBQA_RUN)/rl --out $(KBQA_RUN)/eval/rl --label rl --batch-size 64 --overwrite $(if $(SMOKE_S),--limit 3 --max-turn-tokens 48)
 	$(K) eval --compare $(KBQA_RUN)/eval/stage1 $(KBQA_RUN)/eval/rl --out $(KBQA_RUN)/summary --overwrite
 	@$(BIN)/python benchmarks/rrs_acceptance.py $(KBQA_RUN)/rrs
 	@cat $(KBQA_RUN)/summary/compare.md

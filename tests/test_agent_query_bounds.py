@@ -190,7 +190,7 @@ def test_kg_tool_returns_within_the_agent_timeout(store_dir: Path):
     command = [sys.executable, "-m", "kgsynth.cli", "kg", "tool", "--kg", str(store_dir)]
     started = time.monotonic()
     done = subprocess.run(
-        [*command, "--tools", "isp", f'sparql("{CARTESIAN}")'],
+        [*command, "--toolset", "isp", f'sparql("{CARTESIAN}")'],
         capture_output=True,
         text=True,
         timeout=AGENT_QUERY_TIMEOUT_S + 30,
@@ -209,7 +209,7 @@ def test_kg_tool_takes_the_agent_query_timeout(store_dir: Path):
     command = [sys.executable, "-m", "kgsynth.cli", "kg", "tool", "--kg", str(store_dir)]
     started = time.monotonic()
     done = subprocess.run(
-        [*command, "--tools", "knowcoder", "--query-timeout-s", "2",
+        [*command, "--toolset", "knowcoder", "--query-timeout-s", "2",
          f'ExecuteSPARQL("{CARTESIAN}")'],
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip

@@ -320,7 +320,7 @@ def test_eval_cli_reads_a_webqsp_file(tmp_path, store):
     )
     out = tmp_path / "eval"
     args = ["eval", "--questions", str(WEBQSP), "--kg", str(store), "--model", str(model)]
-    args += ["--out", str(out), "--max-turns", "1", "--max-tokens", "4", "--limit", "2"]
+    args += ["--out", str(out), "--max-turns", "1", "--max-turn-tokens", "4", "--limit", "2"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

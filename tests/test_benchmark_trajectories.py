@@ -28,7 +28,7 @@ def store(fb_small_store) -> Path:
 def _oracle(store: Path, tmp: Path, name: str, tools: str, mode: str = "oracle") -> Path:
     out = tmp / f"{tools}-{name}.parquet"
     args = ["synthesize", "trajectories", "--questions", str(FIXTURES / f"{name}.json")]
-    args += ["--kg", str(store), "--tools", tools, "--mode", mode, "--llm", "template"]
+    args += ["--kg", str(store), "--toolset", tools, "--mode", mode, "--llm", "template"]
     res = CliRunner().invoke(app, [*args, "--split", "all", "--no-cache", "--out", str(out)])
     assert res.exit_code == 0, res.output
     return out

@@ -169,13 +169,13 @@ def test_free_rollouts_and_kg_tool_start_from_the_checkpoint(made, tmp_path):
     call = ['kg', 'tool', 'get_relations("Kismet")', "--kg", made["store"], "--question",
             "who directed Kismet"]  # fmt: skip
     carried = _ok([*call, "--agent-from", made["stage1"]]).output
-    stated = _ok([*call, "--top-k", "4", "--relation-ranking", "focus",
+    stated = _ok([*call, "--top-k-relations", "4", "--relation-ranking", "focus",
                   "--first-hop-fallback", "dense"]).output  # fmt: skip
     assert carried == stated and "<- directed" in carried  # the focus ranking's match mark
     assert carried != _ok(call).output
-    res = _ok([*call, "--agent-from", made["stage1"], "--top-k", "2"])
+    res = _ok([*call, "--agent-from", made["stage1"], "--top-k-relations", "2"])
     assert "showing 2 of 3" in res.output
-    assert "trained with top_k_relations 4; --top-k 2 overrides it" in res.output
+    assert "trained with top_k_relations 4; --top-k-relations 2 overrides it" in res.output
     res = runner.invoke(app, [*call, "--agent-from", made["store"]])
     assert res.exit_code != 0 and "carries no agent settings" in res.output
 

@@ -96,3 +96,29 @@ def test_a_command_learns_which_config_flags_were_given():
     assert seen["cfg"].agent.max_turns == 3
     runner.invoke(toy, [])
     assert seen["given"] == frozenset()
+
+
+def test_an_older_flag_spelling_still_works_and_says_it_is_deprecated(capsys):
+    """--tools (now --toolset) and --max-tokens (now --max-turn-tokens) are read as the field,
+    with one deprecation line each; the field's own flag wins where both are given."""
+    import typer
+
+    from kgsynth.cli.fields import config_command
+    from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+
+    toy = typer.Typer()
+    seen: dict = {}
+
+    @toy.command()
+    @config_command(TrajectoryConfig, section="trajectories")
+    def cmd(cfg: TrajectoryConfig) -> None:
+        seen["cfg"] = cfg
+
+    res = runner.invoke(toy, ["--tools", "kgr1", "--max-tokens", "99"])
+    assert res.exit_code == 0, res.output
+    assert (seen["cfg"].agent.toolset, seen["cfg"].agent.max_turn_tokens) == ("kgr1", 99)
+    said = res.output + capsys.readouterr().err
+    assert "--tools is deprecated; use --toolset" in said
+    assert "--max-tokens is deprecated; use --max-turn-tokens" in said
+    runner.invoke(toy, ["--toolset", "isp", "--tools", "kgr1"])
+    assert seen["cfg"].agent.toolset == "isp"

@@ -124,3 +124,56 @@ def test_an_older_name_still_works_in_yaml_and_presets(tmp_path):
     cfg_file.write_text("outer:\n  tools: kgr1\n")
     assert build_config(Outer, cfg_file, {}, section="outer").agent.toolset == "kgr1"
     assert build_config(Outer, None, {}, base={"tools": "kgr1"}).agent.toolset == "kgr1"
+
+
+RECIPE = """
+steps: [{name: t, run: synthesize trajectories}]
+agent:
+  max_turns: 6
+  relation_ranking: focus
+trajectories:
+  mode: oracle
+  agent:
+    system_prompt: short
+    max_turns: 4
+eval:
+  limit: 3
+rl:
+  init: runs/x/stage2
+filter:
+  outcome: hit
+"""
+
+
+def test_a_recipe_level_agent_block_reaches_every_step_with_agent_settings(tmp_path):
+    """The recipe's top-level agent: block is read by each section whose config has agent
+    settings (nested, or declared as the agent's by rl and SFT); a section's own agent:
+    mapping adds to it and wins; a config field that only shares a name with an agent setting
+    (the filter's max_turns) is not touched."""
+    from kgsynth.eval.config import EvalConfig
+    from kgsynth.filter import FilterConfig
+    from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(RECIPE)
+    traj = build_config(TrajectoryConfig, path, {}, section="trajectories")
+    assert (traj.agent.max_turns, traj.agent.system_prompt) == (4, "short")
+    assert traj.agent.relation_ranking == "focus" and traj.mode == "oracle"
+    ev = build_config(EvalConfig, path, {}, section="eval")
+    assert (ev.agent.max_turns, ev.agent.relation_ranking, ev.limit) == (6, "focus", 3)
+    rl = build_config(GRPOConfig, path, {}, section="rl")
+    assert (rl.max_turns, rl.relation_ranking) == (6, "focus")
+    flt = build_config(FilterConfig, path, {}, section="filter")
+    assert flt.max_turns is None and flt.outcome == "hit"
+    # a flag wins over both
+    assert build_config(EvalConfig, path, {"max_turns": 2}, section="eval").agent.max_turns == 2
+
+
+def test_a_recipe_agent_block_with_an_unknown_setting_is_a_one_line_error(tmp_path):
+    from kgsynth.cli.recipe import load_recipe
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(RECIPE.replace("relation_ranking: focus", "relation_rankin: focus"))
+    with pytest.raises(ConfigError, match="agent: unknown setting 'relation_rankin'"):
+        load_recipe(path)

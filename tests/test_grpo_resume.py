@@ -40,7 +40,7 @@ def _args(task: Path, sft: Path, zero: str, *extra: str) -> list[str]:
         "--init", str(sft), "--max-turns", str(MAX_TURNS), "--max-turn-tokens", "40",
         "--max-steps", str(STEPS), "--save-steps", "1", "--group-size", "4",
         "--questions-per-step", "2", "--lr", "3e-4", "--warmup-steps", "3", "--temperature",
-        "1.0", "--kl", "0.05", "--deepspeed", str(REPO / "train" / zero), *extra,
+        "1.0", "--kl-coef", "0.05", "--deepspeed", str(REPO / "train" / zero), *extra,
     ]  # fmt: skip
 
 

@@ -234,7 +234,7 @@ def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Pa
     out = tmp_path / "rl2"
     res = _rl(
         task, out, "--init", str(sft), "--max-steps", "3", "--group-size", "4",
-        "--questions-per-step", "4", "--lr", "3e-4", "--temperature", "1.0", "--kl", "0.05",
+        "--questions-per-step", "4", "--lr", "3e-4", "--temperature", "1.0", "--kl-coef", "0.05",
         "--nproc-per-node", "2", "--master-port", str(port),
         *(["--deepspeed", str(Path(__file__).resolve().parents[1] / "train" / zero)] if zero else []),
     )  # fmt: skip
@@ -340,7 +340,7 @@ def test_lora_sft_merge_rl_and_eval(task: Path, sft: Path, tmp_path: Path):
 
     rl = tmp_path / "rl"
     res = _rl(task, rl, "--init", str(sft), "--max-steps", "3", "--group-size", "4",
-              "--questions-per-step", "4", "--lr", "1e-2", "--kl", "0.05", "--lora-r", "4",
+              "--questions-per-step", "4", "--lr", "1e-2", "--kl-coef", "0.05", "--lora-r", "4",
               "--temperature", "1.0")  # fmt: skip
     assert res.exit_code == 0, res.output
     rows = [json.loads(x) for x in (rl / "metrics.jsonl").read_text().splitlines()]

@@ -296,7 +296,7 @@ def test_rl_tree_step_on_cpu_updates_weights_and_logs_branches(tiny, tmp_path, m
         "train", "rl", "--questions", str(tmp_path / "q.parquet"), "--kg", str(tmp_path / "kg"),
         "--init", str(path), "--out", str(out), "--recipe", "tiny", "--rollout", "tree",
         "--branches", "3", "--max-tree-nodes", "4", "--max-turns", "2", "--max-steps", "1",
-        "--questions-per-step", "1", "--reward", "isp", "--lr", "1e-2", "--kl", "0",
+        "--questions-per-step", "1", "--reward", "isp", "--lr", "1e-2", "--kl-coef", "0",
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -105,7 +105,7 @@ def test_trial_and_error_is_seeded_and_off_by_default(graph, questions):
     assert 0 < len(picked) < len(questions)
     assert picked != {r["question_id"] for r in other if r["mode"] == TRIAL_MODE}
     assert [r for r in half if r["mode"] == "oracle"] == base
-    with pytest.raises(ConfigError, match="--tools knowcoder"):
+    with pytest.raises(ConfigError, match="--toolset knowcoder"):
         TrajectoryConfig(agent=AgentConfig(toolset="isp"), trial_and_error=0.5)
     with pytest.raises(ConfigError, match="within"):
         TrajectoryConfig(agent=AgentConfig(toolset="knowcoder"), trial_and_error=1.5)

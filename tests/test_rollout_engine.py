@@ -207,7 +207,7 @@ def _rl(tiny, root: Path, out: Path, *extra: str):
     return CliRunner().invoke(app, [
         "train", "rl", "--questions", str(root / "q.parquet"), "--kg", str(root / "kg"),
         "--init", str(tiny[0]), "--out", str(out), "--recipe", "tiny", "--max-turns", "2",
-        "--group-size", "4", "--questions-per-step", "1", "--lr", "1e-2", "--kl", "0",
+        "--group-size", "4", "--questions-per-step", "1", "--lr", "1e-2", "--kl-coef", "0",
         "--temperature", "0.7", "--save-steps", "100", *extra,
     ])  # fmt: skip
 

@@ -5,7 +5,7 @@ system prompt, what the KG tools show), so these settings live in one frozen dat
 tool environment reads (``ToolConfig`` is another name for it) and that RL's
 :class:`~kgsynth.agent.rollout.RolloutConfig` extends with its token-space limits. Each field
 documents itself (``kgsynth.core.config.option``): its help text is its ``--flag``'s, and older flag
-names are kept as aliases (``--tools``, ``--max-tokens``, ``--max-triples``).
+names still work, with a deprecation line (``--tools``, ``--max-tokens``, ``--max-triples``).
 
 A stage config that still declares these fields flat gets its agent settings with
 :func:`agent_config_of`, which reads the old field names (``max_tokens``, ``max_triples``).
@@ -309,6 +309,6 @@ def agent_option(name: str, **changes: Any) -> Any:
     that the option is documented once. The stage derives its ``AgentConfig`` with
     :func:`agent_config_of`."""
     f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
-    meta = {**f.metadata, **changes}
+    meta = {**f.metadata, **changes, "agent": True}
     default = meta.pop("default", f.default)
     return option(default, **meta)

@@ -84,7 +84,7 @@ def field_params(
         kind = _cli_type(hint)
         if f.metadata.get("multiple"):  # a tuple field given as a flag repeated once per value
             kind = list[str]
-        decls = [flag_name(f.name), *f.metadata.get("aliases", ())]
+        decls = [flag_name(f.name)]
         if kind is bool:
             decls = [f"{flag_name(f.name)}/--no-{f.name.replace('_', '-')}"]
         info = typer.Option(
@@ -102,7 +102,53 @@ def field_params(
                 annotation=Annotated[kind | None, info],
             )
         )
+        if kind is not bool:
+            aliases = f.metadata.get("aliases", ())
+            params.extend(_alias_params(f.name, aliases, kind, f.metadata.get("panel") or panel))
     return params
+
+
+# an older flag spelling's parameter: FIELD__old__N; the command reads it as FIELD and says so
+_OLD = "__old__"
+
+
+def _alias_params(
+    name: str, aliases: typing.Iterable[str], kind: Any, panel: str | None
+) -> list[inspect.Parameter]:
+    """A hidden parameter per older spelling of field ``name``'s flag (``--tools`` for
+    ``--toolset``): it still works, and the command prints a deprecation line."""
+    out = []
+    for i, alias in enumerate(aliases):
+        info = typer.Option(
+            alias, help=f"Deprecated: use {flag_name(name)}.", hidden=True, rich_help_panel=panel
+        )
+        out.append(
+            inspect.Parameter(
+                f"{name}{_OLD}{i}",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[kind | None, info],
+            )
+        )
+    return out
+
+
+def _read_old_spellings(cls: type, overrides: dict[str, Any]) -> None:
+    """Move the values given under an older flag spelling to their field (the field's own
+    flag wins where both are given), with one deprecation line on stderr each."""
+    fields = flat_fields(cls)
+    for key in [k for k in overrides if _OLD in k]:
+        value = overrides.pop(key)
+        if value is None:
+            continue
+        name, i = key.split(_OLD)
+        alias = fields[name][1].metadata["aliases"][int(i)]
+        stderr.print(
+            f"[yellow]warning:[/yellow] {alias} is deprecated; use {flag_name(name)}",
+            highlight=False,
+        )
+        if overrides.get(name) is None:
+            overrides[name] = value
 
 
 def config_command(
@@ -153,6 +199,7 @@ def config_command(
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             overrides = {name: kwargs.pop(name) for name in field_names}
+            _read_old_spellings(cls, overrides)
             for name, value in overrides.items():  # a repeated flag: a tuple, or not given
                 if isinstance(value, list):
                     overrides[name] = tuple(value) or None

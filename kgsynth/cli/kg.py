@@ -145,6 +145,30 @@ def kg_stats_cmd(
     stdout.print(table)
 
 
+def _old_flag(old: str, new: str) -> Any:
+    """An older spelling of ``kg tool``'s flag ``new``: hidden, read as ``new`` with a
+    deprecation line (:func:`_new_flag`)."""
+    return typer.Option(old, help=f"Deprecated: use {new}.", hidden=True, rich_help_panel=AGENT)
+
+
+EntityMatchingOption = Annotated[
+    str | None,
+    typer.Option(
+        help="exact (a name of the KG) or near (a name the KG lacks is read as the most "
+        "similar word span of --question). \\[default: exact]",
+        rich_help_panel=AGENT,
+    ),
+]
+FirstHopFallbackOption = Annotated[
+    str | None,
+    typer.Option(
+        help="focus ranking: none, or dense (a first relation list with no match mark marks "
+        "the relation nearest the question). \\[default: none]",
+        rich_help_panel=AGENT,
+    ),
+]
+
+
 @command(kg_app, "tool")
 def kg_tool(
     call: Annotated[str, typer.Argument(help="A tool call, e.g. 'get_relations(\"Kismet\")'.")],
@@ -162,40 +186,31 @@ def kg_tool(
             rich_help_panel=AGENT,
         ),
     ] = None,
-    tools: Annotated[
+    toolset: Annotated[
         str | None,
         typer.Option(
             help="Tool set: graphwalker, kgr1, knowcoder, isp or sexpr. \\[default: graphwalker]",
             rich_help_panel=AGENT,
         ),
     ] = None,
-    top_k: Annotated[
+    top_k_relations: Annotated[
         int | None,
         typer.Option(
             help="Relations shown by get_relations. \\[default: 10]", rich_help_panel=AGENT
         ),
     ] = None,
-    max_triples: Annotated[
+    max_triples_per_relation: Annotated[
         int | None,
         typer.Option(help="Triples shown per relation. \\[default: 5]", rich_help_panel=AGENT),
     ] = None,
+    tools: Annotated[str | None, _old_flag("--tools", "--toolset")] = None,
+    top_k: Annotated[int | None, _old_flag("--top-k", "--top-k-relations")] = None,
+    max_triples: Annotated[
+        int | None, _old_flag("--max-triples", "--max-triples-per-relation")
+    ] = None,
     relation_ranking: RelationRankingOption = None,
-    entity_matching: Annotated[
-        str | None,
-        typer.Option(
-            help="exact (a name of the KG) or near (a name the KG lacks is read as the most "
-            "similar word span of --question). \\[default: exact]",
-            rich_help_panel=AGENT,
-        ),
-    ] = None,
-    first_hop_fallback: Annotated[
-        str | None,
-        typer.Option(
-            help="focus ranking: none, or dense (a first relation list with no match mark marks "
-            "the relation nearest the question). \\[default: none]",
-            rich_help_panel=AGENT,
-        ),
-    ] = None,
+    entity_matching: EntityMatchingOption = None,
+    first_hop_fallback: FirstHopFallbackOption = None,
     query_timeout_s: Annotated[
         float | None,
         typer.Option(
@@ -210,15 +225,20 @@ def kg_tool(
     from kgsynth.agent.tools import ToolConfig, ToolEnvironment
     from kgsynth.core.text import clean_text
 
-    _check_tool_names(tools, relation_ranking)
+    toolset, top_k_relations, max_triples_per_relation = (
+        _new_flag(toolset, tools, "--tools", "--toolset"),
+        _new_flag(top_k_relations, top_k, "--top-k", "--top-k-relations"),
+        _new_flag(max_triples_per_relation, max_triples, "--max-triples", "--max-triples-per-relation"),
+    )  # fmt: skip
+    _check_tool_names(toolset, relation_ranking)
     # argv holds a non-UTF-8 byte as a lone surrogate
     call, question = clean_text(call), clean_text(question)
     # each flag: (the setting it gives, its value, its name); a flag not given leaves the
     # checkpoint's setting (--agent-from), else the default
     flags = [
-        ("toolset", tools, "--tools"),
-        ("top_k_relations", top_k, "--top-k"),
-        ("max_triples_per_relation", max_triples, "--max-triples"),
+        ("toolset", toolset, "--toolset"),
+        ("top_k_relations", top_k_relations, "--top-k-relations"),
+        ("max_triples_per_relation", max_triples_per_relation, "--max-triples-per-relation"),
         ("relation_ranking", relation_ranking, "--relation-ranking"),
         ("entity_matching", entity_matching, "--entity-matching"),
         ("first_hop_fallback", first_hop_fallback, "--first-hop-fallback"),
@@ -226,8 +246,8 @@ def kg_tool(
     ]
     given = [(name, value, f"{flag} {value}") for name, value, flag in flags if value is not None]
     try:
-        check_count("--top-k", top_k)
-        check_count("--max-triples", max_triples)
+        for _, value, flag in flags[1:3]:
+            check_count(flag, value)
         settings = _tool_settings(agent_from, given)
         graph = open_graph_option(kg, profile)
         env = ToolEnvironment(graph, question, ToolConfig(**settings))
@@ -240,12 +260,23 @@ def kg_tool(
         raise typer.Exit(1)
 
 
-def _check_tool_names(tools: str | None, relation_ranking: str | None) -> None:
-    """End ``kg tool`` with a one-line error on an unknown tool set or relation ranking."""
-    from kgsynth.agent.config import RELATION_RANKINGS, TOOLSETS
+def _new_flag(value: Any, old_value: Any, old: str, new: str) -> Any:
+    """The value of flag ``new``, else the one given under its older spelling ``old`` (with a
+    deprecation line on stderr)."""
+    if old_value is None:
+        return value
+    stderr.print(f"[yellow]warning:[/yellow] {old} is deprecated; use {new}", highlight=False)
+    return old_value if value is None else value
 
-    if tools not in (None, *TOOLSETS):
-        fail(KGSynthError(f"--tools: unknown tool set {tools!r}; choose {', '.join(TOOLSETS)}"))
+
+def _check_tool_names(toolset: str | None, relation_ranking: str | None) -> None:
+    """End ``kg tool`` with a one-line error on an unknown tool set or relation ranking."""
+    from kgsynth.agent.config import RELATION_RANKINGS
+    from kgsynth.agent.spaces.registry import names
+
+    if toolset not in (None, *names()):
+        known = ", ".join(names())
+        fail(KGSynthError(f"--toolset: unknown tool set {toolset!r}; choose {known}"))
     if relation_ranking not in (None, *RELATION_RANKINGS):
         fail(
             KGSynthError(

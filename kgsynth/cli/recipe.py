@@ -32,6 +32,7 @@ be ``{eval_questions}`` is dropped instead (the contamination guard then has not
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgsynth.core.config import load_yaml
+from kgsynth.core.config import AGENT_BLOCK, load_yaml
 from kgsynth.core.errors import ConfigError
 from kgsynth.core.stage_io import sidecar
 
@@ -137,7 +138,26 @@ def load_recipe(path: Path) -> dict[str, Any]:
             f"{path}: no steps: list; a recipe for `kgsynth run` lists its steps in order "
             "(see pipelines/metaqa_default.yaml)"
         )
+    _check_agent_block(path, data.get(AGENT_BLOCK))
     return data
+
+
+def _check_agent_block(path: Path, block: Any) -> None:
+    """The recipe-level ``agent:`` block holds agent settings only (each step whose config
+    has a setting reads it, under the step's own section)."""
+    if block is None:
+        return
+    if not isinstance(block, dict):
+        raise ConfigError(f"{path}: agent: must map agent settings to values")
+    from kgsynth.agent.config import AgentConfig
+    from kgsynth.core.config import alias_names
+
+    known = {f.name for f in dataclasses.fields(AgentConfig)} | set(alias_names(AgentConfig))
+    unknown = [str(k) for k in block if str(k).replace("-", "_") not in known]
+    if unknown:
+        raise ConfigError(
+            f"{path}: agent: unknown setting {unknown[0]!r}; valid: {', '.join(sorted(known))}"
+        )
 
 
 def _flag(name: str) -> str:

@@ -320,7 +320,7 @@ def _question_rows(
     }
     stdout.print(
         f"{len(rows):,} of {len(records):,} benchmark questions usable in "
-        f"{cfg.mode} mode with --tools {cfg.toolset} (left out: {dict(left_out)})",
+        f"{cfg.mode} mode with --toolset {cfg.toolset} (left out: {dict(left_out)})",
         highlight=False,
     )
     return rows, bench_info

@@ -154,12 +154,46 @@ def alias_names(cls: type) -> dict[str, str]:
     return names
 
 
+AGENT_BLOCK = "agent"
+"""The key that groups the agent's settings: in a section (``agent: {toolset: kgr1}``), or at
+the top of a recipe file, where they apply to every step whose config has them."""
+
+
+def section_values(
+    cls: type, config_file: str | Path, section: str | None = None
+) -> dict[str, Any]:
+    """The values the ``--config`` file sets for ``cls``, by the keys the file writes: the
+    recipe-level ``agent:`` block's (those ``cls`` has; a section is being read), then the
+    section's own, an ``agent:`` mapping in it read as its keys."""
+    whole = load_yaml(config_file)
+    sectioned = section is not None and isinstance(whole.get(section), dict)
+    part = whole[section] if sectioned else whole
+    values: dict[str, Any] = {}
+    shared = whole.get(AGENT_BLOCK) if sectioned else None
+    if isinstance(shared, dict):
+        agents = {n for n, (owner, f, _) in flat_fields(cls).items() if _is_agent(owner, f)}
+        known = agents | {a for a, n in alias_names(cls).items() if n in agents}
+        values.update({k: v for k, v in shared.items() if str(k).replace("-", "_") in known})
+    for key, value in part.items():
+        if key == AGENT_BLOCK and isinstance(value, dict):
+            values.update(value)
+        else:
+            values[key] = value
+    return values
+
+
+def _is_agent(owner: str | None, f: dataclasses.Field) -> bool:
+    """Whether option ``f`` is an agent setting: a field of the nested ``agent`` config, or
+    one a stage config declares as the agent's (``metadata["agent"]``)."""
+    return owner == AGENT_BLOCK or bool(f.metadata.get("agent"))
+
+
 def file_options(cls: type, config_file: str | Path, section: str | None = None) -> dict[str, Any]:
     """The options the ``--config`` file (its ``section``) sets, by their one names (older
     names resolved); unchecked: :func:`build_config` checks them and refuses unknown ones."""
     aliases = alias_names(cls)
     options = {}
-    for key, value in load_yaml(config_file, section).items():
+    for key, value in section_values(cls, config_file, section).items():
         name = str(key).replace("-", "_")
         options[aliases.get(name, name)] = value
     return options
@@ -183,7 +217,7 @@ def build_config(
             raise ConfigError(f"preset sets unknown option {name!r}")
         values[name] = value
     if config_file:
-        raw = load_yaml(config_file, section)
+        raw = section_values(cls, config_file, section)
         for key, value in raw.items():
             name = str(key).replace("-", "_")
             name = aliases.get(name, name)

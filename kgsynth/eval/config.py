@@ -113,7 +113,7 @@ class EvalConfig:
 
         check_report_to(self.report_to)
         if self.top_k_relations < 1 or self.max_triples < 1:
-            raise ConfigError("--top-k-relations and --max-triples must be >= 1")
+            raise ConfigError("--top-k-relations and --max-triples-per-relation must be >= 1")
 
     @property
     def greedy_repeats(self) -> bool:

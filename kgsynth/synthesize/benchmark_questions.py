@@ -3,17 +3,17 @@ CWQ, GrailQA or GraphQuestions questions (:mod:`kgsynth.datasets.benchmarks`) be
 oracle, Referenced Rejection Sampling and free rollouts run on, so expert trajectories can be
 sampled on a benchmark's train split with its gold logical forms as references::
 
-    kgsynth synthesize trajectories --questions grailqa_train.json --kg KG --tools sexpr \\
+    kgsynth synthesize trajectories --questions grailqa_train.json --kg KG --toolset sexpr \\
         --mode referenced --llm openai --model M --samples 4 --out t.parquet
 
 What each row carries depends on what the mode needs:
 
 - ``free``: the question, its topic entities (named from the KG when given by id only: CWQ)
   and its gold answers; every question with a topic entity and an answer is kept.
-- ``oracle`` / ``referenced`` with ``--tools sexpr``: the question's S-expression (GrailQA's and
+- ``oracle`` / ``referenced`` with ``--toolset sexpr``: the question's S-expression (GrailQA's and
   GraphQuestions' ``s_expression``), else the walk built from its SPARQL when that is a path or
   a conjunction; the sexpr oracle writes the actions from either.
-- ``oracle`` / ``referenced`` with ``--tools graphwalker|kgr1``: the walk built from its gold
+- ``oracle`` / ``referenced`` with ``--toolset graphwalker|kgr1``: the walk built from its gold
   SPARQL (:func:`~kgsynth.synthesize.benchmark_refs.benchmark_walk_row`).
 
 A question that cannot be used is left out and counted by reason (``no_topic_entity``,

@@ -71,7 +71,7 @@ class TrajectoryConfig:
     )
     look_ahead: bool = option(
         False,
-        "oracle with --tools graphwalker: after the last hop, list the relations of the first "
+        "oracle with --toolset graphwalker: after the last hop, list the relations of the first "
         "answer shown before answering, so every hop ends with the relations of an entity it "
         "reached and the agent decides to go on or answer with that list, ranked by the "
         "question, in its context.",
@@ -79,7 +79,7 @@ class TrajectoryConfig:
     )
     trial_and_error: float = option(
         0.0,
-        "oracle with --tools knowcoder: the share of questions (drawn per question with --seed) "
+        "oracle with --toolset knowcoder: the share of questions (drawn per question with --seed) "
         "that also get a trial-and-error trajectory (mode oracle_trial): a first ExecuteSPARQL "
         "with a relation the wrong way round or a wrong relation the SearchGraphPatterns "
         "observation showed, its empty or wrong rows, then the gold query; 0 writes none.",
@@ -138,7 +138,7 @@ class TrajectoryConfig:
         ):
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
-                f"--mode oracle and --tools knowcoder (got --mode {self.mode}, --tools {self.toolset})"
+                f"--mode oracle and --toolset knowcoder (got --mode {self.mode}, --toolset {self.agent.toolset})"
             )
         if not 0.0 <= self.reference_share <= 1.0:
             raise ConfigError(
@@ -160,7 +160,7 @@ class TrajectoryConfig:
         if self.look_ahead and (self.mode != "oracle" or not space(self.toolset).look_ahead):
             raise ConfigError(
                 "--look-ahead changes the graphwalker oracle's replays: it needs --mode oracle "
-                f"and --tools graphwalker (got --mode {self.mode}, --tools {self.toolset})"
+                f"and --toolset graphwalker (got --mode {self.mode}, --toolset {self.agent.toolset})"
             )
         if self.fan_out < 1:
             raise ConfigError(f"--fan-out must be >= 1 (got {self.fan_out})")

@@ -5,8 +5,10 @@
 - SFT: :mod:`~kgsynth.train.sft_config` (options, recipes, checks), :mod:`~kgsynth.train.data`
   (corpus -> rendered, masked, packed rows), :mod:`~kgsynth.train.sft_run` (the run folder),
   :mod:`~kgsynth.train.sft_trainer` (transformers' Trainer and its additions),
+  :mod:`~kgsynth.train.sft_setup` (processes, precision, the model and the trainer),
   :mod:`~kgsynth.train.sft` (the training run), with :mod:`~kgsynth.train.drills` and
-  :mod:`~kgsynth.train.probe` (name copying);
+  :mod:`~kgsynth.train.probe` (name copying), and :mod:`~kgsynth.train.tiny` (the tiny CPU
+  model built from a config with a locally trained tokenizer);
 - GRPO: :mod:`~kgsynth.train.grpo_config`, :mod:`~kgsynth.train.grpo_loss` (advantages, loss),
   :mod:`~kgsynth.train.grpo_update`, :mod:`~kgsynth.train.grpo_step` (one step),
   :mod:`~kgsynth.train.grpo_tree` (one step on tree rollouts: step-level GRPO),

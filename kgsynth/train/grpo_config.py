@@ -69,7 +69,7 @@ class GRPOConfig:
     preset: str | None = option(
         None,
         "A seed paper's whole RL recipe: graphwalker, kbqa-r1 (KBQA-R1: its S-expression "
-        "actions, --tools sexpr, with relation gating), knowcoder-a1, kg-r1 or isp "
+        "actions, --toolset sexpr, with relation gating), knowcoder-a1, kg-r1 or isp "
         "(rewards, advantage, KL, clip, group, turns, lr, warm-up; the README's preset table "
         "gives each value and its source). --config and flags override it.",
         panel="Inputs",
@@ -171,7 +171,7 @@ class GRPOConfig:
     )
     max_turns: int = agent_option("max_turns")
     max_turn_tokens: int | None = option(
-        None, f"Generated tokens per turn. {_RECIPES}", panel="Agent", advanced=True
+        None, f"Generated tokens per turn. {_RECIPES}", panel="Agent", advanced=True, agent=True
     )
     max_obs_tokens: int = option(
         512, "Observation tokens kept per call.", panel="Agent", advanced=True
