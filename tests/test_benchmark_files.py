@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from kgsynth.agent.config import AgentConfig
 from kgsynth.cli import app
 from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.datasets.benchmarks import benchmark_relations, benchmark_seed_ids, read_benchmark
@@ -293,7 +294,9 @@ def test_eval_scores_benchmark_answers_by_id_and_alias(graph):
             grail_no_topic.question: ["David Cronenberg"],
         }
     )
-    rows, metrics = evaluate([*cwq, grail_no_topic], policy, graph, EvalConfig(max_turns=2))
+    rows, metrics = evaluate(
+        [*cwq, grail_no_topic], policy, graph, EvalConfig(agent=AgentConfig(max_turns=2))
+    )
     assert [r["hit"] for r in rows] == [1.0, 1.0, 1.0]
     assert metrics["majority"]["hit"] == 1.0 and metrics["union"]["em_strict"] == 1.0
     # CWQ gives its topics by id: the agent is told their names from the KG

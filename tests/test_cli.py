@@ -122,3 +122,16 @@ def test_an_older_flag_spelling_still_works_and_says_it_is_deprecated(capsys):
     assert "--max-tokens is deprecated; use --max-turn-tokens" in said
     runner.invoke(toy, ["--toolset", "isp", "--tools", "kgr1"])
     assert seen["cfg"].agent.toolset == "isp"
+
+
+def test_top_level_help_lists_the_commands_in_pipeline_order():
+    res = runner.invoke(app, ["--help"], env={"COLUMNS": "100"})
+    listed = [line.split()[1] for line in res.output.splitlines() if line.startswith("│ ")]
+    commands = [
+        c
+        for c in listed
+        if c in {"run", "kg", "walk", "synthesize", "filter", "train", "eval", "report"}
+    ]
+    assert commands == ["run", "kg", "walk", "synthesize", "filter", "train", "eval", "report"]
+    train = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "rl (GRPO" in train and "merge" in train

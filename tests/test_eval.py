@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from kgsynth.agent.config import AgentConfig
 from kgsynth.cli import app
 from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.datasets.qafiles import QARecord, hops_of_qtype, read_questions
@@ -310,7 +311,9 @@ def test_a_turn_cut_in_a_copy_loop_is_sampled_again(budget: int):
     fixed = _record("who directed Kismet", "Kismet", ["William Dieterle"], 1, 1)
     stuck = _record("what genre is Juarez", "Juarez", ["Drama"], 2, 1)
     llm = LoopingPolicy({stuck.question})
-    cfg = EvalConfig(max_turns=3, max_tokens=8, seed=5, resample_cut_turns=budget)
+    cfg = EvalConfig(
+        agent=AgentConfig(max_turns=3, max_turn_tokens=8, resample_cut_turns=budget), seed=5
+    )
     rows, m = evaluate([fixed, stuck], llm, KGGraph(movie_kg()), cfg)
     by = {r["question"]: r for r in rows}
     hot = [s for s in llm.seen if s[2] != 0.0]
@@ -345,7 +348,7 @@ def test_agent_runs_scored_with_tools_errors_and_tokens():
         ("what genre is Juarez", 7): ["no protocol at all"],
         ("what genre is Juarez", 8): ['<think>g</think><answer>["drama"]</answer>'],
     }
-    cfg = EvalConfig(runs=2, temperature=1.0, max_turns=3, seed=7)
+    cfg = EvalConfig(runs=2, temperature=1.0, agent=AgentConfig(max_turns=3), seed=7)
     rows, m = evaluate([KISMET, JUAREZ], ScriptedPolicy(scripts), KGGraph(movie_kg()), cfg)
     by = {(r["question_id"], r["run"]): r for r in rows}
     assert len(rows) == 4
@@ -406,7 +409,7 @@ def test_config_and_record_checks_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="--runs"):
         EvalConfig(runs=0)
     with pytest.raises(ConfigError, match="--tools"):
-        EvalConfig(toolset="sql")
+        EvalConfig(agent=AgentConfig(toolset="sql"))
     bad = QARecord("q", "q", ["T"], [], None, None, 5)
     with pytest.raises(InputFileError, match=r"q\.jsonl:5: field answer_names is empty"):
         check_records([KISMET, bad], tmp_path / "q.jsonl")

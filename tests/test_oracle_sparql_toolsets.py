@@ -204,7 +204,11 @@ def test_a_row_without_its_sparql_is_rejected(kg, questions):
 def test_the_sparql_column_is_required_for_the_sparql_tool_sets():
     from kgsynth.synthesize.trajectories import TrajectoryConfig, input_columns
 
-    assert "sparql" in input_columns(TrajectoryConfig(toolset="isp"))
-    assert "sparql" in input_columns(TrajectoryConfig(toolset="knowcoder", mode="referenced"))
-    assert "sparql" not in input_columns(TrajectoryConfig(toolset="isp", mode="free"))
+    assert "sparql" in input_columns(TrajectoryConfig(agent=AgentConfig(toolset="isp")))
+    assert "sparql" in input_columns(
+        TrajectoryConfig(agent=AgentConfig(toolset="knowcoder"), mode="referenced")
+    )
+    assert "sparql" not in input_columns(
+        TrajectoryConfig(agent=AgentConfig(toolset="isp"), mode="free")
+    )
     assert "sparql" not in input_columns(TrajectoryConfig())

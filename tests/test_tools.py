@@ -445,8 +445,13 @@ def test_entity_matching_reaches_every_stage_config():
     from kgsynth.synthesize.trajectory_config import TrajectoryConfig
     from kgsynth.train.grpo_config import GRPOConfig
 
-    assert EvalConfig(entity_matching="near").tool_config().entity_matching == "near"
-    assert TrajectoryConfig(entity_matching="near").tool_config().entity_matching == "near"
+    assert (
+        EvalConfig(agent=ToolConfig(entity_matching="near")).tool_config().entity_matching == "near"
+    )
+    assert (
+        TrajectoryConfig(agent=ToolConfig(entity_matching="near")).tool_config().entity_matching
+        == "near"
+    )
     assert GRPOConfig(entity_matching="near").agent.entity_matching == "near"
     assert EvalConfig().tool_config().entity_matching == "exact"
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import pyarrow.parquet as pq
 import pytest
 
+from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.loop import EpisodeTask, run_episodes
 from kgsynth.agent.spaces import close_action
 from kgsynth.agent.tools import ToolConfig, ToolEnvironment
@@ -129,7 +130,9 @@ def test_thoughts_do_not_leak_the_future(kg, questions):
 
 
 def test_gold_relation_not_retrievable_is_rejected(kg, questions):
-    cfg = TrajectoryConfig(top_k_relations=1)  # only the best-ranked relation is shown
+    cfg = TrajectoryConfig(
+        agent=AgentConfig(top_k_relations=1)
+    )  # only the best-ranked relation is shown
     _rows, rejected, stats = synthesize_trajectories(
         questions, cfg, graph=KGGraph(kg), llm=TemplateLLM()
     )
@@ -258,7 +261,12 @@ def test_free_rollouts_of_a_local_checkpoint_through_hf(kg, questions, tmp_path)
     model_dir = build_tiny_model(texts, tmp_path / "tiny", vocab_size=500)
     rows, rejected, stats = synthesize_trajectories(
         questions[:4],
-        TrajectoryConfig(mode="free", samples=2, max_turns=2, max_tokens=12, temperature=1.0),
+        TrajectoryConfig(
+            mode="free",
+            samples=2,
+            agent=AgentConfig(max_turns=2, max_turn_tokens=12),
+            temperature=1.0,
+        ),
         graph=KGGraph(kg),
         llm=HFLLM(str(model_dir), batch_size=8),
     )
@@ -365,7 +373,7 @@ def test_interrupted_free_run_resumes_from_the_cache_without_losses(kg, question
             for q in rows
         }
 
-    cfg = TrajectoryConfig(mode="free", max_turns=3)
+    cfg = TrajectoryConfig(mode="free", agent=AgentConfig(max_turns=3))
     full, _, _ = synthesize_trajectories(rows, cfg, graph=KGGraph(kg), llm=TurnPolicy(script()))
     cache = tmp_path / "cache.sqlite"
     with pytest.raises(KeyboardInterrupt):
@@ -594,7 +602,7 @@ def test_oracle_replays_under_the_focus_ranking(kg, questions):
     plain, _, _ = synthesize_trajectories(
         questions, TrajectoryConfig(look_ahead=True), graph=graph, llm=TemplateLLM()
     )
-    cfg = TrajectoryConfig(look_ahead=True, relation_ranking="focus")
+    cfg = TrajectoryConfig(look_ahead=True, agent=AgentConfig(relation_ranking="focus"))
     focus, rejected, _ = synthesize_trajectories(questions, cfg, graph=graph, llm=TemplateLLM())
     assert len(focus) >= len(plain) and not [
         r for r in rejected if r["reject_reason"] == "gold_relation_not_retrievable"
@@ -629,7 +637,7 @@ def test_correct_names_stores_the_name_a_call_was_read_as(kg, questions):
             ]
         }
 
-    near = dict(mode="free", max_turns=3, entity_matching="near")
+    near = dict(mode="free", agent=AgentConfig(max_turns=3, entity_matching="near"))
     kept, _, _ = synthesize_trajectories(
         [row], TrajectoryConfig(**near), graph=KGGraph(kg), llm=TurnPolicy(script(typo))
     )
@@ -654,7 +662,7 @@ def test_correct_names_stores_the_name_a_call_was_read_as(kg, questions):
     with pytest.raises(ConfigError, match="--entity-matching near"):
         TrajectoryConfig(mode="free", correct_names=True)
     with pytest.raises(ConfigError, match="--mode free or referenced"):
-        TrajectoryConfig(entity_matching="near", correct_names=True)
+        TrajectoryConfig(agent=AgentConfig(entity_matching="near"), correct_names=True)
 
 
 def test_correct_read_names_replaces_whole_names_only():

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgsynth.agent.config import AGENT_FIELDS, STAGE_FIELD_NAMES, AgentConfig, AgentConfigError
+from kgsynth.agent.config import AGENT_FIELDS, AgentConfig, AgentConfigError
 from kgsynth.core.config import type_problem
 from kgsynth.core.errors import InputFileError
 
@@ -144,7 +144,7 @@ def model_agent(model: str | Path | None) -> CarriedAgent | None:
 def undeclared_values(model: str | Path | None, stage_config: Any) -> dict[str, Any]:
     """The settings ``model`` carries that ``stage_config`` (a dataclass that declares some
     agent fields flat, as GRPO's) has no option for: they come from the checkpoint alone."""
-    declared = {STAGE_FIELD_NAMES.get(f.name, f.name) for f in dataclasses.fields(stage_config)}
+    declared = {f.name for f in dataclasses.fields(stage_config)}
     values = read_agent_file(model) if model and Path(model).is_dir() else None
     return {k: v for k, v in (values or {}).items() if k not in declared}
 

@@ -7,8 +7,9 @@ tool environment reads (``ToolConfig`` is another name for it) and that RL's
 documents itself (``kgsynth.core.config.option``): its help text is its ``--flag``'s, and older flag
 names still work, with a deprecation line (``--tools``, ``--max-tokens``, ``--max-triples``).
 
-A stage config that still declares these fields flat gets its agent settings with
-:func:`agent_config_of`, which reads the old field names (``max_tokens``, ``max_triples``).
+Synthesis and eval nest it (their ``agent`` field). GRPO and SFT's early stopping declare the
+settings they take as their own fields (:func:`agent_option`, marked as the agent's) and get
+their agent with :func:`agent_config_of`.
 """
 
 from __future__ import annotations
@@ -34,12 +35,6 @@ FIRST_HOP_FALLBACKS = ("none", "dense")
 PROMPT_STYLES = ("full", "short")
 AGENT_QUERY_TIMEOUT_S = 10.0
 """Seconds an agent-written query may run by default (the store is shared by every rollout)."""
-
-# Stage-config field names that differ from AgentConfig's (the stage's name -> the field here).
-STAGE_FIELD_NAMES = {
-    "max_tokens": "max_turn_tokens",
-    "max_triples": "max_triples_per_relation",
-}
 
 
 class AgentConfigError(ConfigError, ValueError):
@@ -266,40 +261,14 @@ AGENT_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig))
 
 
 def agent_config_of(stage_config: Any, **overrides: Any) -> AgentConfig:
-    """The :class:`AgentConfig` a stage config's flat agent fields describe (its fields named
-    as AgentConfig's, or by their older names in :data:`STAGE_FIELD_NAMES`); ``overrides``
-    win (e.g. GRPO's ``max_turn_tokens`` once its recipe resolved it)."""
+    """The :class:`AgentConfig` a stage config's own agent fields describe (those named as
+    AgentConfig's); ``overrides`` win (e.g. GRPO's ``max_turn_tokens`` once its recipe
+    resolved it)."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(stage_config):
-        name = STAGE_FIELD_NAMES.get(f.name, f.name)
-        if name in AGENT_FIELDS:
-            values[name] = getattr(stage_config, f.name)
+        if f.name in AGENT_FIELDS:
+            values[f.name] = getattr(stage_config, f.name)
     return AgentConfig(**{**values, **overrides})
-
-
-def nests_agent(cls: type) -> type:
-    """Class decorator for a stage config whose ``agent`` field holds its :class:`AgentConfig`
-    (synthesis and eval; the field's default factory sets the stage's own defaults).
-
-    The agent's options stay options of the stage: the constructor (and ``dataclasses.replace``)
-    takes them under their own names or the stage's older ones (:data:`STAGE_FIELD_NAMES`), and
-    they read back as attributes (``cfg.max_turns`` is ``cfg.agent.max_turns``). Flags and YAML
-    keys are the agent's fields (``kgsynth.core.config.flat_fields``)."""
-    names = {**{n: n for n in AGENT_FIELDS}, **STAGE_FIELD_NAMES}
-    init = cls.__init__
-    agent_field = next(f for f in dataclasses.fields(cls) if f.name == "agent")
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        flat = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
-        if flat:
-            agent = kwargs.get("agent") or agent_field.default_factory()  # type: ignore[misc]
-            kwargs["agent"] = dataclasses.replace(agent, **flat)
-        init(self, *args, **kwargs)
-
-    cls.__init__ = __init__  # type: ignore[method-assign]
-    for name, target in names.items():
-        setattr(cls, name, property(lambda self, t=target: getattr(self.agent, t)))
-    return cls
 
 
 def agent_option(name: str, **changes: Any) -> Any:

@@ -24,12 +24,20 @@ from kgsynth.cli.train import train_app
 from kgsynth.cli.walk import walk_cmd
 from kgsynth.core.errors import KGSynthError
 
+# the commands as ``kgsynth --help`` lists them: the runner, then a run's steps in order
+PIPELINE_ORDER = ["run", "kg", "walk", "synthesize", "filter", "train", "eval", "report"]
+
 
 class _OneLineErrors(TyperGroup):
     """The top command: whatever escapes a command ends as one ``error:`` line and an exit
     code, never a traceback. Commands already turn kgsynth's own errors into lines; this
     catches what reaches here anyway: the disk filling up, Ctrl-C, and (as a last resort,
     saying so) a bug, whose traceback ``KGSYNTH_TRACEBACK=1`` shows."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """The commands in the order a run takes them (Typer lists groups last)."""
+        rank = {name: i for i, name in enumerate(PIPELINE_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda n: rank.get(n, len(rank)))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

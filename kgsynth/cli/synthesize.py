@@ -310,7 +310,7 @@ def _question_rows(
         )
         return rows, None
     records = read_benchmark(questions)
-    rows, left_out = benchmark_question_rows(records, graph, cfg.toolset, cfg.mode)
+    rows, left_out = benchmark_question_rows(records, graph, cfg.agent.toolset, cfg.mode)
     bench_info = {
         "file": str(questions),
         "format": records[0].source_format if records else None,
@@ -320,7 +320,7 @@ def _question_rows(
     }
     stdout.print(
         f"{len(rows):,} of {len(records):,} benchmark questions usable in "
-        f"{cfg.mode} mode with --toolset {cfg.toolset} (left out: {dict(left_out)})",
+        f"{cfg.mode} mode with --toolset {cfg.agent.toolset} (left out: {dict(left_out)})",
         highlight=False,
     )
     return rows, bench_info

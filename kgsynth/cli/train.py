@@ -30,8 +30,8 @@ from kgsynth.train.launch import LaunchConfig
 from kgsynth.train.sft_config import SELECT_AGENT_FIELDS, SELECT_FIELDS, SFTConfig
 
 train_app = typer.Typer(
-    help="Supervised fine-tuning of the agent: stage1 (synthetic trajectories), stage2 "
-    "(expert trajectories, from stage1's weights).",
+    help="Train the agent: stage1 and stage2 (SFT on synthetic, then expert trajectories), rl "
+    "(GRPO against the live KG), merge (fold a LoRA adapter into its base weights).",
     no_args_is_help=True,
 )
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kgsynth.agent.config import AgentConfig, nests_agent
+from kgsynth.agent.config import AgentConfig
 from kgsynth.core.config import config_record, option
 from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.llm.base import GenerationParams
@@ -49,7 +49,6 @@ CI_METHOD = (
 )
 
 
-@nests_agent
 @dataclass(frozen=True)
 class EvalConfig:
     """Options of ``kgsynth eval`` (the agent's limits match synthesis and RL by default).
@@ -112,7 +111,7 @@ class EvalConfig:
         from kgsynth.core.tracking import check_report_to
 
         check_report_to(self.report_to)
-        if self.top_k_relations < 1 or self.max_triples < 1:
+        if self.agent.top_k_relations < 1 or self.agent.max_triples_per_relation < 1:
             raise ConfigError("--top-k-relations and --max-triples-per-relation must be >= 1")
 
     @property
@@ -132,18 +131,19 @@ class EvalConfig:
     def for_policy(self, backend: str, model: str) -> EvalConfig:
         """This config with the checkpoint's stored system prompt (an hf checkpoint is
         prompted the way it was trained, and its untrained start alike)."""
-        if backend != "hf" or self.system_text is not None:
+        if backend != "hf" or self.agent.system_text is not None:
             return self
         from kgsynth.agent.loop import stored_system_prompt
 
-        return dataclasses.replace(self, system_text=stored_system_prompt(model))
+        agent = dataclasses.replace(self.agent, system_text=stored_system_prompt(model))
+        return dataclasses.replace(self, agent=agent)
 
     def params(self, run: int) -> GenerationParams:
         """Sampling parameters of run ``run``: its own seed, so N runs are N samples."""
         return GenerationParams(
             temperature=self.temperature,
             top_p=self.top_p,
-            max_tokens=self.max_tokens,
+            max_tokens=self.agent.max_turn_tokens,
             seed=self.seed + run,
         )
 

@@ -109,7 +109,7 @@ def run_agent(
     tasks = [EpisodeTask(rec.question, topic_names(rec, graph)) for rec in records]
     index = {id(t): i for i, t in enumerate(tasks)}
 
-    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    reranker = LLMReranker(llm) if cfg.agent.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (rec.question for rec in records))
 
     def make_env(task: EpisodeTask) -> ToolEnvironment:
@@ -129,11 +129,11 @@ def run_agent(
             llm,
             tasks,
             make_env,
-            toolset=cfg.toolset,
-            max_turns=cfg.max_turns,
+            toolset=cfg.agent.toolset,
+            max_turns=cfg.agent.max_turns,
             params=cfg.params(run),
             on_turn=on_turn,
-            system_text=cfg.system_text,
+            system_text=cfg.agent.system_text,
             resample_cut_turns=cfg.agent.resample_cut_turns,
             resample_temperature=cfg.agent.resample_temperature,
         )

@@ -89,7 +89,7 @@ def evaluate(
     metrics["system"] = system
     metrics["model"] = llm.model
     metrics["backend"] = llm.backend
-    metrics["tools"] = cfg.toolset if tools else None
+    metrics["tools"] = cfg.agent.toolset if tools else None
     return rows, metrics
 
 

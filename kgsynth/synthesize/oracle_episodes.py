@@ -65,7 +65,7 @@ def _thought_requests(
     tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
     for p, (_, row, steps) in enumerate(plans):
         history: list[dict[str, str]] = [{}, {}]
-        answer = space(cfg.toolset).turns.answer_action(row["answer_names"])
+        answer = space(cfg.agent.toolset).turns.answer_action(row["answer_names"])
         actions = [c.call for c, _ in steps] + [answer]
         for s, action in enumerate(actions):
             kind = steps[s][0].kind if s < len(steps) else "answer"
@@ -166,8 +166,8 @@ def oracle_trajectories(
     ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder), a seeded
     share of the questions also gets a trial-and-error trajectory
     (:mod:`~kgsynth.agent.spaces.knowcoder.trial`), right after the question's plain one."""
-    sys_text = system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
-    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    sys_text = system_prompt(cfg.agent.toolset, cfg.agent.max_turns, cfg.agent.system_prompt)
+    reranker = LLMReranker(llm) if cfg.agent.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
     results: list[dict[str, Any] | Rejected] = []
     plans = []
@@ -207,8 +207,8 @@ def oracle_trajectories(
             continue
         reference = ""
         if cfg.reference_share > 0 and p not in trials and _shows_reference(cfg, row):
-            reference = space(cfg.toolset).reference_text(row, graph)
-        episode = _episode(row, steps, texts, sys_text, cfg.toolset, reference)  # type: ignore[arg-type]
+            reference = space(cfg.agent.toolset).reference_text(row, graph)
+        episode = _episode(row, steps, texts, sys_text, cfg.agent.toolset, reference)  # type: ignore[arg-type]
         if p in trials:
             out = trajectory_row(row, 1, episode, cfg, generator)
             out.update(

@@ -49,7 +49,11 @@ def rollout_trajectories(
     rejected: list[tuple[int, Rejected]] = []
     for row in rows:
         try:
-            ref = space(cfg.toolset).reference_text(row, graph) if cfg.mode == "referenced" else ""
+            ref = (
+                space(cfg.agent.toolset).reference_text(row, graph)
+                if cfg.mode == "referenced"
+                else ""
+            )
         except Reject as rej:  # no reference for it (no logical form, an unsupported one)
             out = trajectory_row(row, 0, None, cfg, generator)
             rejected.append((len(meta), Rejected(out, rej.reason)))
@@ -60,13 +64,15 @@ def rollout_trajectories(
     by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
 
     agent = cfg.tool_config()
-    reranker = LLMReranker(llm) if cfg.rerank == "llm" else None
+    reranker = LLMReranker(llm) if cfg.agent.rerank == "llm" else None
     prime_relation_ranking(agent, (row["question"] for row in rows))
 
     def make_env(task: EpisodeTask) -> ToolEnvironment:
         return ToolEnvironment(graph, by_task[id(task)], agent, reranker, topics=task.topic_names)
 
-    stored_text = system_text or system_prompt(cfg.toolset, cfg.max_turns, cfg.system_prompt)
+    stored_text = system_text or system_prompt(
+        cfg.agent.toolset, cfg.agent.max_turns, cfg.agent.system_prompt
+    )
     sampling_text = stored_text
     if cfg.reflection:
         sampling_text = stored_text.rstrip("\n") + "\n" + render("reflection")
@@ -76,14 +82,16 @@ def rollout_trajectories(
     for sample in range(cfg.samples):
         idx = [i for i, (_, s, _) in enumerate(meta) if s == sample]
         params = GenerationParams(
-            temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed + sample
+            temperature=cfg.temperature,
+            max_tokens=cfg.agent.max_turn_tokens,
+            seed=cfg.seed + sample,
         )
         episodes = run_episodes(
             llm,
             [tasks[i] for i in idx],
             make_env,
-            toolset=cfg.toolset,
-            max_turns=cfg.max_turns,
+            toolset=cfg.agent.toolset,
+            max_turns=cfg.agent.max_turns,
             params=params,
             on_turn=on_turn,
             system_text=sampling_text,

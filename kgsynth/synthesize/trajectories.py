@@ -49,7 +49,7 @@ def input_columns(cfg: TrajectoryConfig) -> set[str]:
     whose oracle and reference are built from the walk's SPARQL, its ``sparql``; ``sexpr``
     reads the ``sexpr`` column where a file has it, else builds it from the branches)."""
     columns = QUESTION_COLUMNS | ({"branches", "merge_at"} if cfg.mode != "free" else set())
-    if cfg.mode != "free" and space(cfg.toolset).oracle_from == "sparql":
+    if cfg.mode != "free" and space(cfg.agent.toolset).oracle_from == "sparql":
         columns = columns | {"sparql"}
     return columns
 

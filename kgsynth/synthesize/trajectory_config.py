@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kgsynth.agent.config import AgentConfig, nests_agent
+from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolConfig
 from kgsynth.core.config import option
@@ -16,7 +16,6 @@ STRATA = ("none", "structure", "hops")
 SPLITS = ("all", "train", "heldout")
 
 
-@nests_agent
 @dataclass(frozen=True)
 class TrajectoryConfig:
     """Options of ``kgsynth synthesize trajectories``."""
@@ -134,7 +133,7 @@ class TrajectoryConfig:
                 f"--trial-and-error must be within [0, 1] (got {self.trial_and_error})"
             )
         if self.trial_and_error > 0 and (
-            self.mode != "oracle" or not space(self.toolset).trial_and_error
+            self.mode != "oracle" or not space(self.agent.toolset).trial_and_error
         ):
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
@@ -157,7 +156,7 @@ class TrajectoryConfig:
             )
         if self.follow not in ("walked", "first"):
             raise ConfigError(f"--follow must be walked or first (got {self.follow!r})")
-        if self.look_ahead and (self.mode != "oracle" or not space(self.toolset).look_ahead):
+        if self.look_ahead and (self.mode != "oracle" or not space(self.agent.toolset).look_ahead):
             raise ConfigError(
                 "--look-ahead changes the graphwalker oracle's replays: it needs --mode oracle "
                 f"and --toolset graphwalker (got --mode {self.mode}, --toolset {self.agent.toolset})"
