@@ -8,7 +8,7 @@ tokenizer, chat template, generation config) that transformers and vLLM load, pl
     kgsynth train stage1 --corpus corpus/accepted.parquet --model tiny --out runs/x/stage1
     kgsynth train stage2 --corpus corpus/expert.parquet --init runs/x/stage1 --out runs/x/stage2
 
-Stage 1 starts from ``--model`` (a local HF checkpoint folder, or ``tiny``: a small Qwen2 model
+Stage 1 starts from ``--model`` (a local HF checkpoint folder, or ``tiny``: a small Llama model
 with a byte-level BPE tokenizer trained on the corpus, built offline by
 :func:`kgsynth.train.tiny.build_tiny_model`). Stage 2 starts from a stage-1 output folder
 (``--init``), its weights and its tokenizer. Both are the same SFT; the stages differ in what

@@ -111,7 +111,7 @@ class SFTConfig:
 
     model: str | None = option(
         None,
-        "A local HF checkpoint folder, or 'tiny' (a small Qwen2 built offline, its tokenizer "
+        "A local HF checkpoint folder, or 'tiny' (a small Llama built offline, its tokenizer "
         "trained on the corpus).",
         panel="Model",
     )
