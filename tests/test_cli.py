@@ -135,3 +135,13 @@ def test_top_level_help_lists_the_commands_in_pipeline_order():
     assert commands == ["run", "kg", "walk", "synthesize", "filter", "train", "eval", "report"]
     train = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "rl (GRPO" in train and "merge" in train
+
+
+def test_verbose_logs_kgsynth_not_the_plotting_library(tmp_path):
+    """-v shows kgsynth's INFO lines; matplotlib's (font cache, backends) stay out."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.NOTSET)
+    res = runner.invoke(app, ["-v", "kg", "tool", "--kg", str(tmp_path / "none"), "x()"])
+    assert res.exit_code != 0  # no KG there: what matters is the logging set up before
+    assert logging.getLogger("matplotlib").level == logging.WARNING

@@ -97,6 +97,9 @@ def main(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # -v is kgsynth's progress: the plotting library's font and backend chatter stays out
+    for name in ("matplotlib", "PIL"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:  # no key or token reaches a log
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
