@@ -40,6 +40,7 @@ from kgsynth.agent.config import (
 )
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.strategies import EpisodeStrategies, episode_strategies
+from kgsynth.agent.strategies.ranking import Reranker
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError
 from kgsynth.agent.toolkit import (
     MATCH_MARK,
@@ -91,7 +92,7 @@ class ToolEnvironment:
     question: str = ""
     config: AgentConfig = field(default_factory=AgentConfig)
     # (question, entity name, BM25-ranked relations) -> reordered; needed with rerank="llm"
-    reranker: Callable[[str, str, Sequence[Relation]], list[Relation]] | None = None
+    reranker: Reranker | None = None
     dense: DenseScorer | None = None  # hybrid ranking's scorer (default: relrank.shared_scorer)
     # the question's topic entities, by name (conjunction hints, the later-hop fallback)
     topics: Sequence[str] = ()

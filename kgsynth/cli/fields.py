@@ -133,6 +133,11 @@ def _alias_params(
     return out
 
 
+def warn_deprecated(old: str, new: str) -> None:
+    """The one line an older flag spelling prints."""
+    stderr.print(f"[yellow]warning:[/yellow] {old} is deprecated; use {new}", highlight=False)
+
+
 def _read_old_spellings(cls: type, overrides: dict[str, Any]) -> None:
     """Move the values given under an older flag spelling to their field (the field's own
     flag wins where both are given), with one deprecation line on stderr each."""
@@ -142,11 +147,7 @@ def _read_old_spellings(cls: type, overrides: dict[str, Any]) -> None:
         if value is None:
             continue
         name, i = key.split(_OLD)
-        alias = fields[name][1].metadata["aliases"][int(i)]
-        stderr.print(
-            f"[yellow]warning:[/yellow] {alias} is deprecated; use {flag_name(name)}",
-            highlight=False,
-        )
+        warn_deprecated(fields[name][1].metadata["aliases"][int(i)], flag_name(name))
         if overrides.get(name) is None:
             overrides[name] = value
 

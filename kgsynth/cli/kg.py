@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kgsynth.cli.common import check_count, fail, open_graph_option, open_kg_option, stderr, stdout
+from kgsynth.cli.fields import warn_deprecated
 from kgsynth.cli.options import (
     KGOption,
     ProfileOption,
@@ -265,7 +266,7 @@ def _new_flag(value: Any, old_value: Any, old: str, new: str) -> Any:
     deprecation line on stderr)."""
     if old_value is None:
         return value
-    stderr.print(f"[yellow]warning:[/yellow] {old} is deprecated; use {new}", highlight=False)
+    warn_deprecated(old, new)
     return old_value if value is None else value
 
 

@@ -34,6 +34,9 @@ NO_TOOLS_SYSTEM_PROMPT = (
 # (done, total, info) as episodes finish.
 EvalProgress = Callable[[int, int, str], None]
 
+# a no-tools answer is read in the <think>/<answer> turn format
+_ANSWER_FORMAT = TaggedFormat()
+
 
 def _row(
     rec: QARecord, run: int, system: str, model: str, predicted: list[str], **fields: Any
@@ -186,9 +189,9 @@ def run_no_tools(
             format_errors = 0
             stored = list(messages)
             if comp.ok:
-                text = TaggedFormat().close_action(comp.text)
+                text = _ANSWER_FORMAT.close_action(comp.text)
                 stored.append({"role": "assistant", "content": text})
-                turn = TaggedFormat().parse_turn(text)
+                turn = _ANSWER_FORMAT.parse_turn(text)
                 answered = turn.answer is not None
                 predicted = turn.answer or []
                 format_errors = int(turn.format_error is not None or not answered)

@@ -148,12 +148,16 @@ def _message_parts(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray, np.nda
     return content, rows, assistant
 
 
+# the two turn formats a trajectory may be in (every turn alike): <kg-query> and isp's
+_TURN_FORMATS = (TaggedFormat(), IspFormat())
+
+
 def _slow_format_ok(texts: list[str]) -> bool:
     """parse_turn on every assistant message of one trajectory (in order), in the
     ``<kg-query>`` format or, every turn alike, in the isp one."""
     if not texts:
         return False
-    for turn_format in (TaggedFormat(), IspFormat()):
+    for turn_format in _TURN_FORMATS:
         turns = [turn_format.parse_turn(t) for t in texts]
         if all(t.format_error is None for t in turns) and turns[-1].answer is not None:
             return True

@@ -63,9 +63,10 @@ def _thought_requests(
     requests: list[Request] = []
     owner: list[int] = []
     tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
+    turns = space(cfg.agent.toolset).turns
     for p, (_, row, steps) in enumerate(plans):
         history: list[dict[str, str]] = [{}, {}]
-        answer = space(cfg.agent.toolset).turns.answer_action(row["answer_names"])
+        answer = turns.answer_action(row["answer_names"])
         actions = [c.call for c, _ in steps] + [answer]
         for s, action in enumerate(actions):
             kind = steps[s][0].kind if s < len(steps) else "answer"
@@ -109,8 +110,9 @@ def _episode(
         {"role": "user", "content": prompt},
     ]
     observed: list[str] = []
+    turns = space(toolset).turns
     for (c, result), thought in zip(steps, texts, strict=False):
-        turn = space(toolset).turns.query_turn(thought, c.call)
+        turn = turns.query_turn(thought, c.call)
         messages.append({"role": "assistant", "content": turn})
         messages.append({"role": "tool", "content": render_observation(result.text)})
         observed.extend(result.entities)
@@ -126,7 +128,7 @@ def _episode(
         if not oracle_answers(row, shown, fallback=False):
             shown = observed
     answers = oracle_answers(row, shown)
-    final = space(toolset).turns.answer_turn(texts[-1], answers)
+    final = turns.answer_turn(texts[-1], answers)
     messages.append({"role": "assistant", "content": final})
     no_action = {"tool": None, "args": None, "tool_error": None, "format_error": None}
     return {

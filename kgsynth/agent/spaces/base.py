@@ -5,7 +5,7 @@ outside the space's package asks the space instead of testing its name."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kgsynth.agent.protocol import TaggedFormat, Turn
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from kgsynth.kg.graph import KGGraph
 
 
-class ActionSpace:
+class ActionSpace(ABC):
     """One agent action space. A subclass sets :attr:`name` and :attr:`tool_help` and writes
     :meth:`make_tools` and :meth:`oracle_calls`; the rest has defaults (the
     ``<kg-query>``/``<answer>`` turn format, ``prompts/agent_system*.j2``, a tool call per
@@ -48,9 +48,9 @@ class ActionSpace:
         """Values the space's prompt template reads besides the tools and the turn limit."""
         return {}
 
+    @abstractmethod
     def make_tools(self, env: ToolEnvironment) -> ToolTable:
         """The tool table of one episode's environment: name -> (arity, function)."""
-        raise NotImplementedError
 
     def parse_action(self, text: str) -> ToolCall:
         """A turn's action text as a tool call (raises ToolCallSyntaxError)."""
@@ -63,21 +63,17 @@ class ActionSpace:
 
     # --- oracle -----------------------------------------------------------------------
 
+    @abstractmethod
     def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[Any]:
         """The gold action sequence of a synthesized question (a list of ``OracleCall``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def replay(self, row: dict[str, Any], env: ToolEnvironment, **options: Any) -> list[Any]:
         """The oracle's calls run in ``env``: ``(OracleCall, ToolResult)`` per step; raises
         :class:`~kgsynth.core.stage.Reject` where the tools do not show what the walk took.
         ``options``: the path oracle's ``fan_out``, ``follow`` and ``look_ahead``."""
-        raise NotImplementedError
 
     def reference_text(self, row: dict[str, Any], graph: KGGraph | None = None) -> str:
         """The numbered gold actions a referenced rollout is shown, one per line."""
         calls = self.oracle_calls(row, graph)
         return "\n".join(f"{i}. {' '.join(c.call.splitlines())}" for i, c in enumerate(calls, 1))
-
-    def tool_names(self) -> Sequence[str]:
-        """The tools' names, as the prompt lists them."""
-        return [h["usage"].split("(")[0].split(" ")[0] for h in self.tool_help]

@@ -8,6 +8,7 @@ A step whose gold relation or next entity the tools do not show turns the questi
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from typing import Any
 
 from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
@@ -33,18 +34,14 @@ def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return main + tail
 
 
-class PathSpace:
+class PathSpace(ABC):
     """The oracle of a space whose tools list an entity's relations and follow one: a
-    subclass writes :meth:`hop_calls` (and :meth:`look_ahead_call` where it has the
-    look-ahead)."""
+    subclass writes :meth:`hop_calls`, and ``look_ahead_call(entity)`` (the relations of an
+    answer, a ``check``) where it has the look-ahead."""
 
+    @abstractmethod
     def hop_calls(self, entity: str, hop: dict[str, Any]) -> tuple[OracleCall, OracleCall]:
         """The relations call and the triples call of one hop from ``entity``."""
-        raise NotImplementedError
-
-    def look_ahead_call(self, entity: str) -> OracleCall:
-        """The look-ahead after the last hop: the relations of ``entity`` (a ``check``)."""
-        raise NotImplementedError
 
     def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
         """The gold action sequence of a question's walk."""
@@ -198,7 +195,7 @@ def replay(
 
 
 def _check_call(
-    space: PathSpace, row: dict[str, Any], result: Any, topics: set[str]
+    space: Any, row: dict[str, Any], result: Any, topics: set[str]
 ) -> OracleCall | None:
     """The look-ahead after the last hop: ``get_relations`` of the first gold answer
     ``result`` shows (not a topic), or None when it shows none."""

@@ -157,6 +157,18 @@ def query_answers(result: ToolResult) -> list[str]:
     return list(shown)
 
 
+class SparqlSpace:
+    """The oracle of a space whose agents write SPARQL (knowcoder, isp): its gold actions come
+    from the walk's SPARQL, and :func:`replay_sparql` checks the query's observation. A
+    subclass writes ``oracle_calls`` and ``run_oracle_call(env, call)``."""
+
+    oracle_from = "sparql"
+
+    def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
+        """The oracle's calls run in ``env`` (:func:`replay_sparql`); no options apply."""
+        return replay_sparql(self, row, env)
+
+
 def replay_sparql(
     space: Any, row: dict[str, Any], env: ToolEnvironment
 ) -> list[tuple[OracleCall, Any]]:

@@ -13,17 +13,11 @@ from dataclasses import dataclass, field
 from kgsynth.kg.graph import Neighbor
 
 
-@dataclass
 class NoHints:
-    """``conjunction_hints`` off: nothing marked, nothing added; only the entities visited
-    are kept (they cost nothing and a tree rollout's branches keep their own)."""
-
-    visited: tuple[str, ...] = ()  # the names (case-folded) of the entities calls were about
-    _pending: set[str] = field(default_factory=set, repr=False, compare=False)
+    """``conjunction_hints`` off: nothing marked, nothing added, no state."""
 
     def visit(self, name: str) -> None:
         """A tool call was about the entity named ``name``."""
-        self.visited += (name.casefold(),)
 
     def start(self, iri: str) -> frozenset[str]:
         """A get_triples call from ``iri`` begins: the IRIs to mark as reached before."""
@@ -37,10 +31,10 @@ class NoHints:
         return []
 
     def snapshot(self) -> tuple:
-        return (self.visited,)
+        return ()
 
     def restore(self, state: tuple) -> None:
-        (self.visited,) = state
+        pass
 
 
 @dataclass
@@ -48,8 +42,14 @@ class ConjunctionHints(NoHints):
     """``conjunction_hints`` on (graphwalker, kgr1)."""
 
     topics: Sequence[str] = ()  # the question's topic entities, by name
+    visited: tuple[str, ...] = ()  # the names (case-folded) of the entities calls were about
     # each get_triples call's start entity and all it reached (IRIs)
     reached: tuple[tuple[str, frozenset[str]], ...] = ()
+    # what the get_triples call under way has reached so far
+    _pending: set[str] = field(default_factory=set, repr=False, compare=False)
+
+    def visit(self, name: str) -> None:
+        self.visited += (name.casefold(),)
 
     def start(self, iri: str) -> frozenset[str]:
         self._pending = set()

@@ -70,14 +70,13 @@ class FocusRanking:
     def rank(self, question: str, entity: Entity, rels: Sequence[Relation]) -> Ranked:
         if not question:
             return [(r, ()) for r in rels]
-        if name_span(tokenize(question), entity.name) is not None:
+        named = name_span(tokenize(question), entity.name) is not None  # a topic's name
+        if named:
             self.anchor = entity.name
         ranked = rank_relations_focused(question, rels, self.anchor, self.followed, self.used)
         if self.first_hop and not self.followed and self.anchor == entity.name:
             ranked = first_hop_marks(question, entity.name, ranked, self.encoder())
-        elif (
-            self.later_hop and self.followed and name_span(tokenize(question), entity.name) is None
-        ):
+        elif self.later_hop and self.followed and not named:
             found = focus_words(question, self.anchor, self.followed, self.used)
             ranked = later_hop_marks(
                 question, entity.name, ranked, self.encoder(), found, self.topics

@@ -12,17 +12,16 @@ from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.isp.tools import TOOL_HELP, make_tools, run_step
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
-from kgsynth.agent.spaces.sparql_oracle import isp_operations, isp_oracle_calls, replay_sparql
+from kgsynth.agent.spaces.sparql_oracle import SparqlSpace, isp_operations, isp_oracle_calls
 from kgsynth.agent.toolkit import ToolResult
 from kgsynth.kg.graph import KGGraph
 
 
-class Isp(ActionSpace):
+class Isp(SparqlSpace, ActionSpace):
     name = "isp"
     tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
     turns = IspFormat()
     prompt = "agent_system_isp"
-    oracle_from = "sparql"
 
     def prompt_values(self) -> dict[str, Any]:
         return {"max_operations": MAX_OPERATIONS}
@@ -39,9 +38,6 @@ class Isp(ActionSpace):
 
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         return run_step(env, isp_operations(call))
-
-    def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
-        return replay_sparql(self, row, env)
 
 
 SPACE = Isp()

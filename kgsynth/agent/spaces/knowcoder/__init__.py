@@ -13,16 +13,15 @@ from kgsynth.agent.spaces.knowcoder.oracle import answer_type
 from kgsynth.agent.spaces.knowcoder.tools import TOOL_HELP, make_tools
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
-from kgsynth.agent.spaces.sparql_oracle import check_syntax, knowcoder_oracle_calls, replay_sparql
+from kgsynth.agent.spaces.sparql_oracle import SparqlSpace, check_syntax, knowcoder_oracle_calls
 from kgsynth.agent.toolkit import ToolResult
 from kgsynth.kg.graph import KGGraph
 
 
-class KnowCoder(ActionSpace):
+class KnowCoder(SparqlSpace, ActionSpace):
     name = "knowcoder"
     tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
     trial_and_error = True
-    oracle_from = "sparql"
 
     def make_tools(self, env: Any) -> ToolTable:
         return make_tools(env)
@@ -34,9 +33,6 @@ class KnowCoder(ActionSpace):
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         check_syntax(call)
         return env.execute(call.call)
-
-    def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
-        return replay_sparql(self, row, env)
 
 
 SPACE = KnowCoder()
