@@ -78,7 +78,7 @@ all: install
 # and 1,140-1,213 s on the slower hours of 2026-11-27 (runs W, Y, Z, AA). A one-process stage 1
 # scored higher than a two-process one in 3 of 8 pairs of runs, lower or level in the others
 # (AB 0.503 against AA 0.540, X 0.457 against W 0.520); the spread from run to run is wide
-# (README, "What the tiny agent learns").
+# (docs/experiments.md).
 LEARN_RUN ?= runs/learn
 learn:
 	$(MAKE) all RUN=$(LEARN_RUN) NPROC=1

@@ -70,8 +70,8 @@ class GRPOConfig:
         None,
         "A seed paper's whole RL recipe: graphwalker, kbqa-r1 (KBQA-R1: its S-expression "
         "actions, --toolset sexpr, with relation gating), knowcoder-a1, kg-r1 or isp "
-        "(rewards, advantage, KL, clip, group, turns, lr, warm-up; the README's preset table "
-        "gives each value and its source). --config and flags override it.",
+        "(rewards, advantage, KL, clip, group, turns, lr, warm-up; docs/recipes.md's preset "
+        "table gives each value and its source). --config and flags override it.",
         panel="Inputs",
     )
     reward: str = option(

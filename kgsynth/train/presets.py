@@ -4,8 +4,8 @@ A preset fills :class:`~kgsynth.train.grpo.GRPOConfig` fields before the config 
 flags (which both win over it), and the recipe (``default``/``tiny``) fills what is still
 unset. Each value carries where it comes from: a paper section or table, the authors' released
 training script, or ``kgsynth`` where the paper states nothing and kgsynth's own default is
-used. :func:`preset_table` renders all of them as the README's table, and a test pins the
-README to it, so the table and the code cannot drift apart.
+used. :func:`preset_table` renders all of them as the table in docs/recipes.md, and a test
+pins that page to it, so the table and the code cannot drift apart.
 
 Values are the papers' full-scale ones (a 3B-7B model on GPUs: learning rates near 1e-6,
 groups of 8-16). On a CPU with the tiny model, pass ``--lr``, ``--group-size`` and
@@ -215,7 +215,7 @@ def _cell(value: Any) -> str:
 
 
 def preset_table() -> str:
-    """The README table: one row per preset and field, with its source and any departure."""
+    """docs/recipes.md's table: one row per preset and field, its source and any departure."""
     from kgsynth.agent.rewards import PRESETS
 
     lines = [
