@@ -1,7 +1,8 @@
 """``kgsynth report``: a small run built with the real CLI (import, walk, questions, oracle
 trajectories, filter) over a KG with hostile names, rendered to one HTML page; the page
-parses, shows the manifests' counts and sample rows, escapes every name, references nothing
-outside itself, and renders in headless Chromium (installed like Virtuoso, or skipped)."""
+opens with the headline numbers, parses, shows the manifests' counts and sample rows, escapes
+every name, references nothing outside itself, and renders in headless Chromium (installed like
+Virtuoso, or skipped) with the headline table on the first 1280x800 screen."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def eval_metrics() -> dict:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """A run folder laid out as ``make all`` lays it out, up to the stage-1 corpus, plus a
-    stage-1 folder holding only ``metrics.jsonl`` (training cut short) and one evaluation."""
+    stage-1 folder holding only its spec and ``metrics.jsonl`` (training cut short) and one
+    evaluation."""
     root = tmp_path_factory.mktemp("report") / 'run <&"x">'
     root.mkdir()
     kb = root.parent / "kb.txt"
@@ -70,6 +72,7 @@ def run(tmp_path_factory) -> Path:
     invoke("filter", "--in", str(trajectories), "--out", str(root / "corpus"),
            "--max-chars", "1800")  # fmt: skip
     (root / "stage1").mkdir()
+    (root / "stage1" / "train_config.json").write_text(json.dumps({"stage": "stage1"}))
     (root / "stage1" / "metrics.jsonl").write_text(
         "".join(json.dumps({"step": s, "loss": 5.0 / s}) + "\n" for s in range(1, 21))
     )
@@ -144,10 +147,11 @@ def test_funnels_show_the_manifests_counts(run, page):
     walk = manifest(run / "walks" / "walks.manifest.json")
     filt = manifest(run / "corpus" / "manifest.json")
     for stage, m, attempted in (
-        ("walks", walk, walk["attempts"]),
-        ("questions", manifest(run / "questions" / "questions.manifest.json"), None),
+        ("walks/walks.parquet", walk, walk["attempts"]),
+        ("questions/questions.parquet", manifest(run / "questions" / "questions.manifest.json"),
+         None),
         ("corpus", filt, filt["rows_in"]),
-    ):
+    ):  # fmt: skip
         section = page[1].split(f'data-stage="{stage}"', 1)[1].split("</section>", 1)[0]
         rows = Page(section).find("tr")
         counts = {r["data-role"]: int(r["data-count"]) for r in rows if r.get("data-role") in
@@ -219,13 +223,14 @@ def test_stages_curves_eval_and_missing_lines(run, page):
     text = page[1]
     parsed = Page(text)
     stages = [a["data-stage"] for a in parsed.find("section") if a.get("data-stage")]
-    assert stages == ["kg", "walks", "questions", "trajectories", "corpus", "stage1",
-                      "eval/tiny", "comparison"]  # fmt: skip
+    assert stages == ["headline", "kg", "walks/walks.parquet", "questions/questions.parquet",
+                      "trajectories/trajectories.parquet", "corpus", "stage1", "eval/tiny",
+                      "comparison"]  # fmt: skip
     missing = [a["data-missing"] for a in parsed.find("p") if a.get("data-missing")]
-    assert missing == ["stage2_data", "corpus_stage2", "val", "stage2", "rl", "summary"]
+    assert missing == ["train stage2", "train rl", "eval compare"]
     # the walk and filter plots are embedded; stage 1 has no PNG, so its curve is an SVG
     imgs = [a["alt"] for a in parsed.find("img")]
-    assert "walks: walks_stats.png" in imgs and "corpus: filter_stats.png" in imgs
+    assert "walks/walks.parquet: walks_stats.png" in imgs and "corpus: filter_stats.png" in imgs
     stage1 = text.split('data-stage="stage1"', 1)[1].split("</section>", 1)[0]
     assert '<svg class="curve"' in stage1 and "loss (20 points)" in stage1
     assert "training has not finished" in stage1
@@ -329,7 +334,15 @@ def test_chromium_renders_the_page(browser, page, tmp_path):
     res = headless(browser, "--dump-dom", url)
     assert res.returncode == 0, res.stderr[-2000:]
     dom = res.stdout
-    for stage in ("walks", "questions", "trajectories", "corpus", "stage1", "eval/tiny"):
+    for stage in (
+        "headline",
+        "walks/walks.parquet",
+        "questions/questions.parquet",
+        "trajectories/trajectories.parquet",
+        "corpus",
+        "stage1",
+        "eval/tiny",
+    ):
         assert f'data-stage="{stage}"' in dom
     assert "Pipeline overview" in dom and 'class="msg tool"' in dom
     # the escaped names stayed text: no element came from the KG

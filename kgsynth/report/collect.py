@@ -1,6 +1,7 @@
-"""Collecting a run: each stage folder's manifests, funnels, plots, training curves, seeded
-samples of its data files and evaluation rows, into a :class:`~kgsynth.report.contents.RunReport`.
-Pure apart from reading."""
+"""Collecting a run: each output's manifest, funnel, plots, training curves, seeded samples of
+its data files and evaluation rows, into a :class:`~kgsynth.report.contents.RunReport`. The
+outputs are found by their manifests (:mod:`kgsynth.report.discover`), in any layout. Pure
+apart from reading."""
 
 from __future__ import annotations
 
@@ -14,46 +15,29 @@ from typing import Any
 
 from kgsynth.core.errors import ConfigError, KGSynthError
 from kgsynth.report.contents import (
+    EXPECTED_KINDS,
     FOLDER_OUTPUT_FILES,
-    PIPELINE,
-    TRAINING,
+    KINDS,
+    TRAINING_KINDS,
     Curve,
+    Found,
     Funnel,
     Part,
     RunReport,
     Sample,
     Stage,
 )
+from kgsynth.report.discover import discover, external_kg, read_json
+from kgsynth.report.headline import type_rows
 from kgsynth.report.markdown import md_images
 
 log = logging.getLogger(__name__)
 
 
-def _read_json(path: Path) -> tuple[Any, str | None]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), None
-    except (OSError, ValueError) as exc:
-        return None, f"{path.name}: not readable JSON ({exc})"
-
-
-def _has_manifest(folder: Path) -> bool:
-    return (folder / "manifest.json").is_file() or any(folder.glob("*.manifest.json"))
-
-
 def is_run_dir(path: Path) -> bool:
-    """Whether ``path`` holds a kgsynth run: one of the pipeline's folders with a manifest
-    (or the KG's ``kg/kg.json``)."""
-    if not path.is_dir():
-        return False
-    if (path / "kg" / "kg.json").is_file():
-        return True
-    for key, _ in PIPELINE:
-        folder = path / key
-        if folder.is_dir() and (
-            _has_manifest(folder) or any(_has_manifest(d) for d in folder.iterdir() if d.is_dir())
-        ):
-            return True
-    return False
+    """Whether ``path`` holds a kgsynth run: at least one output a stage wrote (a manifest, a
+    KG store, a training run under way), at any depth the report looks."""
+    return path.is_dir() and bool(discover(path))
 
 
 def _first_int(*values: Any) -> int | None:
@@ -137,28 +121,6 @@ def pick_rows(path: Path, n: int, seed: int) -> Sample:
     return Sample(path, kind, rejected, total, table.take(idx).to_pylist() if idx else [])
 
 
-def _data_parts(folder: Path) -> list[tuple[str, Path | None, list[Path]]]:
-    """(name, manifest, data files) for each output in ``folder``: ``manifest.json`` with
-    ``accepted``/``rejected``/``predictions.parquet``, and ``NAME.manifest.json`` with
-    ``NAME.parquet`` and ``NAME.rejected.parquet``."""
-    parts: dict[str, tuple[Path | None, list[Path]]] = {}
-    top = folder / "manifest.json"
-    top_files = [folder / f"{n}.parquet" for n in FOLDER_OUTPUT_FILES]
-    if top.is_file() or any(p.is_file() for p in top_files):
-        parts[""] = (top if top.is_file() else None, [p for p in top_files if p.is_file()])
-    stems = {p.name.removesuffix(".manifest.json") for p in folder.glob("*.manifest.json")}
-    stems |= {
-        p.stem
-        for p in folder.glob("*.parquet")
-        if not p.name.endswith(".rejected.parquet") and p.stem not in FOLDER_OUTPUT_FILES
-    }
-    for stem in sorted(stems):
-        manifest = folder / f"{stem}.manifest.json"
-        files = [folder / f"{stem}.parquet", folder / f"{stem}.rejected.parquet"]
-        parts[stem] = (manifest if manifest.is_file() else None, [p for p in files if p.is_file()])
-    return [(name, m, files) for name, (m, files) in parts.items()]
-
-
 def read_curves(path: Path) -> list[Curve]:
     """The ``loss`` and ``reward`` series of a ``metrics.jsonl`` (unreadable lines skipped)."""
     series: dict[str, list[tuple[float, float]]] = {"loss": [], "reward": []}
@@ -185,92 +147,128 @@ def read_curves(path: Path) -> list[Curve]:
     return [Curve(name, points) for name, points in series.items() if points]
 
 
-def _collect_stage(key: str, title: str, folder: Path, samples: int, seed: int) -> Stage:
-    plots = sorted(p for p in folder.glob("*.png") if p.is_file())
-    curves: list[Curve] = []
-    if (folder / "metrics.jsonl").is_file() and not plots:
-        curves = read_curves(folder / "metrics.jsonl")
-    stage = Stage(key, title, folder, [], plots, curves)
-    for name, manifest_path, files in _data_parts(folder):
-        manifest, error = (None, None)
-        if manifest_path is not None:
-            manifest, error = _read_json(manifest_path)
-            if manifest is not None and not isinstance(manifest, dict):
-                manifest, error = None, f"{manifest_path.name}: not a JSON object"
-        part = Part(name, manifest_path, manifest, funnel_of(manifest) if manifest else None)
-        part.error = error
-        for path in files:
+def _key(found: Found, run_dir: Path) -> str:
+    """Where the output lies in the run folder (``walks/walks.parquet``, ``eval/stage1``)."""
+    try:
+        rel = found.path.relative_to(run_dir)
+    except ValueError:
+        return str(found.path)
+    return str(rel) if str(rel) != "." else run_dir.name
+
+
+def _title(found: Found) -> str:
+    title = KINDS.get(found.kind, (0, found.kind))[1]
+    m = found.manifest or {}
+    if found.kind == "synthesize trajectories" and isinstance(m.get("mode"), str):
+        title += f" ({m['mode']})"
+    if found.kind == "eval":
+        label = m.get("label")
+        if not isinstance(label, str) or not label:
+            metrics, _ = read_json(found.path / "metrics.json")
+            label = metrics.get("label") if isinstance(metrics, dict) else None
+        title += f": {label or found.path.name}"
+    if found.kind in TRAINING_KINDS and found.manifest_path is None:
+        title += " (not finished)"
+    return title
+
+
+def _part(found: Found, samples: int, seed: int) -> Part:
+    """The output's manifest, funnel and samples of its data files."""
+    if found.folder:
+        name = ""
+        files = [found.path / f"{n}.parquet" for n in FOLDER_OUTPUT_FILES]
+    else:
+        name = found.path.name
+        files = [found.path, found.path.with_name(f"{found.path.stem}.rejected.parquet")]
+    manifest = found.manifest
+    part = Part(name, found.manifest_path, manifest, funnel_of(manifest) if manifest else None)
+    if found.manifest_path is not None and manifest is None:
+        part.error = found.note or f"{found.manifest_path.name}: not a JSON object"
+    for path in files if samples > 0 else []:
+        if path.is_file():
             n = samples // 2 if path.name == "predictions.parquet" else samples
             part.samples.append(pick_rows(path, max(n, 1), seed))
-        stage.parts.append(part)
-    if key == "kg":
-        for name in ("kg.json", "../kg_stats.json"):
-            data, _ = _read_json(folder / name)
-            if isinstance(data, dict):
-                stage.info.update({k: v for k, v in data.items() if k != "kg"})
-    if key == "summary" and (folder / "compare.md").is_file():
+    return part
+
+
+def _kg_info(stage: Stage, run_dir: Path) -> None:
+    """The store's ``kg.json`` and the ``kg_stats.json`` beside it or in the run folder."""
+    for path in (stage.folder / "kg.json", stage.folder.parent / "kg_stats.json",
+                 run_dir / "kg_stats.json"):  # fmt: skip
+        data, _ = read_json(path)
+        if isinstance(data, dict):
+            stage.info.update({k: v for k, v in data.items() if k != "kg" and k not in stage.info})
+
+
+def _eval_info(stage: Stage) -> None:
+    from kgsynth.eval.compare import compare_runs
+
+    try:
+        stage.eval_rows = compare_runs([stage.folder])
+    except (KGSynthError, KeyError, TypeError, ValueError) as exc:
+        stage.notes.append(f"metrics.json could not be read: {exc}")
+        return
+    stage.type_rows = type_rows(stage.folder)
+
+
+def _collect_stage(found: Found, run_dir: Path, samples: int, seed: int) -> Stage:
+    folder = found.path if found.folder else found.path.parent
+    if found.folder:
+        plots = sorted(p for p in folder.glob("*.png") if p.is_file())
+    else:
+        stats = found.path.with_name(f"{found.path.stem}_stats.png")
+        plots = [stats] if stats.is_file() else []
+    stage = Stage(_key(found, run_dir), _title(found), folder, [], plots, [], kind=found.kind,
+                  written=found.written)  # fmt: skip
+    if found.note and found.manifest_path is None:
+        stage.notes.append(found.note)
+    if found.kind != "kg import":
+        stage.parts.append(_part(found, samples, seed))
+    if found.folder and (folder / "metrics.jsonl").is_file():
+        stage.series = read_curves(folder / "metrics.jsonl")
+        if not plots:  # the stage's own PNG draws them, else an SVG does
+            stage.curves = stage.series
+    if found.kind == "kg import":
+        _kg_info(stage, run_dir)
+    if found.kind == "eval compare" and (folder / "compare.md").is_file():
         stage.compare_markdown = (folder / "compare.md").read_text(encoding="utf-8")
         # compare.png is shown where compare.md places it, not again below
         stage.plots = [p for p in stage.plots if p.name not in md_images(stage.compare_markdown)]
-    if (folder / "metrics.json").is_file() and key.startswith("eval/"):
-        from kgsynth.eval.compare import compare_runs
-
-        try:
-            stage.eval_rows = compare_runs([folder])
-        except (KGSynthError, KeyError, TypeError, ValueError) as exc:
-            stage.notes.append(f"metrics.json could not be read: {exc}")
-    if key != "kg" and not any(p.manifest_path for p in stage.parts):
-        what = "training" if key in TRAINING else "the stage"
-        stage.notes.append(f"no manifest: {what} has not finished (or did not run)")
+    if found.kind == "eval" and (folder / "metrics.json").is_file():
+        _eval_info(stage)
     return stage
 
 
 def collect_run(run_dir: str | Path, *, samples: int = 24, seed: int = 0) -> RunReport:
-    """Gather the stages of the run in ``run_dir`` (pipeline order, then any other folder
-    holding a manifest), with ``samples`` rows per data file picked by ``Random(seed)``.
-    Raises :class:`ConfigError` (naming the path) when ``run_dir`` is not a run folder."""
+    """Gather every output under ``run_dir``, found by its manifest in any layout, in the
+    order the stages ran, with ``samples`` rows per data file picked by ``Random(seed)``
+    (``samples=0``: none). Raises :class:`ConfigError` (naming the path) when ``run_dir`` is
+    not a run folder."""
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise ConfigError(f"RUN_DIR: {run_dir} does not exist")
-    if not is_run_dir(run_dir):
-        raise ConfigError(
-            f"RUN_DIR: {run_dir} is not a kgsynth run folder (none of "
-            f"{', '.join(k + '/' for k, _ in PIPELINE)} holds a manifest)"
-        )
-    if samples < 1:
+    if samples < 0:
         raise ConfigError(f"--samples must be >= 1 (got {samples})")
-    stages: list[Stage] = []
-    missing: list[tuple[str, str]] = []
-    known = {k for k, _ in PIPELINE}
-    for key, title in PIPELINE:
-        folder = run_dir / key
-        if not folder.is_dir():
-            missing.append((key, title))
-            continue
-        if key == "eval":
-            labels = sorted(
-                d for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")
-            )
-            if not labels:
-                missing.append((key, title))
-            for d in labels:
-                stages.append(
-                    _collect_stage(f"eval/{d.name}", f"Evaluation: {d.name}", d, samples, seed)
-                )
-            continue
-        stages.append(_collect_stage(key, title, folder, samples, seed))
-    for folder in sorted(run_dir.iterdir()):
-        if folder.is_dir() and folder.name not in known and _has_manifest(folder):
-            stages.append(_collect_stage(folder.name, folder.name, folder, samples, seed))
+    found = discover(run_dir) if run_dir.is_dir() else []
+    if not found:
+        raise ConfigError(
+            f"RUN_DIR: {run_dir} is not a kgsynth run folder (no stage manifest, KG store or "
+            "training run in it or its subfolders)"
+        )
+    outside = external_kg(found)
+    if outside is not None:
+        found.insert(0, outside)
+    stages = [_collect_stage(f, run_dir, samples, seed) for f in found]
+    kinds = {s.kind for s in stages}
+    missing = [(k, KINDS[k][1]) for k in EXPECTED_KINDS if k not in kinds]
     report = RunReport(run_dir, stages, missing, samples, seed)
-    evals = [s.folder for s in stages if s.key.startswith("eval/") and s.eval_rows]
-    summary = next((s for s in stages if s.key == "summary"), None)
-    if evals and (summary is None or summary.compare_markdown is None):
+    evals = [s.folder for s in stages if s.kind == "eval" and s.eval_rows]
+    if evals and not any(s.compare_markdown for s in stages):
         from kgsynth.eval.compare import compare_runs
 
         try:
             report.comparison = compare_runs(evals)
         except (KGSynthError, KeyError, TypeError, ValueError) as exc:
             report.comparison_error = str(exc)
-    log.info("report of %s: %d stages, %d missing", run_dir, len(stages), len(missing))
+    log.info("report of %s: %d outputs, %d kinds missing", run_dir, len(stages), len(missing))
     return report

@@ -1,6 +1,6 @@
-"""What a run report holds: the run's folders in pipeline order, and one record per stage,
-output, funnel, sample and training curve (filled by :mod:`kgsynth.report.collect`, drawn by
-:mod:`kgsynth.report.page`)."""
+"""What a run report holds: the stage kinds a manifest can name, and one record per stage,
+output, funnel, sample and training curve (found by :mod:`kgsynth.report.discover`, filled by
+:mod:`kgsynth.report.collect`, drawn by :mod:`kgsynth.report.page`)."""
 
 from __future__ import annotations
 
@@ -8,29 +8,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PIPELINE: tuple[tuple[str, str], ...] = (
-    ("kg", "Knowledge graph"),
-    ("walks", "Walks"),
-    ("questions", "Questions"),
-    ("trajectories", "Trajectories (stage-1 data)"),
-    ("corpus", "Filter: stage-1 corpus"),
-    ("stage1", "Stage 1: SFT"),
-    ("stage2_data", "Stage-2 data (rejection sampling)"),
-    ("corpus_stage2", "Filter: stage-2 corpus"),
-    ("val", "Validation questions (early stopping of stage 2 and RL)"),
-    ("stage2", "Stage 2: SFT"),
-    ("rl", "RL (GRPO)"),
-    ("eval", "Evaluations"),
-    ("summary", "Evaluation comparison"),
-)
-"""The folders of a run in pipeline order, with their titles (the ``make all`` layout)."""
+KINDS: dict[str, tuple[int, str]] = {
+    "kg import": (0, "Knowledge graph"),
+    "walk": (1, "Walks"),
+    "synthesize questions": (2, "Questions"),
+    "synthesize trajectories": (3, "Trajectories"),
+    "filter": (4, "Filter: corpus"),
+    "train stage1": (5, "Stage 1: SFT"),
+    "train stage2": (6, "Stage 2: SFT"),
+    "train rl": (7, "RL (GRPO)"),
+    "train merge": (8, "LoRA merge"),
+    "training": (8, "Training"),
+    "eval": (9, "Evaluation"),
+    "eval compare": (10, "Evaluation comparison"),
+}
+"""Each stage kind a manifest names (its ``stage`` field), with its place in the pipeline (the
+tie-break of stages written in the same second) and its title on the page. ``training`` is a
+training folder whose stage cannot be told (a ``metrics.jsonl`` alone)."""
+
+EXPECTED_KINDS = (
+    "kg import", "walk", "synthesize questions", "synthesize trajectories", "filter",
+    "train stage1", "train stage2", "train rl", "eval", "eval compare",
+)  # fmt: skip
+"""The kinds a whole ``make all`` run holds; a run without one lists it as skipped."""
+
+DATA_KINDS = ("walk", "synthesize questions", "synthesize trajectories", "filter")
+TRAINING_KINDS = ("train stage1", "train stage2", "train rl", "training")
 
 FOLDER_OUTPUT_FILES = ("accepted", "rejected", "predictions")
 """Data files of folder outputs (``filter``, ``eval``): one part with ``manifest.json``."""
 
 MAX_MESSAGE_CHARS = 4000
 MAX_LIST_ITEMS = 10
-TRAINING = {"stage1", "stage2", "rl"}
 SKIP_SUMMARY_KEYS = {"versions", "kg", "config", "command"}
 
 
@@ -85,8 +94,25 @@ class Curve:
 
 
 @dataclass
+class Found:
+    """One output found in a run folder: its kind (what its manifest's ``stage`` says), where
+    it lies (``path``: the folder of a folder output, the Parquet file of a file output), its
+    manifest (None where the stage wrote none: a KG store, an unfinished training run) and when
+    it was written (the manifest's ``written``, else the newest file's time)."""
+
+    kind: str
+    path: Path
+    folder: bool
+    manifest_path: Path | None
+    written: str
+    manifest: dict[str, Any] | None = None
+    note: str | None = None
+
+
+@dataclass
 class Stage:
-    """One stage folder of the run (``walks``, ``eval/stage1``, …)."""
+    """One output of the run (``walks/walks.parquet``, ``corpus``, ``eval/stage1``, …): ``key``
+    is its path in the run folder, ``kind`` what its manifest says it is."""
 
     key: str
     title: str
@@ -94,15 +120,25 @@ class Stage:
     parts: list[Part]
     plots: list[Path]
     curves: list[Curve]
+    kind: str = ""
+    written: str = ""
+    series: list[Curve] = field(default_factory=list)
     eval_rows: list[dict[str, Any]] = field(default_factory=list)
+    type_rows: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     compare_markdown: str | None = None
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The output's own manifest (its first part's), empty without one."""
+        return next((p.manifest for p in self.parts if p.manifest), {})
+
 
 @dataclass
 class RunReport:
-    """Everything the page shows: found stages in pipeline order, and the missing ones."""
+    """Everything the page shows: the stages found, in the order they ran, and the kinds of
+    stage a whole run has that this one lacks (``(kind, title)``)."""
 
     run_dir: Path
     stages: list[Stage]
@@ -111,3 +147,6 @@ class RunReport:
     seed: int
     comparison: list[dict[str, Any]] = field(default_factory=list)
     comparison_error: str | None = None
+
+    def of_kind(self, *kinds: str) -> list[Stage]:
+        return [s for s in self.stages if s.kind in kinds]

@@ -62,10 +62,14 @@ def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> tuple[str, int]:
     return (text, 0) if len(text) <= limit else (text[:limit], len(text) - limit)
 
 
-def html_table(head: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "rows") -> str:
+def html_table(
+    head: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "rows", ident: str = ""
+) -> str:
+    """A table of ``head`` (escaped here) over ``rows`` (cells already HTML)."""
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+    attr = f' id="{esc(ident)}"' if ident else ""
+    return f'<table class="{cls}"{attr}><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def kv_table(items: Iterable[tuple[str, Any]]) -> str:
@@ -73,9 +77,20 @@ def kv_table(items: Iterable[tuple[str, Any]]) -> str:
     return f'<table class="kv">{rows}</table>' if rows else ""
 
 
+CURVE_COLOURS = ("#2b6cb0", "#dd6b20")
+
+
 def svg_curve(curve: Curve, width: int = 640, height: int = 200) -> str:
     """An inline SVG line chart of one series (no scripts, no external references)."""
-    pts = curve.points
+    return svg_lines(curve.name, [("", curve)], width, height)
+
+
+def svg_lines(
+    name: str, series: Sequence[tuple[str, Curve]], width: int = 640, height: int = 200
+) -> str:
+    """One chart of several ``(label, curve)`` series over shared axes, each in its colour
+    (:data:`CURVE_COLOURS`, in turn), labelled in the title when there are several."""
+    pts = [p for _, c in series for p in c.points]
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
@@ -92,19 +107,31 @@ def svg_curve(curve: Curve, width: int = 640, height: int = 200) -> str:
     def sy(y: float) -> float:
         return top + (1 - (y - y0) / (y1 - y0)) * h
 
-    line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+    lines, legend = [], []
+    for i, (label, curve) in enumerate(series):
+        colour = CURVE_COLOURS[i % len(CURVE_COLOURS)]
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in curve.points)
+        lines.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
+            f'data-series="{esc(label or curve.name)}" points="{line}"/>'
+        )
+        legend.append(f"{label}: {len(curve.points)} points" if label else "")
+    caption = (
+        f"{name} ({len(series[0][1].points)} points)"
+        if len(series) == 1
+        else f"{name} ({'; '.join(legend)})"
+    )
     return (
         f'<svg class="curve" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
-        f"<title>{esc(curve.name)} by step</title>"
+        f"<title>{esc(name)} by step</title>"
         f'<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
-        f'<polyline fill="none" stroke="#2b6cb0" stroke-width="1.5" points="{line}"/>'
-        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{esc(f"{y1:.4g}")}</text>'
+        + "".join(lines)
+        + f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{esc(f"{y1:.4g}")}</text>'
         f'<text x="{left - 4}" y="{top + h}" text-anchor="end">{esc(f"{y0:.4g}")}</text>'
         f'<text x="{left}" y="{height - 8}">{esc(f"step {x0:g}")}</text>'
         f'<text x="{left + w}" y="{height - 8}" text-anchor="end">{esc(f"{x1:g}")}</text>'
-        f'<text x="{left + w / 2}" y="14" text-anchor="middle">{esc(curve.name)} '
-        f"({len(pts)} points)</text></svg>"
+        f'<text x="{left + w / 2}" y="14" text-anchor="middle">{esc(caption)}</text></svg>'
     )
 
 

@@ -1,6 +1,7 @@
-"""The whole page: the overview of every stage's counts, each stage's section (notes, KG
-facts, parts, evaluation rows, the comparison's markdown, plots, curves) and the inline CSS and
-JS; it loads nothing from the network."""
+"""The whole page: the headline numbers first (:mod:`kgsynth.report.headline`), then the
+overview of every output's counts, each output's section (notes, KG facts, parts, evaluation
+rows, the comparison's markdown, plots, curves) and the inline CSS and JS; it loads nothing
+from the network."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from kgsynth.report.contents import RunReport, Stage
 from kgsynth.report.elements import esc, figure, fmt_num, html_table, kv_table, slug, svg_curve
+from kgsynth.report.headline import render_headline
 from kgsynth.report.markdown import render_markdown
 from kgsynth.report.sections import render_eval_rows, render_funnel, render_manifest, render_sample
 
@@ -32,7 +34,7 @@ def _stage_counts(stage: Stage) -> tuple[str, str, str, str]:
 def render_stage(stage: Stage, run_dir: Path) -> str:
     out = [
         f'<section class="stage" id="{esc(slug(stage.key))}" data-stage="{esc(stage.key)}">',
-        f"<h2>{esc(stage.title)} <code>{esc(stage.key)}/</code></h2>",
+        f"<h2>{esc(stage.title)} <code>{esc(stage.key)}</code></h2>",
     ]
     out += [f'<p class="note">{esc(n)}</p>' for n in stage.notes]
     if stage.info:
@@ -109,6 +111,16 @@ text-transform:uppercase;color:#555}.msg .content{white-space:pre-wrap;word-brea
 figure{margin:8px 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:11px;color:#777}svg.curve text{font-size:11px;fill:#444}
 nav ol{columns:2}.toolbar button{margin-right:6px}
+h1.title{font-size:18px;margin:4px 0}p.sub{margin:0 0 4px;font-size:12px}
+#headline h2{margin-top:8px}#headline h3{font-size:14px;margin:10px 0 2px}
+table.headline{font-size:13px;width:auto}table.headline td{white-space:nowrap}
+.ci{color:#666;font-size:11px}.n{color:#888;font-size:11px}.na{color:#aaa}
+table.funnels,table.training{font-size:12px;width:auto}table.funnels td,table.training td{
+white-space:nowrap}
+.delta.up{color:#276749;font-weight:700}.delta.down{color:#c53030;font-weight:700}
+tr.run-b td{border-top:none}tr.delta-row td{border-bottom:2px solid #ccc}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:16px}.pair table.funnel{min-width:0}
+.legend span{margin-right:12px}.legend .a{color:#2b6cb0}.legend .b{color:#dd6b20}
 """
 
 JS = """
@@ -116,50 +128,66 @@ function setAll(open){document.querySelectorAll('details').forEach(function(d){d
 """
 
 
-def render_html(report: RunReport) -> str:
-    """The whole page: title, overview (every stage's counts, the missing stages), each stage
-    in order and the evaluation comparison."""
+def page_head(title: str) -> list[str]:
+    """The document's head: its title, the inline CSS and script."""
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{CSS}</style><script>{JS}</script></head><body>",
+    ]
+
+
+def generated_line(samples: str) -> str:
     from kgsynth import __version__
 
+    generated = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f'<p class="note sub">generated {esc(generated)} by kgsynth {esc(__version__)}'
+        f"{esc(samples)}.</p>"
+    )
+
+
+def render_html(report: RunReport) -> str:
+    """The whole page: title, the headline numbers, overview (every output's counts, the
+    kinds of stage the run lacks), each output in the order it was written and the
+    evaluation comparison."""
     run = str(report.run_dir)
     nav = []
     overview = []
     for stage in report.stages:
         nav.append(f'<li><a href="#{esc(slug(stage.key))}">{esc(stage.title)}</a></li>')
-        overview.append([esc(stage.title), f"<code>{esc(stage.key)}/</code>",
+        overview.append([esc(stage.title), f"<code>{esc(stage.key)}</code>",
                          *(esc(c) for c in _stage_counts(stage))])  # fmt: skip
     missing = "".join(
-        f'<p class="missing" data-missing="{esc(key)}">{esc(title)} (<code>{esc(key)}/</code>): '
+        f'<p class="missing" data-missing="{esc(kind)}">{esc(title)} (<code>{esc(kind)}</code>): '
         "not in this run, skipped.</p>"
-        for key, title in report.missing
+        for kind, title in report.missing
     )
     comparison = ""
     if report.comparison:
         comparison = (
             '<section class="stage" id="stage-comparison" data-stage="comparison">'
-            "<h2>Evaluation comparison (from eval/*/metrics.json)</h2>"
+            "<h2>Evaluation comparison (from each evaluation's metrics.json)</h2>"
             + render_eval_rows(report.comparison)
             + "</section>"
         )
     elif report.comparison_error:
         comparison = f'<p class="note">evaluation comparison: {esc(report.comparison_error)}</p>'
-    generated = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    samples = f"; samples: up to {report.samples} rows per file, picked with seed {report.seed}"
     return "\n".join(
         [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>kgsynth run report: {esc(run)}</title>",
-            f"<style>{CSS}</style><script>{JS}</script></head><body>",
-            f"<h1>kgsynth run report: <code>{esc(run)}</code></h1>",
-            f'<p class="note">generated {esc(generated)} by kgsynth {esc(__version__)}; '
-            f"samples: up to {report.samples} rows per file, picked with seed {report.seed}.</p>",
+            *page_head(f"kgsynth run report: {run}"),
+            f'<h1 class="title">kgsynth run report: <code>{esc(run)}</code></h1>',
+            generated_line(samples),
+            render_headline(report),
             '<div class="toolbar"><button type="button" onclick="setAll(true)">expand all'
             '</button><button type="button" onclick="setAll(false)">collapse all</button></div>',
             f"<nav><ol>{''.join(nav)}</ol></nav>",
             '<section id="overview"><h2>Pipeline overview</h2>',
             html_table(
-                ["stage", "folder", "in", "accepted", "rejected", "seconds"],
+                ["stage", "output", "in", "accepted", "rejected", "seconds"],
                 overview,
                 cls="rows overview",
             ),
