@@ -7,8 +7,11 @@ Virtuoso, or skipped) with the headline table on the first 1280x800 screen."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import struct
 import subprocess
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import ClassVar
@@ -46,7 +49,10 @@ def eval_metrics() -> dict:
         "overall": overall,
         "ci95": {k: [0.0, 0.9] for k in overall},
         "union": {},
-        "breakdowns": {"hops": {"1": {**overall, "questions": 4}}},
+        "breakdowns": {
+            "hops": {"1": {**overall, "questions": 4, "ci95": {"hits_at_1": [0.1, 0.9]}}},
+            "qtype": {"movie_to_director": {**overall, "questions": 4}},
+        },
     }
 
 
@@ -164,6 +170,36 @@ def test_funnels_show_the_manifests_counts(run, page):
     # the tiny run has rejects where the test needs them
     assert filt["rejects"]["too_long"] > 0 and filt["accepted"] > 0
     assert funnel_of(filt).unattributed == 0
+
+
+def test_the_headline_comes_first_with_every_models_hits_and_the_funnels_counts(run, page):
+    parsed = Page(page[1])
+    tables = [a.get("id") for t, a in parsed.tags if t == "table"]
+    assert tables[0] == "headline-evals"  # the first table of the page
+    assert [t for t in tables if t] == ["headline-evals", "headline-data", "headline-training"]
+    sections = [a.get("id") for a in parsed.find("section")]
+    assert sections[0] == "headline"
+    head = page[1].split('id="headline"', 1)[1].split("</section>", 1)[0]
+    evals = head.split('id="headline-evals"', 1)[1].split("</table>", 1)[0]
+    assert "tiny &lt;eval&gt; &amp; &quot;co&quot;" in evals and "<th>1-hop</th>" in evals
+    # overall and 1-hop Hits@1, each with its interval from metrics.json
+    assert evals.count('<strong data-value="0.5">0.500</strong>') == 2
+    assert "[0.000, 0.900]</span>" in evals and "[0.100, 0.900]</span>" in evals
+    # by type: collapsed under the table (no predictions.parquet here: no interval)
+    assert 'data-breakdown="qtype"' in head and "movie_to_director" in head
+    data = Page(head.split('id="headline-data"', 1)[1].split("</table>", 1)[0])
+    counts = [int(a["data-count"]) for a in data.find("strong") if a.get("data-count")]
+    accepted = [
+        manifest(run / "walks" / "walks.manifest.json")["accepted"],
+        manifest(run / "questions" / "questions.manifest.json")["accepted"],
+        manifest(run / "trajectories" / "trajectories.manifest.json")["trajectories"],
+        manifest(run / "corpus" / "manifest.json")["accepted"],
+    ]
+    assert counts == accepted
+    training = head.split('id="headline-training"', 1)[1].split("</table>", 1)[0]
+    # the unfinished stage 1: steps and loss so far, from metrics.jsonl
+    assert "Stage 1: SFT (not finished)" in training and "20 (so far)" in training
+    assert "5 → 0.25" in training
 
 
 def test_samples_show_rows_accepted_and_rejected_with_reasons(run, page):
@@ -352,3 +388,44 @@ def test_chromium_renders_the_page(browser, page, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"screenshot: {shot}")
+
+
+def layout(browser: str, page: Path, tmp_path: Path) -> dict[str, tuple[int, int]]:
+    """Where each section and table with an id lies on the first 1280x800 screen, in CSS
+    pixels (top, bottom), as Chromium lays the page out: a copy of the page with a script that
+    writes the positions into the DOM, read back with ``--dump-dom``."""
+    probe = (
+        "<script>document.body.setAttribute('data-layout', JSON.stringify(Array.from("
+        "document.querySelectorAll('section[id],table[id]')).map(function(e){"
+        "var r=e.getBoundingClientRect();return [e.id,Math.round(r.top),Math.round(r.bottom)];"
+        "})));</script>"
+    )
+    copy = tmp_path / f"probe-{page.name}"
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", probe + "</body>"))
+    res = headless(browser, "--window-size=1280,800", "--dump-dom", copy.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', res.stdout)
+    assert found, "the probe did not run"
+    return {name: (top, bottom) for name, top, bottom in json.loads(unescape(found.group(1)))}
+
+
+def first_screen(browser: str, page: Path, tmp_path: Path) -> dict[str, tuple[int, int]]:
+    """A 1280x800 screenshot of ``page`` (checked to be that PNG) and its layout."""
+    shot = tmp_path / f"{page.stem}-1280x800.png"
+    res = headless(browser, f"--screenshot={shot}", "--window-size=1280,800", page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert struct.unpack(">II", png[16:24]) == (1280, 800)  # IHDR: width, height
+    print(f"screenshot: {shot}")
+    return layout(browser, page, tmp_path)
+
+
+def test_the_headline_table_is_on_the_first_screen(browser, page, tmp_path):
+    boxes = first_screen(browser, page[0], tmp_path)
+    top, bottom = boxes["headline-evals"]
+    assert 0 < top < bottom <= 800, boxes
+    assert boxes["headline-data"][0] < 800 and boxes["headline"][0] < top
+    # nothing else comes before it
+    assert all(b[0] >= boxes["headline"][1] for k, b in boxes.items()
+               if not k.startswith("headline")), boxes  # fmt: skip

@@ -143,9 +143,8 @@ def _types_table(report: RunReport) -> str:
         head = [col, *(s.eval_rows[0].get("label") or s.key for s in evals)]
         out.append(
             f'<details class="types" data-breakdown="{esc(col)}"><summary>Hits@1 by {esc(col)} '
-            f"({len(groups)} groups; the evaluated model, 95 % CI over questions)</summary>"
-            + html_table(head, body, cls="rows types")
-            + "</details>"
+            f"({len(groups)} group{'s' if len(groups) != 1 else ''}; the evaluated model, 95 % CI "
+            "over questions)</summary>" + html_table(head, body, cls="rows types") + "</details>"
         )
     return "".join(out)
 
