@@ -25,13 +25,14 @@ from kgsynth.core.manifest import sha256_file
 from kgsynth.core.schema import TRAJECTORY_SCHEMA
 from kgsynth.core.stage import Progress, StageResult
 from kgsynth.core.stage_io import StagedOutput, recover_input
+from kgsynth.filter.card import CARD_NAME, write_card
 from kgsynth.filter.columns import missing_columns
 from kgsynth.filter.config import FilterConfig, MaxSimilarity
 from kgsynth.filter.figure import filter_stats_png
 from kgsynth.filter.filters import run_filters
 
 CORPUS_FILES = frozenset(
-    {"accepted.parquet", "rejected.parquet", "filter_stats.png", "manifest.json"}
+    {"accepted.parquet", "rejected.parquet", "filter_stats.png", "manifest.json", "README.md"}
 )
 """What a corpus folder holds."""
 
@@ -171,8 +172,9 @@ def write_corpus(
     cfg: FilterConfig,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """``accepted.parquet``, ``rejected.parquet``, ``filter_stats.png`` and ``manifest.json``
-    into the staged folder output; returns the manifest."""
+    """``accepted.parquet``, ``rejected.parquet``, ``filter_stats.png``, ``manifest.json`` and
+    the dataset card ``README.md`` (:mod:`kgsynth.filter.card`) into the staged folder output;
+    returns the manifest."""
     out_dir = staged.out
     tables = {"accepted.parquet": result.accepted, "rejected.parquet": result.rejected}
     _say(progress, f"writing {out_dir}")
@@ -191,7 +193,7 @@ def write_corpus(
     png = out_dir / "filter_stats.png"
     filter_stats_png(stats, staged.path(png.name))
     phases["png"] = time.perf_counter() - clock
-    return staged.write_manifest(
+    manifest = staged.write_manifest(
         "filter",
         cfg,
         input=inputs.manifest_entry(stats["rows_in"]),
@@ -207,3 +209,6 @@ def write_corpus(
         seconds_by_phase={k: round(v, 3) for k, v in phases.items()},
         **stats,
     )
+    files = {name: staged.path(name) for name in tables}
+    write_card(staged.path(CARD_NAME), files, manifest, inputs.paths)
+    return manifest
