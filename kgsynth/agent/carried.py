@@ -44,7 +44,7 @@ from typing import Any
 
 from kgsynth.agent.config import AGENT_FIELDS, AgentConfig, AgentConfigError
 from kgsynth.core.config import type_problem
-from kgsynth.core.errors import InputFileError
+from kgsynth.core.errors import ConfigError, InputFileError
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +307,32 @@ def sft_agent(corpus: str | Path, init: str | Path | None) -> CarriedAgent | Non
 
 # -- overriding what a model carries
 
+ALLOW_TOOLSET_CHANGE = "allow_toolset_change"
+ALLOW_TOOLSET_CHANGE_HELP = (
+    "Run a model under a tool set (--toolset, a --preset's) other than the one it was trained "
+    "with (its agent_config.json); without it that is refused."
+)
+
+
+def check_toolset_change(
+    carried: CarriedAgent | None, given: Mapping[str, Any], how: str = "the command sets"
+) -> None:
+    """Refuse to run a model under a tool set other than the one it was trained with: where
+    ``given`` (the options a command's preset, ``--config`` file and flags set, by field name)
+    sets a ``toolset`` other than the one ``carried`` holds and not ``allow_toolset_change``,
+    a :class:`ConfigError` names both tool sets and the flag that allows it (``how``: what set
+    it, "--preset kg-r1 sets"). Its tools, turn format and prompt are another space's, so its
+    answers measure or train something else."""
+    if carried is None:
+        return
+    held, asked = carried.values.get("toolset"), given.get("toolset")
+    if held is None or asked is None or asked == held or given.get(ALLOW_TOOLSET_CHANGE):
+        return
+    raise ConfigError(
+        f"{carried.origin} toolset {held}; {how} toolset {asked}, a tool set it was not "
+        f"trained with: pass --allow-toolset-change to run it so, or give --toolset {held}"
+    )
+
 
 def shown(value: Any) -> str:
     """A setting's value as a warning shows it (as YAML spells it)."""
@@ -351,9 +377,12 @@ def override_line(carried: CarriedAgent, given: Iterable[tuple[str, Any, str]]) 
 
 __all__ = [
     "AGENT_CONFIG_FILE",
+    "ALLOW_TOOLSET_CHANGE",
+    "ALLOW_TOOLSET_CHANGE_HELP",
     "SAVED_FIELDS",
     "CarriedAgent",
     "agent_record",
+    "check_toolset_change",
     "corpus_agent",
     "model_agent",
     "override_line",

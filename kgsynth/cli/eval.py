@@ -20,7 +20,6 @@ import typer
 
 from kgsynth.cli.common import (
     fail,
-    model_carries,
     open_graph_option,
     progress_bar,
     stderr,
@@ -42,6 +41,7 @@ from kgsynth.cli.options import (
 )
 from kgsynth.cli.panels import EVALUATION, INPUTS, LAUNCH, MODEL, OUTPUT
 from kgsynth.core.errors import ConfigError, KGSynthError
+from kgsynth.eval.checkpoints import eval_carries
 from kgsynth.eval.config import EvalConfig
 
 DirsArgument = Annotated[
@@ -138,7 +138,7 @@ LabelOption = Annotated[
 ]
 
 
-@config_command(EvalConfig, section="eval", carried=model_carries, panel=EVALUATION)
+@config_command(EvalConfig, section="eval", carried=eval_carries, panel=EVALUATION)
 def eval_cmd(
     cfg: EvalConfig,
     dirs: DirsArgument = None,
@@ -185,7 +185,11 @@ def eval_cmd(
             device=device,
             workers=workers,
         )
-        keep = ("batch_size", "device", "workers") if llm == "hf" else tuple(llm_options)
+        if llm == "hf":  # a LoRA checkpoint's base, where it is not where the adapter says
+            llm_options["base_model"] = cfg.base_model
+        keep = (
+            ("batch_size", "device", "workers", "base_model") if llm == "hf" else tuple(llm_options)
+        )
         _evaluate(
             cfg,
             questions=questions,

@@ -227,10 +227,16 @@ def _preset_layer(given: dict[str, Any], config: Path | None, section: str | Non
 
 
 def _init_carries(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent | None:
-    """RL rolls out in the tool environment its --init was trained in, unless told otherwise."""
-    from kgsynth.agent.carried import model_agent
+    """RL rolls out in the tool environment its --init was trained in, unless told otherwise;
+    another tool set (a --preset's, --toolset's) only with --allow-toolset-change."""
+    from kgsynth.agent.carried import check_toolset_change, model_agent
+    from kgsynth.train.presets import preset_values
 
-    return model_agent(given.get("init"))
+    agent = model_agent(given.get("init"))
+    preset = given.get("preset")
+    by_preset = preset and preset_values(preset).get("toolset") == given.get("toolset")
+    check_toolset_change(agent, given, f"--preset {preset} sets" if by_preset else "rl sets")
+    return agent
 
 
 @command(train_app, "rl")
@@ -328,6 +334,15 @@ def merge_cmd(
             rich_help_panel=OUTPUT,
         ),
     ] = False,
+    base_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="The model folder the adapter was trained from, where it is no longer where "
+            "the adapter says (a run folder moved without its base). \\[default: the folder "
+            "adapter_config.json names, found relative to RUN first]",
+            rich_help_panel=MODEL,
+        ),
+    ] = None,
 ) -> None:
     """Fold a LoRA run's adapter into its base weights: a plain save_pretrained folder (weights,
     config, tokenizer, the agent's system prompt and settings) that transformers and vLLM load
@@ -335,7 +350,7 @@ def merge_cmd(
     from kgsynth.train.stages import run_merge
 
     try:
-        info = run_merge(run, out_dir, overwrite=overwrite)
+        info = run_merge(run, out_dir, overwrite=overwrite, base_model=base_model)
     except KGSynthError as exc:
         fail(exc)
     stdout.print(f"merged {run} → {out_dir} ({info['parameters']:,} parameters)", highlight=False)

@@ -88,3 +88,17 @@ def untrained_model(checkpoint: str | Path) -> Path:
             "`kgsynth train`); pass --baseline-model PATH"
         )
     return current
+
+
+def eval_carries(given: dict[str, Any], params: dict[str, Any]) -> Any:
+    """The agent settings a local checkpoint (``--llm hf --model DIR``) was trained with, which
+    eval starts from (``config_command(carried=...)``); a tool set other than its own, from
+    ``--toolset`` or the ``--config`` file, only with ``--allow-toolset-change``. An API model
+    (``--llm openai``) or a folder without them carries none."""
+    from kgsynth.agent.carried import check_toolset_change, model_agent
+
+    if params.get("llm") != "hf" or not params.get("model"):
+        return None
+    agent = model_agent(params["model"])
+    check_toolset_change(agent, given, "eval sets")
+    return agent

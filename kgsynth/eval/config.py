@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kgsynth.agent.carried import ALLOW_TOOLSET_CHANGE_HELP
 from kgsynth.agent.config import AgentConfig
 from kgsynth.core.config import config_record, option
 from kgsynth.core.errors import ConfigError, InputFileError
@@ -88,6 +89,17 @@ class EvalConfig:
         record=False,
         advanced=True,
     )
+    base_model: str | None = option(
+        None,
+        "The base model folder of a LoRA checkpoint (--llm hf), where it is no longer where "
+        "the adapter says (a run folder moved without its base). \\[default: the folder "
+        "adapter_config.json names, found relative to the checkpoint first]",
+        panel="Model",
+        advanced=True,
+    )
+    allow_toolset_change: bool = option(
+        False, ALLOW_TOOLSET_CHANGE_HELP, panel="Agent", advanced=True, record=False
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.baseline, str):  # a YAML or flag value "untrained,no-tools"
@@ -130,12 +142,20 @@ class EvalConfig:
 
     def for_policy(self, backend: str, model: str) -> EvalConfig:
         """This config with the checkpoint's stored system prompt (an hf checkpoint is
-        prompted the way it was trained, and its untrained start alike)."""
-        if backend != "hf" or self.agent.system_text is not None:
+        prompted the way it was trained, and its untrained start alike) and its per-turn token
+        cap at most the model's positions (one warning where it is lowered)."""
+        if backend != "hf":
             return self
         from kgsynth.agent.loop import stored_system_prompt
+        from kgsynth.core.modelio import fit_to_model
 
-        agent = dataclasses.replace(self.agent, system_text=stored_system_prompt(model))
+        text = self.agent.system_text
+        turn_tokens = fit_to_model("max_turn_tokens", self.agent.max_turn_tokens, model)
+        agent = dataclasses.replace(
+            self.agent,
+            system_text=stored_system_prompt(model) if text is None else text,
+            max_turn_tokens=turn_tokens,
+        )
         return dataclasses.replace(self, agent=agent)
 
     def params(self, run: int) -> GenerationParams:

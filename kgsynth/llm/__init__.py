@@ -32,7 +32,8 @@ def make_llm(backend: str, *, cache: str | Path | None = None, **options: Any) -
             **{
                 k: v
                 for k, v in options.items()
-                if k not in ("model", "device", "batch_size", "workers") and v is not None
+                if k not in ("model", "device", "batch_size", "workers", "base_model")
+                and v is not None
             },
         )
     elif backend == "hf":
@@ -45,7 +46,7 @@ def make_llm(backend: str, *, cache: str | Path | None = None, **options: Any) -
             **{
                 k: v
                 for k, v in options.items()
-                if k in ("device", "batch_size", "workers") and v is not None
+                if k in ("device", "batch_size", "workers", "base_model") and v is not None
             },
         )
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.core.errors import ConfigError
-from kgsynth.core.modelio import is_model_folder
+from kgsynth.core.modelio import adapter_base, is_adapter, is_model_folder
 from kgsynth.core.text import clean_text
 from kgsynth.llm.base import LLM, Completion, ProgressFn, Request
 from kgsynth.llm.chat import chat_template
@@ -56,7 +56,13 @@ class HFLLM(LLM):
     backend = "hf"
 
     def __init__(
-        self, model: str, *, device: str | None = None, batch_size: int = 8, workers: int = 1
+        self,
+        model: str,
+        *,
+        device: str | None = None,
+        batch_size: int = 8,
+        workers: int = 1,
+        base_model: str | None = None,
     ) -> None:
         super().__init__()
         path = Path(model)
@@ -65,6 +71,8 @@ class HFLLM(LLM):
                 f"--model: {model} is not a transformers checkpoint folder (no config.json)"
             )
         self.model = str(path)
+        # a LoRA checkpoint's base model, found now: one that is not here fails before any work
+        self.base_model = adapter_base(path, base_model) if is_adapter(path) else None
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1 (got {workers})")
         self.batch_size = max(1, batch_size)
@@ -105,7 +113,7 @@ class HFLLM(LLM):
             self._tok.pad_token = self._tok.eos_token
         from kgsynth.core.modelio import load_causal_lm
 
-        self._model = load_causal_lm(self.model, dtype=dtype).to(device)
+        self._model = load_causal_lm(self.model, base_model=self.base_model, dtype=dtype).to(device)
         self._model.eval()
 
     def _resolve_device(self) -> str:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgsynth.agent.carried import ALLOW_TOOLSET_CHANGE_HELP
 from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.agent.engines import ENGINES
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError, InputFileError
-from kgsynth.core.modelio import is_model_folder
+from kgsynth.core.modelio import fit_to_model, is_model_folder
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,
@@ -210,6 +211,7 @@ class GRPOConfig:
         advanced=True,
     )
     toolset: str = agent_option("toolset")
+    allow_toolset_change: bool = option(False, ALLOW_TOOLSET_CHANGE_HELP, panel="Agent")
     relation_ranking: str = agent_option("relation_ranking")
     entity_matching: str = agent_option("entity_matching")
     answer_matching: str = agent_option("answer_matching")
@@ -350,7 +352,9 @@ class GRPOConfig:
 
 
 def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
-    """Fill the recipe's defaults and check each field; errors name the field and range."""
+    """Fill the recipe's defaults and check each field; errors name the field and range. A
+    per-turn or per-observation token cap above ``init``'s positions is lowered to them, with
+    a warning."""
     if not cfg.init or not is_model_folder(cfg.init):
         raise ConfigError(
             f"--init: {cfg.init or '(none)'} holds no saved model (config.json); "
@@ -362,6 +366,12 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
         recorded = recorded_recipe(cfg.init, (SFT_SPEC, RL_CONFIG))
         recipe = "tiny" if recorded == "tiny" else "default"
     c = dataclasses.replace(cfg, recipe=recipe, **fill_recipe(cfg, RECIPES, recipe))
+    # a turn or an observation longer than the model's positions cannot be held in its context
+    c = dataclasses.replace(
+        c,
+        max_turn_tokens=fit_to_model("max_turn_tokens", c.max_turn_tokens, c.init),
+        max_obs_tokens=fit_to_model("max_obs_tokens", c.max_obs_tokens, c.init),
+    )
     check_selection_inputs(c)
     if c.phase2_questions is not None and not Path(c.phase2_questions).is_file():
         raise InputFileError(Path(c.phase2_questions), "does not exist (--phase2-questions)")

@@ -16,6 +16,7 @@ from typing import Any
 
 from kgsynth.agent.rewards import Gold
 from kgsynth.core.errors import InputFileError
+from kgsynth.core.modelio import record_adapter_base
 from kgsynth.train.core import store_system_prompt
 from kgsynth.train.grpo_config import (
     CHECKPOINTS,
@@ -126,7 +127,8 @@ def save_model(
 ) -> None:
     """A ``save_pretrained`` folder (weights gathered under ZeRO-3), with the tokenizer, the
     stored system prompt and the agent settings (an AgentConfig: the rollouts') the policy was
-    trained with."""
+    trained with; a LoRA policy's adapter names its base as
+    :func:`~kgsynth.core.modelio.record_adapter_base` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
@@ -140,6 +142,7 @@ def save_model(
         policy.module.save_pretrained(folder)
     if rank0:
         tok.save_pretrained(folder)
+        record_adapter_base(folder)  # a LoRA run's base: absolute and relative to the folder
 
 
 def save_resume_state(folder: Path, data: dict[str, Any]) -> None:

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.core.errors import InputFileError
+from kgsynth.core.modelio import record_adapter_base
 from kgsynth.train.core import (
     deepspeed_env,
     load_deepspeed_config,
@@ -324,6 +325,7 @@ def _train(
     trainer.save_model(str(out))  # weights, config, generation config, tokenizer + template
     if rank0:
         store_system_prompt(out, data["system_text"])
+        record_adapter_base(out)  # a LoRA run's base: absolute and relative to the run folder
     trainer.accelerator.wait_for_everyone()
     if not rank0:
         return {}

@@ -18,7 +18,7 @@ from typing import Any
 from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError
-from kgsynth.core.modelio import is_model_folder
+from kgsynth.core.modelio import fit_to_model, is_model_folder
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,
@@ -382,7 +382,8 @@ def _check_start(cfg: SFTConfig, stage: str) -> None:
 
 
 def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
-    """Fill the recipe's defaults and check every field; errors name the field and range."""
+    """Fill the recipe's defaults and check every field; errors name the field and range.
+    ``max_length`` above the starting model's positions is lowered to them, with a warning."""
     _check_start(cfg, stage)
     recipe = cfg.recipe
     if recipe is None:
@@ -396,6 +397,9 @@ def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
         top = min(RECIPES[recipe]["micro_batch_size"], cfg.batch_size)
         filled["micro_batch_size"] = next(d for d in range(top, 0, -1) if cfg.batch_size % d == 0)
     out = dataclasses.replace(cfg, recipe=recipe, **filled)
+    # a model of fewer positions trains on what it can hold (the tiny model is built to fit)
+    start = cfg.init if stage == "stage2" else cfg.model if cfg.model != "tiny" else None
+    out = dataclasses.replace(out, max_length=fit_to_model("max_length", out.max_length, start))
     if out.select_questions is not None and stage != "stage2":
         raise ConfigError("--select-questions belongs to stage2 (it compares with stage 1)")
     check_selection_inputs(out)

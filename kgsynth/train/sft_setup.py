@@ -71,10 +71,13 @@ def load_model(
     model = load_causal_lm(
         spec.model_path, dtype=torch.float32, attn_implementation=cfg.attn_implementation
     )
+    # resolve_config lowered max_length to the limit its files state; one they leave to the
+    # architecture's default is only known now, after the rows were cut to max_length
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and cfg.max_length > limit:
         raise ConfigError(
-            f"max_length ({cfg.max_length}) exceeds the model's max_position_embeddings ({limit})"
+            f"max_length ({cfg.max_length}) exceeds the model's max_position_embeddings ({limit}), "
+            f"which its config.json does not state; pass --max-length {limit}"
         )
     copy_loss_start = copy_loss(model, tokenizer, probe) if probe and rank0 else None
     if cfg.lora_r:

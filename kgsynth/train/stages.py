@@ -426,19 +426,26 @@ def _select(
     return selection_summary(record)
 
 
-def run_merge(run: Path, out_dir: Path, *, overwrite: bool) -> dict[str, Any]:
-    """A LoRA run folder's adapter folded into its base weights, into ``out_dir``; what
-    :func:`kgsynth.train.lora.merge` reports."""
+def run_merge(
+    run: Path, out_dir: Path, *, overwrite: bool, base_model: Path | None = None
+) -> dict[str, Any]:
+    """A LoRA run folder's adapter folded into its base weights (the folder the adapter names,
+    or ``base_model``), into ``out_dir``; what :func:`kgsynth.train.lora.merge` reports."""
+    from kgsynth.core.modelio import adapter_base, is_adapter
     from kgsynth.core.stage_io import StagedOutput
     from kgsynth.train.lora import merge
 
     started = time.perf_counter()
-    staged = StagedOutput(out_dir, folder=True, overwrite=overwrite, inputs=[("RUN", run)])
+    # a base that is not here fails now, before any output is staged or any model loaded
+    base = adapter_base(run, base_model) if is_adapter(run) else None
+    staged = StagedOutput(
+        out_dir, folder=True, overwrite=overwrite, inputs=[("RUN", run), ("--base-model", base)]
+    )
     with staged:
-        info = merge(run, staged.staging)
+        info = merge(run, staged.staging, base)
         staged.write_manifest(
             "train merge",
-            input={"run": str(run)},
+            input={"run": str(run), "base_model": base},
             output={"path": str(out_dir)},
             parameters=info["parameters"],
             elapsed_s=round(time.perf_counter() - started, 3),
