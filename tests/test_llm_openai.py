@@ -8,6 +8,7 @@ one case without a base URL fails on configuration before any request.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sqlite3
@@ -219,7 +220,46 @@ def test_a_server_slower_than_the_timeout_is_retried_then_an_error() -> None:
         elapsed = time.monotonic() - started
     assert server.requests == 2 and llm.stats.retries == 1
     assert c.error == "gave up after 2 attempts: timed out after 0s"
-    assert elapsed < 1.4, "the client waited for the slow answer"
+    # two 0.3 s attempts and the client's first backoff (0.375-0.5 s); waiting for the slow
+    # answer would have taken 1.5 s and got it
+    assert elapsed < 1.45, "the client waited for the slow answer"
+
+
+def test_the_clients_backoff_doubles_between_retries() -> None:
+    """The openai client retries itself (max_retries), 0.5 s doubling, less up to a quarter
+    at random: three 503s, then an answer, arrive about 0.5, 1 and 2 s apart."""
+    arrivals: list[float] = []
+
+    def script(n: int, body: Mapping[str, Any] | None) -> Reply:
+        arrivals.append(time.monotonic())
+        return Reply(503, ERROR_BODY) if n < 3 else Reply()
+
+    with FakeOpenAIServer(script) as server:
+        llm = fast_llm(server, max_retries=3)
+        c = llm.generate(HI)
+    assert c.ok and server.requests == 4 and llm.stats.retries == 3
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    for gap, full in zip(gaps, (0.5, 1.0, 2.0), strict=True):
+        assert 0.75 * full - 0.02 <= gap <= full + 0.3, gaps
+
+
+@pytest.mark.parametrize(("max_retries", "ok"), [(3, True), (2, False)])
+def test_client_retries_and_unreadable_retries_share_one_budget(max_retries: int, ok: bool) -> None:
+    """503 (the client retries it), garbage (kgsynth does), 503, then an answer: four attempts,
+    so three retries reach it and two give up after three attempts."""
+    script = [
+        Reply(503, ERROR_BODY),
+        Reply(200, b"{not json}"),
+        Reply(503, ERROR_BODY),
+        Reply(),
+    ]
+    with FakeOpenAIServer(script) as server:
+        llm = fast_llm(server, max_retries=max_retries)
+        c = llm.generate(HI)
+    assert c.ok is ok and server.requests == (4 if ok else 3)
+    assert llm.stats.retries == server.requests - 1
+    if not ok:
+        assert c.error is not None and c.error.startswith("gave up after 3 attempts: HTTP 503")
 
 
 def test_connection_refused_gives_an_error_result() -> None:

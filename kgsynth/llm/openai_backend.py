@@ -1,10 +1,14 @@
 """The ``openai`` backend: the official client (async) against any OpenAI-compatible URL.
 
 OpenAI, vLLM, SGLang, Ollama and ``transformers serve`` all answer ``/v1/chat/completions``.
-Requests run concurrently up to ``concurrency``; 429 (honouring ``Retry-After``), 5xx,
-timeouts, connection errors and unreadable responses are retried with exponential backoff up
-to ``max_retries`` times, after which the request comes back as an error result (the stage
-counts and keeps it) instead of raising.
+Requests run concurrently up to ``concurrency``. The client retries 408, 409, 429 and 5xx
+(honouring ``Retry-After`` up to two minutes), timeouts and connection errors itself, with its
+exponential backoff (0.5 s doubling to 8 s, less up to a quarter at random), up to
+``max_retries`` times; kgsynth adds what the client cannot do: an unreadable response (bad
+JSON, no content) is retried too, from the same budget of attempts (with ``backoff`` doubling
+to ``max_backoff``), and a request that fails for good comes back as an error result (the
+stage counts and keeps it) instead of raising. ``stats.retries`` counts the attempts after
+the first, however they came about (each HTTP request the client sends is counted).
 
 Replies are passed through :func:`~kgsynth.core.text.clean_text` (a reply can carry lone surrogates
 as JSON escapes), and error texts through :func:`~kgsynth.core.text.redact_text` with the API key
@@ -21,11 +25,10 @@ URL is recorded with the secret ones as ``***``.
 from __future__ import annotations
 
 import asyncio
-import email.utils
+import contextvars
 import logging
 import math
 import os
-import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +45,10 @@ log = logging.getLogger(__name__)
 # no credential and would blank ordinary words out of the data
 MIN_SECRET_IN_REPLY = 8
 
+# the HTTP requests the client has sent for the chat request this asyncio task is running
+# (each task runs in its own copy of the context, so concurrent requests count apart)
+_SENT: contextvars.ContextVar[list[int]] = contextvars.ContextVar("kgsynth_openai_sent")
+
 
 def split_query(base_url: str | None) -> tuple[str | None, dict[str, str]]:
     """``base_url`` without its query string, and the query's parameters (sent with every
@@ -53,30 +60,6 @@ def split_query(base_url: str | None) -> tuple[str | None, dict[str, str]]:
         return base_url, {}
     params = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
     return urllib.parse.urlunsplit(parts._replace(query="", fragment="")), params
-
-
-def retry_after_seconds(headers: Any) -> float | None:
-    """Seconds from a ``Retry-After`` (or ``retry-after-ms``) header, if any."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return float(ms) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        parsed = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None  # unreadable: fall back to exponential backoff
-    return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
 class OpenAILLM(LLM):
@@ -156,36 +139,43 @@ class OpenAILLM(LLM):
             kwargs["stop"] = list(p.stop)
         if p.seed is not None:
             kwargs["seed"] = p.seed
+        sent = [0]
+        _SENT.set(sent)
         last = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            delay = None
+        while True:
+            left = self.max_retries - sent[0]  # the retries the next call may make
+            api = client if left == self.max_retries else client.with_options(max_retries=left)
             async with sem:
                 try:
-                    resp = await client.chat.completions.create(**kwargs)
+                    resp = await api.chat.completions.create(**kwargs)
                     choice = resp.choices[0]
                     text = choice.message.content
                     if text is None:
                         raise ValueError("response without message content")
                     usage = resp.usage
+                    self.stats.retries += sent[0] - 1
                     return Completion(
                         text=self._reply(text),
                         finish_reason=choice.finish_reason,
                         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
                     )
-                except openai.RateLimitError as exc:
+                except openai.RateLimitError as exc:  # the client retried while it could
                     last = f"429 rate limited: {exc.message}"
-                    delay = retry_after_seconds(exc.response.headers)
+                    break
                 except openai.APIStatusError as exc:
                     detail = f"HTTP {exc.status_code}: {exc.message} {exc.body or ''}".strip()[:500]
                     if exc.status_code < 500 and exc.status_code not in (408, 409):
+                        self.stats.retries += sent[0] - 1
                         return Completion("", error=self._safe(detail))
                     last = detail
-                    delay = retry_after_seconds(exc.response.headers)  # e.g. 503 Retry-After
+                    break
                 except openai.APITimeoutError:
                     last = f"timed out after {self.timeout:.0f}s"
+                    break
                 except openai.APIConnectionError as exc:
                     last = f"connection error: {exc}"
+                    break
                 except (
                     openai.APIResponseValidationError,
                     ValueError,
@@ -195,15 +185,22 @@ class OpenAILLM(LLM):
                     RecursionError,  # a reply of JSON nested past Python's recursion limit
                 ) as exc:
                     last = f"unreadable response: {type(exc).__name__}: {exc}"[:500]
-            if attempt == self.max_retries:
+            if sent[0] > self.max_retries:  # the client does not retry these: kgsynth does
                 break
-            self.stats.retries += 1
-            wait = min(self.max_backoff, delay if delay is not None else self.backoff * 2**attempt)
-            log.info("request failed (%s); retry %d in %.2fs", self._safe(last), attempt + 1, wait)
+            retry = sent[0] - 1
+            wait = min(self.max_backoff, self.backoff * 2**retry)
+            log.info("request failed (%s); retry %d in %.2fs", self._safe(last), retry + 1, wait)
             await asyncio.sleep(wait)
-        return Completion(
-            "", error=self._safe(f"gave up after {self.max_retries + 1} attempts: {last}")
-        )
+        self.stats.retries += max(0, sent[0] - 1)
+        attempts = max(1, sent[0])
+        return Completion("", error=self._safe(f"gave up after {attempts} attempts: {last}"))
+
+    @staticmethod
+    async def _count_sent(request: Any) -> None:
+        """httpx's request hook: one more HTTP request sent for this task's chat request."""
+        sent = _SENT.get(None)
+        if sent is not None:
+            sent[0] += 1
 
     async def _run(
         self, requests: Sequence[Request], progress: ProgressFn | None
@@ -214,8 +211,11 @@ class OpenAILLM(LLM):
             base_url=base_url,
             api_key=self.api_key,
             timeout=self.timeout,
-            max_retries=0,
+            max_retries=self.max_retries,
             default_query=query or None,
+            http_client=openai.DefaultAsyncHttpxClient(
+                timeout=self.timeout, event_hooks={"request": [self._count_sent]}
+            ),
         )
         try:
 
