@@ -27,10 +27,10 @@ def report_cmd(
     run_dirs: Annotated[
         list[Path],
         typer.Argument(
-            help="The run folder (any layout: its stages are found by their manifests); two "
-            "run folders to compare them side by side.",
+            help="The run folder (any layout: its stages are found by their manifests); a second "
+            "run folder (RUN_B) compares the two side by side.",
             show_default=False,
-            metavar="RUN_DIR [RUN_B]",
+            metavar="RUN_DIR",
         ),
     ],
     out_path: Annotated[
