@@ -235,7 +235,9 @@ def _init_carries(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent
     agent = model_agent(given.get("init"))
     preset = given.get("preset")
     by_preset = preset and preset_values(preset).get("toolset") == given.get("toolset")
-    check_toolset_change(agent, given, f"--preset {preset} sets" if by_preset else "rl sets")
+    check_toolset_change(
+        agent, given, f"--preset {preset} sets" if by_preset else "--toolset (or --config) sets"
+    )
     return agent
 
 

@@ -100,5 +100,5 @@ def eval_carries(given: dict[str, Any], params: dict[str, Any]) -> Any:
     if params.get("llm") != "hf" or not params.get("model"):
         return None
     agent = model_agent(params["model"])
-    check_toolset_change(agent, given, "eval sets")
+    check_toolset_change(agent, given, "--toolset (or --config) sets")
     return agent
