@@ -48,9 +48,10 @@ lint: install
 format: install
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-# The main job: `kgsynth run` runs the recipe (pipelines/metaqa_default.yaml: its steps in order,
-# every setting of every step, and the smoke sizes) on the embedded default, the MetaQA movie KB
-# shipped in data/, offline: import -> walk -> template questions (contamination guard against
+# The main job: `kgsynth run` runs the recipe (the packaged metaqa_default, in
+# kgsynth/resources/recipes/: its steps in order, every setting of every step, and the smoke
+# sizes; `kgsynth recipes` lists the recipes) on the embedded default, the MetaQA movie KB
+# packaged in kgsynth/resources/metaqa/, offline: import -> walk -> template questions (contamination guard against
 # the evaluation questions) -> oracle trajectories -> filter -> stage1 (tiny model) -> stage 2
 # by rejection sampling -> validation questions -> stage2 and GRPO with early stopping -> eval of
 # each stage on 300 MetaQA dev questions -> summary with 95 % CIs -> report.html.
@@ -58,9 +59,12 @@ format: install
 # SPARQL endpoint) with its own evaluation questions (without EVAL the evaluations are left out).
 # A step whose output is complete is skipped: a killed `make all` resumes.
 K := $(BIN)/kgsynth
-PIPELINE ?= pipelines/metaqa_default.yaml
+PIPELINE ?= metaqa_default
 CFG := --config $(PIPELINE)
-DEV := data/metaqa/dev_sample/metaqa_dev_sample.jsonl
+# the packaged MetaQA files (kgsynth/resources/metaqa/: the KB, the dev and check samples)
+METAQA := kgsynth/resources/metaqa
+METAQA_KB := $(METAQA)/kb_partial.txt.gz
+DEV := $(METAQA)/dev_sample/metaqa_dev_sample.jsonl
 KG ?=
 EVAL ?= $(if $(KG),,$(DEV))
 # Both cores of a 2-core machine (NPROC processes of one torch thread each): SFT and GRPO
@@ -84,25 +88,25 @@ learn:
 	$(MAKE) all RUN=$(LEARN_RUN) NPROC=1
 
 # `make dev-check`: the final agent of a finished run ($(RUN)/rl) on 300 other MetaQA dev
-# questions (data/metaqa/dev_check/, none in the dev sample; evaluated only, never chosen on),
+# questions ($(METAQA)/dev_check/, none in the dev sample; evaluated only, never chosen on),
 # in $(RUN)/eval/check. RUN=$(LEARN_RUN) checks `make learn`'s agent.
-DEV_CHECK := data/metaqa/dev_check/metaqa_dev_check.jsonl
+DEV_CHECK := $(METAQA)/dev_check/metaqa_dev_check.jsonl
 dev-check: install
 	@test -f $(RUN)/rl/model.safetensors || { echo "dev-check: no final agent at $(RUN)/rl; run make all (or pass RUN=DIR)" >&2; exit 2; }
 	$(K) eval $(EVAL_AGENT) --questions $(DEV_CHECK) --model $(RUN)/rl --out $(RUN)/eval/check --label "rl (check sample)" --overwrite
 
 # The SPARQL-writing agents (issue 17) end to end on the shipped KB, one run per tool set:
 # oracle trajectories in the tool set's action space -> filter -> stage1 -> rl (the paper's
-# preset) -> eval with the same tools. The recipe is pipelines/sparql_agents.yaml; SMOKE=1 runs
-# it at test size.
+# preset) -> eval with the same tools. The recipe is the packaged sparql_agents
+# (kgsynth/resources/recipes/sparql_agents.yaml); SMOKE=1 runs it at test size.
 SPARQL_RUN ?= runs/sparql-agents
-SCFG := --config pipelines/sparql_agents.yaml
+SCFG := --config sparql_agents
 SMOKE_S := $(if $(SMOKE),1)
 sparql-agents: sparql-agent-knowcoder sparql-agent-isp
 
 sparql-agent-%: install
 	@mkdir -p $(SPARQL_RUN)/$*
-	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(SPARQL_RUN)/$*/kg --overwrite
+	$(K) kg import $(METAQA_KB) --out $(SPARQL_RUN)/$*/kg --overwrite
 	$(K) walk $(SCFG) --kg $(SPARQL_RUN)/$*/kg --out $(SPARQL_RUN)/$*/walks.parquet --overwrite $(if $(SMOKE_S),--n 60)
 	$(K) synthesize questions $(SCFG) --walks $(SPARQL_RUN)/$*/walks.parquet --out $(SPARQL_RUN)/$*/questions.parquet --llm template --benchmark $(DEV) --overwrite
 	$(K) synthesize trajectories $(SCFG) --section trajectories_$* --toolset $* --questions $(SPARQL_RUN)/$*/questions.parquet --kg $(SPARQL_RUN)/$*/kg --llm template --out $(SPARQL_RUN)/$*/trajectories.parquet --overwrite
@@ -118,13 +122,13 @@ sparql-agent-%: install
 # comparative, time) beside chains -> oracle trajectories in KBQA-R1's S-expression actions
 # (--toolset sexpr) -> filter -> stage1 -> Referenced Rejection Sampling against plain rejection
 # sampling on the same held-out questions (acceptance of each, printed) -> stage2 on what both
-# kept -> rl (--preset kbqa-r1) -> eval with the same tools. Recipe: pipelines/kbqa_r1.yaml.
+# kept -> rl (--preset kbqa-r1) -> eval with the same tools. Recipe: the packaged kbqa_r1.
 KBQA_RUN ?= runs/kbqa-r1
-KCFG := --config pipelines/kbqa_r1.yaml
+KCFG := --config kbqa_r1
 KQ := --questions $(KBQA_RUN)/questions.parquet --kg $(KBQA_RUN)/kg
 kbqa-r1: install
 	@mkdir -p $(KBQA_RUN)
-	$(K) kg import data/metaqa/kb_partial.txt.gz --out $(KBQA_RUN)/kg --overwrite
+	$(K) kg import $(METAQA_KB) --out $(KBQA_RUN)/kg --overwrite
 	$(K) walk $(KCFG) --kg $(KBQA_RUN)/kg --out $(KBQA_RUN)/walks.parquet --overwrite $(if $(SMOKE_S),--n 120)
 	$(K) synthesize questions $(KCFG) --walks $(KBQA_RUN)/walks.parquet --out $(KBQA_RUN)/questions.parquet --llm template --benchmark $(DEV) --overwrite
 	$(K) synthesize trajectories $(KCFG) $(KQ) --llm template --out $(KBQA_RUN)/trajectories.parquet --overwrite

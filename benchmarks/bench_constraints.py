@@ -37,7 +37,7 @@ def _run(args: list[str]) -> None:
 
 def prepare(work: Path, facts: int) -> list[tuple[str, Path, list[str]]]:
     """(label, triple file, extra import flags) per KG, generating the synthetic ones."""
-    kgs = [("MetaQA", ROOT / "data/metaqa/kb_partial.txt.gz", [])]
+    kgs = [("MetaQA", ROOT / "kgsynth/resources/metaqa/kb_partial.txt.gz", [])]
     for profile in ("generic", "freebase"):
         out = work / f"gen_{profile}_{facts}.nt.gz"
         if not out.exists():

@@ -56,7 +56,7 @@ from kgsynth.kg.graph import KGGraph  # noqa: E402
 from kgsynth.kg.importer import import_kg  # noqa: E402
 from tests.servers import start_oxigraph  # noqa: E402
 
-DEFAULT_KG = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+DEFAULT_KG = ROOT / "kgsynth" / "resources" / "metaqa" / "kb_partial.txt.gz"
 RUN_DATE = "2026-11-22"
 
 # MetaQA-style questions; BM25 ranks the entity's relations against them.

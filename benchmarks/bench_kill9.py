@@ -48,8 +48,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KB = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
-CFG = ROOT / "pipelines" / "metaqa_default.yaml"
+KB = ROOT / "kgsynth" / "resources" / "metaqa" / "kb_partial.txt.gz"
+CFG = ROOT / "kgsynth" / "resources" / "recipes" / "metaqa_default.yaml"
 
 # per stage: the command (paths relative to the run folder), its inputs, its output
 STAGES: dict[str, dict] = {

@@ -5,7 +5,7 @@ Sizes -> a printed table and ``benchmarks/results/scale.json``::
     .venv/bin/python benchmarks/bench_scale.py                      # metaqa and 1m (~1 min)
     .venv/bin/python benchmarks/bench_scale.py --sizes metaqa,1m,10m  # ~6 min, ~4 GB in --work
 
-For each size (``metaqa``: the shipped ``data/metaqa/kb_partial.txt.gz``; ``1m``, ``10m``:
+For each size (``metaqa``: the shipped ``kgsynth/resources/metaqa/kb_partial.txt.gz``; ``1m``, ``10m``:
 ``benchmarks/gen_kg.py --facts N`` with seed 0, 1 entity per 10 facts, gzipped ``s|r|o``), one
 after another in the same run:
 
@@ -145,7 +145,7 @@ print(json.dumps({"walks": len(rows), "attempts": state.next_attempt, "total_s":
 def bench_size(name: str, work: Path, n_walks: int) -> dict[str, Any]:
     facts = SIZES[name]
     if facts == 0:
-        src = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+        src = ROOT / "kgsynth" / "resources" / "metaqa" / "kb_partial.txt.gz"
     else:
         src = work / f"kg{name}.txt.gz"
         if not src.is_file():

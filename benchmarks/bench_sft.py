@@ -79,7 +79,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RUN_DATE = "2026-11-23"
-DEFAULT_KG = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+DEFAULT_KG = ROOT / "kgsynth" / "resources" / "metaqa" / "kb_partial.txt.gz"
 RUNS = ("ours-packed", "ours-unpacked", "trl-packed", "trl-unpacked", "trl-packed-mb1")
 RATIOS = (
     ("ours-packed", "ours-unpacked"),
@@ -101,7 +101,7 @@ def build_corpus(workdir: Path, walks: int) -> Path:
         str(workdir / "questions.parquet"),
         str(workdir / "trajectories.parquet"),
     )
-    pipeline = str(ROOT / "pipelines" / "metaqa_default.yaml")
+    pipeline = str(ROOT / "kgsynth" / "resources" / "recipes" / "metaqa_default.yaml")
     steps = [
         ["kg", "import", str(DEFAULT_KG), "--out", kg],
         [

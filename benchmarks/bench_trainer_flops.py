@@ -3,7 +3,7 @@
 Measures, side by side in one run and on the same number of torch threads:
 
 1. the peak: fp32 ``torch.mm`` of square matrices (sizes 256-1024, best of several repeats);
-2. the trainer: ``kgsynth train stage1`` with the chosen recipe (``pipelines/metaqa_default.yaml``,
+2. the trainer: ``kgsynth train stage1`` with the chosen recipe (the packaged ``metaqa_default``,
    stage1 section) for ``--steps`` steps on oracle trajectories of the shipped KB, reading
    tokens/s from its ``train_summary.json``, once per variant (``--logits``, ``--tiny-heads``
    and ``--attn`` values, every combination, on the same corpus).
@@ -113,12 +113,12 @@ def main() -> None:
     )
     args = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    cfg = ROOT / "pipelines" / "metaqa_default.yaml"
+    cfg = ROOT / "kgsynth" / "resources" / "recipes" / "metaqa_default.yaml"
     peak_before = matmul_peak(args.threads)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        run([K, "kg", "import", str(ROOT / "data/metaqa/kb_partial.txt.gz"), "--out",
+        run([K, "kg", "import", str(ROOT / "kgsynth/resources/metaqa/kb_partial.txt.gz"), "--out",
              str(t / "kg")], env)  # fmt: skip
         run([K, "walk", "--kg", str(t / "kg"), "--config", str(cfg), "--n", str(args.walks),
              "--out", str(t / "walks.parquet")], env)  # fmt: skip

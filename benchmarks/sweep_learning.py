@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV = ROOT / "data" / "metaqa" / "dev_sample" / "metaqa_dev_sample.jsonl"
+DEV = ROOT / "kgsynth" / "resources" / "metaqa" / "dev_sample" / "metaqa_dev_sample.jsonl"
 
 
 def train_seconds(run: Path) -> dict[int, float]:

@@ -1,5 +1,5 @@
-"""Prompt templates (``prompts/*.j2``), rendered with Jinja2 and ``StrictUndefined``: a missing
-variable is an error, never an empty string."""
+"""Prompt templates (the package's ``kgsynth/resources/prompts/*.j2``), rendered with Jinja2 and
+``StrictUndefined``: a missing variable is an error, never an empty string."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 import jinja2
 
 from kgsynth.core.errors import ConfigError
-
-PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"
+from kgsynth.resources import prompts_dir
 
 
 @cache
@@ -26,8 +25,8 @@ def _env(directory: str) -> jinja2.Environment:
 
 
 def render(name: str, directory: str | Path | None = None, **variables: Any) -> str:
-    """Render ``prompts/<name>.j2`` (or ``directory/<name>.j2``)."""
-    directory = str(directory or PROMPTS_DIR)
+    """Render the packaged template ``<name>.j2`` (or ``directory/<name>.j2``)."""
+    directory = str(directory or prompts_dir())
     try:
         return _env(directory).get_template(f"{name}.j2").render(**variables).strip()
     except jinja2.TemplateNotFound:
@@ -40,5 +39,5 @@ def prompt_hash(*names: str, directory: str | Path | None = None) -> str:
     """A short hash of the templates' sources (recorded as the generator's prompt version)."""
     digest = hashlib.sha256()
     for name in names:
-        digest.update((Path(directory or PROMPTS_DIR) / f"{name}.j2").read_bytes())
+        digest.update((Path(directory or prompts_dir()) / f"{name}.j2").read_bytes())
     return digest.hexdigest()[:12]

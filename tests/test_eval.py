@@ -28,10 +28,11 @@ from kgsynth.eval.subjects import evaluate
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM, Completion
 from kgsynth.metrics import bootstrap_interval, score
+from kgsynth.resources import dev_sample
 from tests.kgfixtures import movie_kg, movie_ntriples
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV_SAMPLE = ROOT / "data" / "metaqa" / "dev_sample" / "metaqa_dev_sample.jsonl"
+DEV_SAMPLE = dev_sample()
 METAQA = ROOT.parent / "shared" / "data" / "metaqa"
 
 
@@ -198,7 +199,14 @@ def test_dev_sample_is_drawn_from_consistent_dev_questions_and_regenerates(tmp_p
             assert str(row["source_line"] - 1) in consistent
     out = tmp_path / "sample.jsonl"
     subprocess.run(
-        [sys.executable, str(DEV_SAMPLE.parents[1] / "make_dev_sample.py"), "--out", str(out)],
+        [
+            sys.executable,
+            str(DEV_SAMPLE.parents[1] / "make_dev_sample.py"),
+            "--out",
+            str(out),
+            "--metaqa",
+            str(METAQA),
+        ],
         check=True,
         capture_output=True,
     )
@@ -210,7 +218,8 @@ def test_the_check_sample_shares_no_question_with_the_dev_sample_and_regenerates
     script = str(DEV_SAMPLE.parents[1] / "make_dev_sample.py")
     check = DEV_SAMPLE.parents[1] / "dev_check" / "metaqa_dev_check.jsonl"
     out = tmp_path / "check.jsonl"
-    cmd = [sys.executable, script, "--seed", "1", "--exclude", str(DEV_SAMPLE), "--out", str(out)]
+    cmd = [sys.executable, script, "--metaqa", str(METAQA), "--seed", "1"]
+    cmd += ["--exclude", str(DEV_SAMPLE), "--out", str(out)]
     subprocess.run(cmd, check=True, capture_output=True)
     assert out.read_bytes() == check.read_bytes()
     rows = [json.loads(line) for line in check.read_text().splitlines()]
@@ -220,13 +229,13 @@ def test_the_check_sample_shares_no_question_with_the_dev_sample_and_regenerates
         json.loads(line)["question_id"] for line in DEV_SAMPLE.read_text().splitlines()
     }
     # the exclusion is what changes the draw: seed 1 without it draws other questions
-    subprocess.run([*cmd[:4], "--out", str(out)], check=True, capture_output=True)
+    subprocess.run([*cmd[:6], "--out", str(out)], check=True, capture_output=True)
     again = {json.loads(line)["question_id"] for line in out.read_text().splitlines()}
     assert again != ids
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question_id": "x"}\n')
     done = subprocess.run(
-        [*cmd[:4], "--exclude", str(bad), "--out", str(out)], capture_output=True, text=True
+        [*cmd[:6], "--exclude", str(bad), "--out", str(out)], capture_output=True, text=True
     )
     assert done.returncode != 0 and f"{bad}, line 1: needs source and source_line" in done.stderr
 

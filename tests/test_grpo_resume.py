@@ -1,6 +1,6 @@
 """A killed DeepSpeed RL run resumes where its last whole checkpoint ends.
 
-``kgsynth train rl --deepspeed train/ds_zero2.json`` (and ZeRO-3), checkpointing every step,
+``kgsynth train rl --deepspeed zero2`` (and ZeRO-3), checkpointing every step,
 is killed with SIGKILL mid-run; the same command again goes on from the newest checkpoint
 whose resume state was written (the engine's own checkpoint: module, partitioned optimizer
 state, fp32 master weights; the scheduler, step, question order, curriculum, metrics and each
@@ -30,7 +30,6 @@ MAX_TURNS = rl_task.MAX_TURNS
 
 pytest.importorskip("deepspeed")
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS = 6
 
 
@@ -40,7 +39,7 @@ def _args(task: Path, sft: Path, zero: str, *extra: str) -> list[str]:
         "--init", str(sft), "--max-turns", str(MAX_TURNS), "--max-turn-tokens", "40",
         "--max-steps", str(STEPS), "--save-steps", "1", "--group-size", "4",
         "--questions-per-step", "2", "--lr", "3e-4", "--warmup-steps", "3", "--temperature",
-        "1.0", "--kl-coef", "0.05", "--deepspeed", str(REPO / "train" / zero), *extra,
+        "1.0", "--kl-coef", "0.05", "--deepspeed", zero, *extra,
     ]  # fmt: skip
 
 
@@ -218,7 +217,7 @@ def test_deepspeed_run_resumes_only_on_its_own_world_size(tmp_path: Path):
     from kgsynth.train.grpo_config import GRPOConfig
     from kgsynth.train.grpo_resume import resume
 
-    cfg = GRPOConfig(init="x", deepspeed="train/ds_zero2.json")
+    cfg = GRPOConfig(init="x", deepspeed="zero2")
     torch.save(
         {"config": dataclasses.asdict(cfg), "world_size": 2, "deepspeed": "state"},
         tmp_path / "resume_state.pt",

@@ -154,11 +154,10 @@ def test_mean_reward_rises_on_a_learnable_task(task: Path, sft: Path):
 
 @pytest.mark.parametrize("zero", ["ds_zero2.json", "ds_zero3.json"])
 def test_deepspeed_step_on_cpu(task: Path, sft: Path, zero: str, tmp_path: Path):
-    repo = Path(__file__).resolve().parent.parent
     out = tmp_path / "ds"
     res = _rl(
         task, out, "--init", str(sft), "--max-steps", "1", "--group-size", "4",
-        "--questions-per-step", "2", "--deepspeed", str(repo / "train" / zero),
+        "--questions-per-step", "2", "--deepspeed", zero,
         "--reward", "kbqa-r1", "--temperature", "1.0",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -236,7 +235,7 @@ def test_two_process_rl_run_through_torchrun(task: Path, sft: Path, tmp_path: Pa
         task, out, "--init", str(sft), "--max-steps", "3", "--group-size", "4",
         "--questions-per-step", "4", "--lr", "3e-4", "--temperature", "1.0", "--kl-coef", "0.05",
         "--nproc-per-node", "2", "--master-port", str(port),
-        *(["--deepspeed", str(Path(__file__).resolve().parents[1] / "train" / zero)] if zero else []),
+        *(["--deepspeed", zero] if zero else []),
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

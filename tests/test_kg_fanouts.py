@@ -19,12 +19,12 @@ from kgsynth.kg.fanouts import FANOUTS_DIR, FanoutTable, TooMany, _distinct
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.importer import import_kg
 from kgsynth.kg.profiles import get_profile
+from kgsynth.resources import default_kg
 from kgsynth.walk import WalkConfig, run_walks
 from kgsynth.walk.records import Walk
 from kgsynth.walk.sampler import WalkSampler
 
-ROOT = Path(__file__).resolve().parents[1]
-METAQA = ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+METAQA = default_kg()
 GENRE = "http://kgsynth.org/entity/Drama"
 
 # every (entity, predicate, direction) with its distinct neighbours other than the entity:

@@ -2,7 +2,7 @@
 
 The fixture: agent trajectories over made-up entity names (a new name per trajectory, so no name
 is memorisable), in the agent protocol with the short system prompt. The tiny recipe of
-``pipelines/metaqa_default.yaml`` (a copy warm-up on drills of the corpus's names, then the
+the packaged ``metaqa_default`` recipe (a copy warm-up on drills of the corpus's names, then the
 trajectories) trains a few hundred steps; the copy probe, measured on
 trajectories held out of the optimisation, must fall well below where it started — the policy
 predicts the names it copies from its context into its tool calls and answers, not only the
@@ -23,11 +23,11 @@ import yaml
 from kgsynth.agent.loop import system_prompt, user_prompt
 from kgsynth.core.errors import ConfigError
 from kgsynth.core.schema import TRAJECTORY_SCHEMA
+from kgsynth.resources import resource
 from kgsynth.train.probe import copy_char_spans, copy_loss, copy_targets
 from kgsynth.train.sft import PROBE_ROWS, SFTConfig, prepare_run, train_sft
 from kgsynth.train.tiny import build_tiny_model
 
-REPO = Path(__file__).resolve().parents[1]
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "do", "fa", "gu", "ha", "jo"]
 RELATIONS = ["directed_by", "starred_actors", "has_genre", "written_by"]
 
@@ -106,7 +106,7 @@ def test_copy_spans_are_the_quoted_names_read_before():
 def test_a_short_run_learns_to_copy_unseen_names(tmp_path):
     rng = random.Random(0)
     corpus = write_corpus(tmp_path / "corpus.parquet", [trajectory(rng) for _ in range(800)])
-    recipe = yaml.safe_load((REPO / "pipelines" / "metaqa_default.yaml").read_text())["stage1"]
+    recipe = yaml.safe_load(resource("recipes", "metaqa_default.yaml").read_text())["stage1"]
     cfg = SFTConfig(
         model="tiny",
         max_steps=400,

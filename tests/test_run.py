@@ -14,10 +14,10 @@ import yaml
 
 from kgsynth.cli.recipe import RunOptions, plan
 from kgsynth.core.errors import ConfigError
+from kgsynth.resources import resource
 from tests.kgfixtures import MOVIE_FACTS
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = ROOT / "pipelines" / "metaqa_default.yaml"
+DEFAULT = resource("recipes", "metaqa_default.yaml")
 
 TINY_RECIPE = {
     "steps": [

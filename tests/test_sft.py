@@ -33,7 +33,6 @@ from kgsynth.train.data import (
 from kgsynth.train.sft import SFTConfig, prepare_run, read_metrics, train_sft
 
 runner = CliRunner()
-REPO = Path(__file__).resolve().parents[1]
 
 MOVIES = [
     ("Kismet", "William Dieterle", ["Marlene Dietrich", "Ronald Colman"], "1944"),
@@ -437,7 +436,7 @@ def test_deepspeed_zero_runs_on_cpu_and_matches_the_plain_path(corpus, tmp_path,
     # in the third decimal of the loss
     base = dict(model="tiny", max_steps=2, tiny_vocab_size=600, precision="fp32", **FAST)
     train_sft(prepare_run(SFTConfig(**base), "stage1", corpus, tmp_path / "plain"))
-    ds_cfg = SFTConfig(**base, deepspeed=str(REPO / "train" / f"ds_zero{zero}.json"))
+    ds_cfg = SFTConfig(**base, deepspeed=f"zero{zero}")
     ds = train_sft(prepare_run(ds_cfg, "stage1", corpus, tmp_path / "ds"))
 
     assert ds["deepspeed"]["zero_optimization"]["stage"] == zero
@@ -528,7 +527,7 @@ def test_dry_run_prints_the_launch_commands(corpus, tmp_path):
     assert '"recipe": "tiny"' in res.output and '"lr": 0.001' in res.output
     assert "-m kgsynth.train.launch" in res.output
 
-    ds = str(REPO / "train" / "ds_zero3.json")
+    ds = "zero3"
     res = runner.invoke(
         train_app, _stage1(corpus, out, "--dry-run", "--deepspeed", ds, "--nproc-per-node", "8")
     )
@@ -608,7 +607,7 @@ def test_two_processes_through_a_launcher(corpus, tmp_path, launcher):
     args += ["--max-length", "512", "--tiny-vocab-size", "600", "--nproc-per-node", "2"]
     args += ["--launcher", launcher, "--master-port", str(_free_port())]
     if launcher == "deepspeed":
-        args += ["--deepspeed", str(REPO / "train" / "ds_zero2.json")]
+        args += ["--deepspeed", "zero2"]
     res = runner.invoke(train_app, args)
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())

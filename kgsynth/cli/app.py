@@ -17,6 +17,7 @@ from kgsynth.cli.eval import eval_cmd
 from kgsynth.cli.filter import filter_cmd
 from kgsynth.cli.kg import kg_app
 from kgsynth.cli.panels import command
+from kgsynth.cli.recipes import recipes_cmd
 from kgsynth.cli.report import report_cmd
 from kgsynth.cli.run import run_cmd
 from kgsynth.cli.synthesize import synth_app
@@ -25,7 +26,7 @@ from kgsynth.cli.walk import walk_cmd
 from kgsynth.core.errors import KGSynthError
 
 # the commands as ``kgsynth --help`` lists them: the runner, then a run's steps in order
-PIPELINE_ORDER = ["run", "kg", "walk", "synthesize", "filter", "train", "eval", "report"]
+PIPELINE_ORDER = ["run", "recipes", "kg", "walk", "synthesize", "filter", "train", "eval", "report"]
 
 
 class _OneLineErrors(TyperGroup):
@@ -85,6 +86,7 @@ app.add_typer(train_app, name="train")
 command(app, "eval")(eval_cmd)
 command(app, "report")(report_cmd)
 command(app, "run")(run_cmd)
+command(app, "recipes")(recipes_cmd)
 
 
 @app.callback()

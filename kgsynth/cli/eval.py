@@ -5,8 +5,8 @@ Parses options, loads the questions, the KG and the model, calls the core, write
 ``predictions.parquet``, ``metrics.json``, ``eval.png`` and ``manifest.json``; no logic lives
 here::
 
-    kgsynth eval --questions data/metaqa/dev_sample/metaqa_dev_sample.jsonl --kg runs/kg \\
-        --model runs/x/stage1 --out runs/x/eval/stage1 --runs 3 --temperature 1.0
+    kgsynth eval --questions kgsynth/resources/metaqa/dev_sample/metaqa_dev_sample.jsonl \\
+        --kg runs/kg --model runs/x/stage1 --out runs/x/eval/stage1 --runs 3 --temperature 1.0
     kgsynth eval --compare runs/x/eval/stage1 runs/x/eval/stage2 runs/x/eval/rl --out runs/x/summary
 """
 

@@ -208,6 +208,8 @@ def config_command(
             asked = kwargs.pop("config_section", None)
             part = asked or section
             try:
+                if kwargs.get("config") is not None:  # also a packaged recipe's name
+                    kwargs["config"] = _config_file(kwargs["config"])
                 if asked and kwargs.get("config") is not None:
                     sections = load_yaml(kwargs["config"])
                     if not isinstance(sections.get(asked), dict):
@@ -245,6 +247,17 @@ def config_command(
         return command
 
     return wrap
+
+
+def _config_file(value: Path) -> Path:
+    """``--config``: a YAML file, or a packaged recipe by name (``metaqa_default``; the old
+    ``pipelines/NAME.yaml`` of a checkout names it too, with a note)."""
+    from kgsynth.resources import find_recipe
+
+    def note(line: str) -> None:
+        stderr.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+
+    return find_recipe(value, note, flag="--config")
 
 
 def _section_param(section: str | None) -> inspect.Parameter:

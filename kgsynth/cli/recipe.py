@@ -1,7 +1,8 @@
 """A recipe's steps, planned as command lines: what ``kgsynth run RECIPE --kg SOURCE --out RUN``
 runs (:mod:`kgsynth.cli.run` runs them).
 
-A recipe (``pipelines/*.yaml``) holds one section of settings per step and a ``steps:`` list
+A recipe (a YAML file; the packaged ones are ``kgsynth/resources/recipes/*.yaml``, listed by
+``kgsynth recipes``) holds one section of settings per step and a ``steps:`` list
 that puts the steps in order::
 
     steps:
@@ -136,7 +137,7 @@ def load_recipe(path: Path) -> dict[str, Any]:
     if not isinstance(steps, list) or not steps:
         raise ConfigError(
             f"{path}: no steps: list; a recipe for `kgsynth run` lists its steps in order "
-            "(see pipelines/metaqa_default.yaml)"
+            "(see `kgsynth recipes metaqa_default`)"
         )
     _check_agent_block(path, data.get(AGENT_BLOCK))
     return data

@@ -1,8 +1,9 @@
 """``kgsynth run RECIPE --kg SOURCE --out RUN``: a whole recipe on any KG, one step after another.
 
-The recipe (``pipelines/*.yaml``) lists its steps and their settings (:mod:`kgsynth.cli.recipe`);
-this command derives every path from ``RUN``, runs each step as its own ``kgsynth`` process
-(a training step may launch several), prints one line per step, and ends with the comparison
+The recipe (a packaged one by name, ``kgsynth recipes`` lists them, or a YAML file) lists its
+steps and their settings (:mod:`kgsynth.cli.recipe`); this command derives every path from
+``RUN``, runs each step as its own ``kgsynth`` process (a training step may launch several),
+prints one line per step, and ends with the comparison
 of the evaluations. A step whose output is complete and whose command line is the one it was
 made with is skipped, so a killed run resumes where it stopped; once a step runs, every later
 step runs too (its inputs may have changed). ``--from`` runs a step and those after it again,
@@ -78,7 +79,14 @@ StartModelOption = Annotated[
 
 
 def run_cmd(
-    recipe: Annotated[Path, typer.Argument(help="A recipe with a steps: list (pipelines/*.yaml).")],
+    recipe: Annotated[
+        str,
+        typer.Argument(
+            help="A packaged recipe's name (kgsynth recipes lists them: metaqa_default) or a "
+            "YAML file with a steps: list.",
+            show_default=False,
+        ),
+    ],
     out: RunOutOption,
     kg: KGSourceOption = None,
     eval_questions: EvalQuestionsOption = None,
@@ -126,10 +134,10 @@ def run_cmd(
     training, evaluation and report, every path under --out."""
     from kgsynth.cli.recipe import RunOptions, plan
     from kgsynth.kg.open import DEFAULT_KG
+    from kgsynth.resources import find_recipe
 
     try:
-        if not recipe.is_file():
-            raise ConfigError(f"{recipe}: no such recipe file")
+        recipe_path = find_recipe(recipe, note=_note)
         if eval_questions is not None and not eval_questions.is_file():
             raise ConfigError(f"--eval-questions: {eval_questions}: no such file")
         if nproc is not None and nproc < 1:
@@ -146,12 +154,12 @@ def run_cmd(
         )
         if opts.kg and "://" not in opts.kg and not Path(opts.kg).exists():
             raise ConfigError(f"--kg: {opts.kg}: no such file or folder")
-        steps = plan(recipe, opts)
+        steps = plan(recipe_path, opts)
         names = [s.name for s in steps]
         for flag, name in (("--from", from_step), ("--until", until)):
             if name is not None and name not in names:
                 raise ConfigError(
-                    f"{flag}: no step {name!r} in {recipe}; steps: {', '.join(names)}"
+                    f"{flag}: no step {name!r} in {recipe_path}; steps: {', '.join(names)}"
                 )
     except KGSynthError as exc:
         fail(exc)
@@ -162,6 +170,11 @@ def run_cmd(
             stdout.print(line, highlight=False, markup=False, soft_wrap=True)
         return
     _run_steps(steps, out.absolute(), from_step, until)
+
+
+def _note(line: str) -> None:
+    """A one-line note on stderr (an old recipe path that now names a packaged recipe)."""
+    stderr.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _run_steps(steps, run: Path, from_step: str | None, until: str | None) -> None:

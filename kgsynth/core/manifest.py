@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import kgsynth
 from kgsynth import __version__
 from kgsynth.core.text import redact_argv, redact_text
 
@@ -23,14 +24,18 @@ _PACKAGES = (
     "torch",
     "transformers",
     "deepspeed",
-    "trl",
+    "peft",
     "openai",
 )
 
 
 def git_sha() -> str | None:
-    """The checkout's commit (with ``-dirty`` when it has changes), or None outside git."""
-    root = Path(__file__).resolve().parents[2]
+    """The commit of the kgsynth checkout this code runs from (with ``-dirty`` when it has
+    changes); None for an installed kgsynth (a wheel in site-packages), even one whose
+    environment lies inside some other git repository, and where git is missing."""
+    root = Path(kgsynth.__file__).resolve().parent.parent  # a checkout: the folder of .git
+    if not (root / ".git").exists() or not (root / "pyproject.toml").is_file():
+        return None
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5

@@ -39,7 +39,7 @@ Usage::
 
     from kgsynth.eval.subjects import evaluate
 
-    records = read_questions("data/metaqa/dev_sample/metaqa_dev_sample.jsonl")
+    records = read_questions(kgsynth.resources.dev_sample())
     rows, metrics = evaluate(records, make_llm("hf", model="runs/x/stage1"), KGGraph(kg), EvalConfig(runs=3, temperature=1.0))
 
 Modules: ``config`` (``EvalConfig``, the metric names, question loading), ``subjects``

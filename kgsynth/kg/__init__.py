@@ -4,8 +4,8 @@ HTTP endpoint backend, KG profiles, import, the name index and cached graph acce
 Typical use::
 
     from kgsynth.kg import KGGraph, open_kg
-    kg = open_kg("data/metaqa/kb_partial.txt.gz")      # or a store dir, or an http(s) URL
-    graph = KGGraph(kg)                                 # cached entity/relation access
+    kg = open_kg("kb.txt.gz")  # a triple file, a store dir, an http(s) URL; None: MetaQA
+    graph = KGGraph(kg)        # cached entity/relation access
     graph.resolve("Kismet")
 """
 

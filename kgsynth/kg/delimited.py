@@ -185,7 +185,7 @@ _CHILD = "import sys; from kgsynth.kg.delimited import child; child(*sys.argv[1:
 def spawn(argv: list[str], level: int) -> int:
     """Run the child (its log lines at the parent's ``level`` go to stderr); its exit code.
     The child imports the kgsynth this process runs, also where that is not installed."""
-    here = str(Path(__file__).resolve().parents[2])
+    here = str(Path(sys.modules["kgsynth"].__file__).resolve().parent.parent)  # the import root
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, KGSYNTH_CONVERT_LOG_LEVEL=str(level), PYTHONPATH=path)
     return subprocess.run(argv, env=env, check=False).returncode

@@ -19,11 +19,12 @@ from kgsynth.kg.profiles import (
     KGProfile,
     get_profile,
 )
+from kgsynth.resources import default_kg
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_KG = REPO_ROOT / "data" / "metaqa" / "kb_partial.txt.gz"
+DEFAULT_KG = default_kg()
+"""The shipped MetaQA movie KB, packaged (``kgsynth/resources/metaqa/kb_partial.txt.gz``)."""
 
 
 def detect_endpoint_profile(kg: KG) -> KGProfile:

@@ -102,8 +102,11 @@ def resolve_precision(precision: str) -> tuple[bool, bool]:
 
 
 def load_deepspeed_config(path: str | Path) -> dict[str, Any]:
-    """A ZeRO config file as a dict; errors name the file."""
-    path = Path(path)
+    """A ZeRO config as a dict: a JSON file, or a packaged config by name (``zero2``; see
+    :func:`kgsynth.resources.find_deepspeed`); errors name the file."""
+    from kgsynth.resources import find_deepspeed
+
+    path = find_deepspeed(path)
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -197,7 +200,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 # Help of the flags both SFT and GRPO have, written once.
 HELP = {
     "seed": "Seed.",
-    "deepspeed": "DeepSpeed ZeRO config (train/ds_zero0.json, ds_zero2.json, ds_zero3.json).",
+    "deepspeed": "DeepSpeed ZeRO config: a packaged one by name (zero0, zero2, zero3; "
+    "`kgsynth recipes zero2` prints it) or a JSON file.",
     "precision": "auto (bf16 on a CUDA GPU, fp32 on CPU), bf16 or fp32.",
     "report_to": "Mirror the metrics to tensorboard (RUN/tensorboard; `tensorboard --logdir RUN`) "
     "or wandb (needs `pip install wandb`), or none.",

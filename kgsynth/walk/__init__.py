@@ -2,7 +2,7 @@
 
 KG -> ``walks.parquet`` (+ ``manifest.json`` and ``walks_stats.png``)::
 
-    kgsynth walk --kg data/metaqa/kb_partial.txt.gz --n 1000 --out runs/x/walks.parquet
+    kgsynth walk --n 1000 --out runs/x/walks.parquet
 
     from kgsynth.walk import WalkConfig, run
     result = run(None, WalkConfig(n=100), graph=graph, chunks=Path("walks.parquet.parts"))

@@ -1,4 +1,5 @@
-"""Regenerate ``data/metaqa/dev_sample/metaqa_dev_sample.jsonl`` from the MetaQA dev questions.
+"""Regenerate ``dev_sample/metaqa_dev_sample.jsonl`` (beside this script, in
+``kgsynth/resources/metaqa/``) from the MetaQA dev questions.
 
 Draws ``--per-hop`` questions (default 100) of each of MetaQA's 1-, 2- and 3-hop dev sets with
 ``random.Random(seed)``, among only the questions whose gold answers the shipped KB
@@ -13,18 +14,19 @@ numbers into ``{1,2,3}-hop/vanilla/qa_dev.txt``), and writes them as JSONL, inte
      "source": "2-hop/vanilla/qa_dev.txt", "source_line": 118}
 
 ``question`` keeps MetaQA's ``[...]`` around the topic entity; ``source_line`` is 1-based.
-Same inputs and seed give the same bytes. Run from the repository root::
+Same inputs and seed give the same bytes. ``--metaqa`` is the MetaQA download (default:
+``../shared/data/metaqa``, from the repository root)::
 
-    python data/metaqa/make_dev_sample.py --metaqa ../shared/data/metaqa
+    python kgsynth/resources/metaqa/make_dev_sample.py --metaqa ../shared/data/metaqa
 
 ``--exclude FILE`` (repeatable) leaves out every question of an earlier sample (by its
 ``source`` and ``source_line``), so a second sample shares none with the first. The check
 sample, drawn once to test the trained agent outside the dev sample and never used to choose
 anything::
 
-    python data/metaqa/make_dev_sample.py --seed 1 \
-        --exclude data/metaqa/dev_sample/metaqa_dev_sample.jsonl \
-        --out data/metaqa/dev_check/metaqa_dev_check.jsonl
+    python kgsynth/resources/metaqa/make_dev_sample.py --seed 1 \
+        --exclude kgsynth/resources/metaqa/dev_sample/metaqa_dev_sample.jsonl \
+        --out kgsynth/resources/metaqa/dev_check/metaqa_dev_check.jsonl
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_METAQA = HERE.parents[2] / "shared" / "data" / "metaqa"
+DEFAULT_METAQA = Path("..") / "shared" / "data" / "metaqa"  # from the repository root
 DEFAULT_OUT = HERE / "dev_sample" / "metaqa_dev_sample.jsonl"
 BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 
