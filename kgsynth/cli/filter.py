@@ -36,7 +36,7 @@ def filter_cmd(
         Path,
         typer.Option(
             "--out",
-            help="Output folder: accepted.parquet, rejected.parquet, manifest.json, filter_stats.png.",
+            help="Output folder: accepted.parquet, rejected.parquet, manifest.json, filter_stats.png, README.md (a dataset card).",
             rich_help_panel=OUTPUT,
         ),
     ],
