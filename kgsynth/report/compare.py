@@ -24,8 +24,6 @@ from kgsynth.report.headline import (
 from kgsynth.report.page import generated_line, page_head
 from kgsynth.report.sections import render_funnel
 
-Pair = tuple[Stage | None, Stage | None]
-
 
 def run_names(a: RunReport, b: RunReport) -> tuple[str, str]:
     """What the page calls the runs: their folders' names, or whole paths when those agree."""
@@ -51,6 +49,11 @@ def pair_stages(a: list[Stage], b: list[Stage]) -> list[tuple[str, Stage | None,
     for kind, others in by_kind.items():
         pairs += [(kind, None, o) for o in others[seen.get(kind, 0) :]]
     return pairs
+
+
+def _title(kind: str, sa: Stage | None, sb: Stage | None) -> str:
+    stage = sa if sa is not None else sb
+    return stage.title if stage is not None else kind
 
 
 def _delta(a: Any, b: Any) -> str:
@@ -102,7 +105,7 @@ def _accepted(stage: Stage | None) -> int | None:
 def _data_table(pairs: list[tuple[str, Stage | None, Stage | None]]) -> str:
     body = []
     for kind, sa, sb in pairs:
-        cells = [esc((sa or sb).title if (sa or sb) else kind)]  # type: ignore[union-attr]
+        cells = [esc(_title(kind, sa, sb))]
         for s in (sa, sb):
             if s is None:
                 cells += ['<span class="na">none</span>', "", ""]
@@ -119,9 +122,9 @@ def _data_table(pairs: list[tuple[str, Stage | None, Stage | None]]) -> str:
 
 def _training_table(pairs: list[tuple[str, Stage | None, Stage | None]], names: tuple[str, str]) -> str:  # fmt: skip
     body = []
-    for _, sa, sb in pairs:
+    for kind, sa, sb in pairs:
         for name, s in zip(names, (sa, sb), strict=True):
-            title = esc((sa or sb).title)  # type: ignore[union-attr]
+            title = esc(_title(kind, sa, sb))
             if s is None:
                 body.append([title, esc(name), '<span class="na">none</span>', "", "", "", ""])
             else:
@@ -133,7 +136,7 @@ def _training_table(pairs: list[tuple[str, Stage | None, Stage | None]], names: 
 def _funnels(pairs: list[tuple[str, Stage | None, Stage | None]], names: tuple[str, str]) -> str:
     out = ['<section class="stage" id="funnels" data-stage="funnels"><h2>Funnels, A | B</h2>']
     for kind, sa, sb in pairs:
-        title = (sa or sb).title if (sa or sb) else kind  # type: ignore[union-attr]
+        title = _title(kind, sa, sb)
         cols = []
         for name, s in zip(names, (sa, sb), strict=True):
             funnel = next((p.funnel for p in s.parts if p.funnel), None) if s else None
@@ -151,8 +154,8 @@ def _curves(pairs: list[tuple[str, Stage | None, Stage | None]], names: tuple[st
            f'<p class="legend"><span class="a">━ A: {esc(names[0])}</span>'
            f'<span class="b">━ B: {esc(names[1])}</span></p>']  # fmt: skip
     drawn = 0
-    for _, sa, sb in pairs:
-        title = (sa or sb).title  # type: ignore[union-attr]
+    for kind, sa, sb in pairs:
+        title = _title(kind, sa, sb)
         series: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         for tag, s in zip(("A", "B"), (sa, sb), strict=True):
             for curve in s.series if s else []:
