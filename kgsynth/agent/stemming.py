@@ -17,6 +17,12 @@ It never leaves fewer than three letters, and words of three letters or fewer st
 
 Irregular forms ("wrote") are not joined. The stemmer is used only for ranking, never for what
 a tool shows.
+
+Kept rather than ``snowballstemmer`` (Porter2; its Porter gives the same ranks), measured by
+``benchmarks/bench_libraries.py``: the relation BM25 ranks first is the gold one for 83.5% of
+MetaQA's 1-hop dev questions with this stemmer and 79.0% with Snowball, and for 48.5% against
+48.0% of PathQuestion's; Snowball keeps "director", "writer" and "actor" apart from "directed",
+"written" and "acted". This one is also 25 times faster per word.
 """
 
 from __future__ import annotations

@@ -292,6 +292,11 @@ def _verdict(shape: str) -> str | None:
 
 
 class _LRU(OrderedDict[str, Any]):
+    """The guard's bounded, thread-safe verdict caches. Kept rather than a locked
+    ``cachetools.LRUCache``, which took 1.4 to 2.4 times as long per look-up
+    (benchmarks/bench_libraries.py); ``functools.lru_cache`` would cache an exception
+    neither as a value nor per shape."""
+
     def __init__(self, maxsize: int) -> None:
         super().__init__()
         self.maxsize = maxsize
