@@ -23,7 +23,13 @@ from typer.testing import CliRunner
 
 from kgsynth.cli import app
 from kgsynth.core.errors import InputFileError
-from kgsynth.core.modelio import ADAPTER_BASE, ADAPTER_CONFIG, adapter_base, load_causal_lm
+from kgsynth.core.modelio import (
+    ADAPTER_BASE,
+    ADAPTER_CONFIG,
+    adapter_base,
+    load_causal_lm,
+    model_digest,
+)
 from kgsynth.train.data import corpus_texts
 from tests.kgfixtures import movie_ntriples
 from tests.test_sft import CONVERSATIONS, write_corpus
@@ -133,6 +139,8 @@ def test_a_run_folder_moved_with_its_base_still_loads(trained, tmp_path):
     moved.mkdir()
     shutil.copytree(trained / "base", moved / "base")
     shutil.copytree(trained / "runs" / "lora", moved / "runs" / "lora")
+    # the same model wherever it lies: the request cache keys it the same
+    assert model_digest(moved / "runs" / "lora") == model_digest(trained / "runs" / "lora")
     hidden = trained / "base.away"  # the original is gone: the copy beside the run is found
     os.replace(trained / "base", hidden)
     try:
@@ -163,6 +171,18 @@ def test_a_missing_base_fails_fast_in_one_line_and_base_model_fixes_it(trained, 
         line = _one_line_error(res)
         assert str(adapter / ADAPTER_CONFIG) in line and "--base-model PATH" in line
         assert seconds < 15 and not (tmp_path / "ev").exists()
+
+        # training stages have no --base-model: they say how to make a full model to start from
+        for args in (
+            ["stage2", "--init", adapter, "--corpus", trained / "accepted.parquet"],
+            ["rl", "--init", adapter, "--questions", trained / "q.jsonl", "--dry-run"],
+        ):
+            out = tmp_path / f"train_{args[0]}"
+            res_in = runner.invoke(app, ["train", *map(str, args), "--out", str(out)])
+            assert res_in.exit_code == 3, res_in.output
+            (line,) = [ln for ln in res_in.output.splitlines() if ln.startswith("error:")]
+            assert wanted in line and "kgsynth train merge RUN --out DIR --base-model" in line
+            assert not out.exists()
 
         res, _ = _kgsynth(tmp_path, "train", "merge", adapter, "--out", tmp_path / "m",
                           "--base-model", hidden)  # fmt: skip

@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_BASE = "adapter_base.json"
 BASE_FLAG = "--base-model PATH"
+BASE_FIX = f"pass {BASE_FLAG} (the model folder the adapter was trained from)"
+# what a training stage, which has no --base-model, says instead
+MERGE_FIX = (
+    f"merge it with `kgsynth train merge RUN --out DIR {BASE_FLAG}` and start from DIR, or put "
+    "the base back"
+)
 # the records kgsynth writes into a training run's folder: an adapter with one of them was
 # trained by kgsynth, which starts only from local folders, so its base is never a hub id
 _KGSYNTH_RUN_FILES = ("train_config.json", "rl_config.json", "manifest.json", ADAPTER_BASE)
@@ -122,14 +128,16 @@ def _in_hub_cache(repo_id: str) -> bool:
         return False
 
 
-def adapter_base(adapter: str | Path, override: str | Path | None = None) -> str:
+def adapter_base(
+    adapter: str | Path, override: str | Path | None = None, fix: str = BASE_FIX
+) -> str:
     """The base model of the LoRA adapter folder ``adapter``: ``override`` (``--base-model``)
     when given; else the folder ``adapter_base.json`` names relative to the adapter, its
     absolute path, then ``base_model_name_or_path`` as written (a folder relative to here, then
     to the adapter; else a hub id). A base that should be a local folder and is not there, or
     a hub id not in the local cache while ``HF_HUB_OFFLINE`` is set, is an
-    :class:`InputFileError` naming the adapter, the base and ``--base-model``; nothing is
-    tried on the network for it."""
+    :class:`InputFileError` naming the adapter, the base and ``fix`` (what the command takes:
+    ``--base-model``); nothing is tried on the network for it."""
     folder = Path(adapter)
     config_path = folder / ADAPTER_CONFIG
     if override is not None:
@@ -152,20 +160,19 @@ def adapter_base(adapter: str | Path, override: str | Path | None = None) -> str
             return str(candidate.resolve())
     wanted = record.get("absolute") or name
     if not wanted:
-        raise InputFileError(config_path, f"names no base model; pass {BASE_FLAG}")
+        raise InputFileError(config_path, f"names no base model; {fix}")
     trained_here = any((folder / f).is_file() for f in _KGSYNTH_RUN_FILES)
     if trained_here or _looks_local(str(wanted)):
         beside = f" nor at {record['relative']} from the adapter" if "relative" in record else ""
         raise InputFileError(
             config_path,
-            f"the LoRA adapter's base model is not at {wanted}{beside}; pass {BASE_FLAG} "
-            "(the model folder the adapter was trained from)",
+            f"the LoRA adapter's base model is not at {wanted}{beside}; {fix}",
         )
     if _offline() and not _in_hub_cache(str(wanted)):
         raise InputFileError(
             config_path,
             f"the LoRA adapter's base model {wanted} is no local folder and not in the hub "
-            f"cache, and HF_HUB_OFFLINE is set; pass {BASE_FLAG}",
+            f"cache, and HF_HUB_OFFLINE is set; {fix}",
         )
     return str(wanted)
 
@@ -247,7 +254,7 @@ def fit_to_model(setting: str, value: int | None, folder: str | Path | None) -> 
 def model_digest(folder: str | Path) -> str:
     """sha256 over the files of a model folder that decide what it generates: weights, config,
     generation config, tokenizer, chat template and stored system prompt (a LoRA folder adds
-    its local base model's). Two folders holding the same model have the same digest whatever
+    its local base model's, wherever that lies). Two folders holding the same model have the same digest whatever
     run wrote them (a stage that kept its starting weights); retrained weights change it."""
     from kgsynth.core.manifest import sha256_file
 
@@ -256,7 +263,12 @@ def model_digest(folder: str | Path) -> str:
     for f in sorted(p for p in root.iterdir() if p.is_file()):
         if f.name in RUN_RECORDS or f.suffix in RECORD_SUFFIXES or f.name.startswith("."):
             continue
-        h.update(f"{f.name}\0{sha256_file(f)}\n".encode())
+        if f.name == ADAPTER_CONFIG:  # where the base lies is no part of the model
+            config = {k: v for k, v in _read_json(f).items() if k != "base_model_name_or_path"}
+            digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+        else:
+            digest = sha256_file(f)
+        h.update(f"{f.name}\0{digest}\n".encode())
     if is_adapter(root):
         try:
             base = adapter_base(root)

@@ -20,7 +20,13 @@ from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.agent.engines import ENGINES
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError, InputFileError
-from kgsynth.core.modelio import fit_to_model, is_model_folder
+from kgsynth.core.modelio import (
+    MERGE_FIX,
+    adapter_base,
+    fit_to_model,
+    is_adapter,
+    is_model_folder,
+)
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,
@@ -360,6 +366,8 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
             f"--init: {cfg.init or '(none)'} holds no saved model (config.json); "
             "give a `kgsynth train stage2` (or stage1) output folder"
         )
+    if is_adapter(cfg.init):  # a LoRA start whose base is gone fails now, not after staging
+        adapter_base(cfg.init, fix=MERGE_FIX)
     if cfg.recipe:
         recipe = cfg.recipe
     else:  # what the init folder was trained with: tiny, or anything else (the default)

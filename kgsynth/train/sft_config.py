@@ -18,7 +18,13 @@ from typing import Any
 from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError
-from kgsynth.core.modelio import fit_to_model, is_model_folder
+from kgsynth.core.modelio import (
+    MERGE_FIX,
+    adapter_base,
+    fit_to_model,
+    is_adapter,
+    is_model_folder,
+)
 from kgsynth.train.core import (
     HELP,
     PRECISIONS,
@@ -357,9 +363,13 @@ class SFTConfig:
 
 
 def _check_start(cfg: SFTConfig, stage: str) -> None:
-    """What a stage starts from: stage 1 a ``--model``, stage 2 a stage-1 folder."""
+    """What a stage starts from: stage 1 a ``--model``, stage 2 a stage-1 folder; a LoRA
+    folder's base must be found (before the run folder is made)."""
     if stage not in STAGES:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)} (got {stage!r})")
+    start = cfg.init if stage == "stage2" else cfg.model
+    if start and is_adapter(start):
+        adapter_base(start, fix=MERGE_FIX)
     if stage == "stage1":
         if not cfg.model:
             raise ConfigError("--model: stage1 needs a local HF checkpoint folder or 'tiny'")
