@@ -214,3 +214,18 @@ def test_an_older_adapter_with_a_relative_base_fails_fast_without_the_hub(traine
         assert adapter_base(adapter) == str((tmp_path / "a" / "b").resolve())
     finally:
         os.chdir(cwd)
+
+
+def test_a_hub_base_is_left_to_the_hub_unless_offline(tmp_path, monkeypatch):
+    """An adapter made elsewhere (no kgsynth records beside it) may name a hub model; with
+    HF_HUB_OFFLINE set and the model not in the local cache it fails at once instead."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {"base_model_name_or_path": "someorg/not-a-cached-model", "peft_type": "LORA"}
+    (adapter / ADAPTER_CONFIG).write_text(json.dumps(config))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    assert adapter_base(adapter) == "someorg/not-a-cached-model"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(InputFileError, match="not in the hub cache, and HF_HUB_OFFLINE is set"):
+        adapter_base(adapter)
