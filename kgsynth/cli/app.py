@@ -91,17 +91,26 @@ command(app, "recipes")(recipes_cmd)
 
 @app.callback()
 def main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Log progress details, and let the libraries' warnings, logs and progress bars "
+            "show (kgsynth run passes it to its steps).",
+        ),
+    ] = False,
 ) -> None:
+    from kgsynth.core.quiet import configure_output, verbose_from_environment
     from kgsynth.core.text import RedactingFilter
 
+    # a step of `kgsynth -v run` is a kgsynth process: -v reaches it through the environment
+    verbose = verbose or verbose_from_environment()
+    configure_output(verbose)  # quiet libraries unless -v, here and in what kgsynth starts
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # -v is kgsynth's progress: the plotting library's font and backend chatter stays out
-    for name in ("matplotlib", "PIL"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:  # no key or token reaches a log
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())

@@ -140,6 +140,40 @@ def launch_command(spec_path: str | Path, launch: LaunchConfig, launcher: str) -
     raise ConfigError(f"no launch command for launcher {launcher!r}")
 
 
+def launch_environment(command: list[str]) -> dict[str, str]:
+    """The launcher's environment: this process's (quiet or ``-v``: :mod:`kgsynth.core.quiet`,
+    which the workers read). Quiet, a ``deepspeed`` launch also names the accelerator
+    DeepSpeed detects here (``DS_ACCELERATOR``): the launcher is DeepSpeed's own process, and
+    detecting it there warns "Setting accelerator to CPU" on a machine without a GPU; told
+    the same accelerator, it says nothing."""
+    from kgsynth.core.quiet import verbose_from_environment
+
+    env = dict(os.environ)
+    quiet = not verbose_from_environment()
+    if quiet and Path(command[0]).name == "deepspeed" and "DS_ACCELERATOR" not in env:
+        from deepspeed.accelerator import get_accelerator  # quiet here: core.quiet
+
+        env["DS_ACCELERATOR"] = get_accelerator().device_name()
+    return env
+
+
+def quiet_command(command: list[str]) -> list[str]:
+    """``command``, with ``--log_level error`` for a ``deepspeed`` launcher unless ``-v``: its
+    runner and per-node launcher log every step of starting the processes at INFO. DeepSpeed
+    0.18 has the option; an older one is launched as it was."""
+    import re
+    from importlib.metadata import version
+
+    from kgsynth.core.quiet import verbose_from_environment
+
+    if Path(command[0]).name != "deepspeed" or verbose_from_environment():
+        return command
+    major_minor = re.match(r"(\d+)\.(\d+)", version("deepspeed"))
+    if major_minor is None or (int(major_minor[1]), int(major_minor[2])) < (0, 18):
+        return command
+    return [command[0], "--log_level", "error", *command[1:]]
+
+
 def run_launched(command: list[str], summary_path: Path) -> dict[str, Any] | None:
     """Run a launch command to its end; the summary rank 0 wrote (None on a torchrun node
     other than rank 0's, which writes none)."""
@@ -150,7 +184,8 @@ def run_launched(command: list[str], summary_path: Path) -> dict[str, Any] | Non
 
     summary_path.unlink(missing_ok=True)
     try:
-        rc = subprocess.run(command, check=False).returncode
+        env = launch_environment(command)
+        rc = subprocess.run(quiet_command(command), check=False, env=env).returncode
     except OSError as exc:
         raise KGSynthError(f"cannot start {command[0]}: {exc.strerror}") from None
     if rc != 0:
@@ -166,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     import faulthandler
     import json
     import logging
+
+    from kgsynth.core.quiet import configure_output, verbose_from_environment
+
+    # before the libraries are imported: quiet unless the kgsynth command that launched this
+    # worker had -v (the launcher passes the environment on)
+    configure_output(verbose_from_environment())
 
     from kgsynth.core.errors import KGSynthError
     from kgsynth.train.sft import RunSpec, train_sft
