@@ -7,10 +7,12 @@ KG -> ``walks.parquet`` (+ ``manifest.json`` and ``walks_stats.png``)::
     from kgsynth.walk import WalkConfig, run
     result = run(None, WalkConfig(n=100), graph=graph, chunks=Path("walks.parquet.parts"))
 
-Each hop picks one of the current entity's allowed relations, in either direction, among
-those whose fan-out ``|N(e_t, r_t)|`` lies in ``[min_fanout, max_fanout]`` (GraphWalker Eq. 1),
-weighting relation *types* by ``frequency ** -relation_balance`` so frequent relations do not
-crowd out rare ones, then a neighbour uniformly. Entities are never revisited and every
+Each hop picks one of the current entity's allowed relations among those whose fan-out
+``|N(e_t, r_t)|`` lies in ``[min_fanout, max_fanout]`` (GraphWalker Eq. 1), then a neighbour
+uniformly. ``relation_sampling`` says how: ``weighted-both`` (the default, metaqa_default's)
+takes either direction, weighting relation *types* by ``frequency ** -relation_balance`` so
+frequent relations do not crowd out rare ones; ``uniform-out`` is GraphWalker's Alg. 1
+(App. B.1): the outgoing relations only, drawn uniformly. Entities are never revisited and every
 entity crossed must be named (on the freebase profile unnamed CVT nodes are crossed inside a
 flattened hop). The walk's pattern is then executed as one SPARQL query — stored as its
 logical form — whose full result, topic entities excluded, is the answer set.

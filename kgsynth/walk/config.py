@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError, InputFileError, KGSynthError
@@ -14,6 +15,11 @@ STRUCTURE_RE = re.compile(r"^(chain-[1-5]|2I|IP|PI|count|superlative|comparative
 # constraint walks (kgsynth.walk.constraints): a set from a topic entity, counted or filtered
 CONSTRAINT_STRUCTURES = ("count", "superlative", "comparative", "time")
 DEFAULT_STRUCTURES = "chain-1:0.1,chain-2:0.25,chain-3:0.25,2I:0.2,IP:0.1,PI:0.1"
+# how a hop picks its relation: GraphWalker's Alg. 1 (App. B.1, line 8 and 12: the entity's
+# outgoing relations, one drawn uniformly) or kgsynth's (either direction, each relation type
+# weighted by frequency ** -relation_balance)
+RELATION_SAMPLINGS = ("weighted-both", "uniform-out")
+DEFAULT_RELATION_BALANCE = 0.5
 
 
 class WalkError(KGSynthError):
@@ -46,9 +52,18 @@ class WalkConfig:
         "--wide-share: the most neighbours, and answers, of a wide chain-1 walk.",
         advanced=True,
     )
+    relation_sampling: Literal["weighted-both", "uniform-out"] = option(
+        "weighted-both",
+        "How a hop picks its relation: weighted-both (outgoing and incoming relations, each "
+        "type weighted frequency ** -relation_balance) or uniform-out (GraphWalker Alg. 1, "
+        "App. B.1: only the entity's outgoing relations, drawn uniformly; a conjunction's "
+        "branches run out of their topic entities).",
+        advanced=True,
+    )
     relation_balance: float = option(
-        0.5,
-        "Relation weight = frequency ** -balance (0: uniform over relation types).",
+        DEFAULT_RELATION_BALANCE,
+        "--relation-sampling weighted-both: relation weight = frequency ** -balance (0: "
+        "uniform over relation types).",
         advanced=True,
     )
     relations: str | None = option(
@@ -116,6 +131,18 @@ class WalkConfig:
             )
         if self.relation_balance < 0:
             raise ConfigError(f"--relation-balance must be >= 0 (got {self.relation_balance})")
+        if self.relation_sampling not in RELATION_SAMPLINGS:
+            raise ConfigError(
+                f"--relation-sampling must be {' or '.join(RELATION_SAMPLINGS)} "
+                f"(got {self.relation_sampling!r})"
+            )
+        if self.relation_sampling == "uniform-out" and (
+            self.relation_balance != DEFAULT_RELATION_BALANCE
+        ):
+            raise ConfigError(
+                "--relation-balance applies to --relation-sampling weighted-both only "
+                f"(uniform-out draws relations uniformly; got {self.relation_balance})"
+            )
         if self.chunk_size < 1 or self.max_attempts_per_walk < 1:
             raise ConfigError("--chunk-size and --max-attempts-per-walk must be >= 1")
         if self.max_base < 2 or self.constraint_hops not in (1, 2):

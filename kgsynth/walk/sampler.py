@@ -1,6 +1,8 @@
 """Sampling one walk of a structure: hop by hop under the fan-out constraint (GraphWalker Eq. 1),
-relation types weighted by ``frequency ** -relation_balance``, and many attempts side by side
-with their look-ups fetched in batched queries (:meth:`WalkSampler.sample_many`)."""
+the relation drawn as ``relation_sampling`` says (``weighted-both``: either direction, relation
+types weighted by ``frequency ** -relation_balance``; ``uniform-out``: GraphWalker's Alg. 1,
+App. B.1, the outgoing relations uniformly), and many attempts side by side with their look-ups
+fetched in batched queries (:meth:`WalkSampler.sample_many`)."""
 
 from __future__ import annotations
 
@@ -122,13 +124,23 @@ class WalkSampler(AnswerQueries, ConstraintSampling):
         return self.allowed is None or rel.name in self.allowed
 
     def _candidates(
-        self, iri: str, *, check_fanout: bool = True, bounds: tuple[int, int] | None = None
+        self,
+        iri: str,
+        *,
+        check_fanout: bool = True,
+        bounds: tuple[int, int] | None = None,
+        backwards: bool = False,
     ) -> list[Relation]:
+        """The relations a hop from ``iri`` may take (``backwards``: a hop into ``iri``, read
+        from its side). Under ``uniform-out`` only those a forward walk takes out of an entity:
+        outgoing from ``iri``, or incoming to it when ``backwards``."""
         fanouts = self.graph.fanouts(iri)
         if self.allowed is None and not self.excluded:
             rels = list(fanouts)
         else:
             rels = [r for r in fanouts if self._allowed(r)]
+        if self.cfg.relation_sampling == "uniform-out":
+            rels = [r for r in rels if r.direction == ("in" if backwards else "out")]
         if not rels:
             raise Reject("dead_end")
         if check_fanout:
@@ -139,6 +151,8 @@ class WalkSampler(AnswerQueries, ConstraintSampling):
         return rels
 
     def _pick_relation(self, rng: random.Random, rels: list[Relation]) -> Relation:
+        if self.cfg.relation_sampling == "uniform-out":
+            return rels[rng.randrange(len(rels))]  # Alg. 1 line 12: r_t ~ R_t, uniformly
         return rng.choices(rels, weights=[self._weight(r) for r in rels], k=1)[0]
 
     def _name(self, term: Term) -> str:
@@ -238,7 +252,11 @@ class WalkSampler(AnswerQueries, ConstraintSampling):
         """One hop from a new topic entity into ``answer``: sampled backwards from the answer,
         with the fan-out constraint checked from the topic's side."""
         yield ((FANOUTS, answer),)
-        rels = [r for r in self._candidates(answer, check_fanout=False) if r.name != not_named]
+        rels = [
+            r
+            for r in self._candidates(answer, check_fanout=False, backwards=True)
+            if r.name != not_named
+        ]
         if not rels:
             raise Reject("no_second_branch")
         back = self._pick_relation(rng, rels)
