@@ -25,13 +25,15 @@ of about the size of those adapters keeps the core readable. Each step:
    trajectory-level ones) and the advantage ``G_it - mean(G)`` (over every turn of every
    rollout of the group: one pooled baseline), divided by the pooled std when
    ``scale_rewards``; the tokens of turn t carry it.
-4. Loss, token-level over assistant tokens only (DAPO):
-   ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * k3`` summed over every
-   assistant token of the step and divided by their number, with ``r = exp(logp - logp_old)``
-   and ``k3 = exp(ref - logp) - (ref - logp) - 1`` against the frozen init model.
-   ``updates_per_step = 1`` (KnowCoder-A1's on-policy single update) makes ``logp_old`` the
-   current policy's own (detached) log-probs; more updates reuse the rollouts with
-   ``logp_old`` recomputed once before the first.
+4. Loss over assistant tokens only:
+   ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * k3`` per token, with
+   ``r = exp(logp - logp_old)`` and ``k3 = exp(ref - logp) - (ref - logp) - 1`` against the
+   frozen init model, averaged over a PPO mini-batch's tokens (``loss_agg = token-mean``,
+   DAPO) or per sequence then over sequences (``seq-mean-token-mean``, GraphWalker Eq. 4).
+   The step's questions are cut into mini-batches of ``ppo_mini_batch`` questions, one
+   optimizer step each, ``ppo_epochs`` passes. One optimizer step in all (KnowCoder-A1's
+   on-policy single update) makes ``logp_old`` the current policy's own (detached)
+   log-probs; more reuse the rollouts with ``logp_old`` computed once before the first.
 
 DeepSpeed (``deepspeed``: a ZeRO config) wraps the policy and optimizer; without it, plain
 torch AdamW. The one-process CPU path (gloo under DeepSpeed) is what tests and ``make all``

@@ -60,6 +60,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 _RECIPES = "\\[default: recipe's]"
 ROLLOUTS = ("flat", "tree")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,28 @@ class GRPOConfig:
         panel="Rollouts",
         advanced=True,
     )
-    updates_per_step: int = option(
+    ppo_mini_batch: int | None = option(
+        None,
+        "PPO mini-batch, in questions (each with all its rollouts): a step's questions are cut "
+        "into mini-batches of this many, in order, and each takes one optimizer step, its loss "
+        "normalised over its own tokens (KBQA-R1 V-A4: 128 of a batch of 256 = 2 steps). At or "
+        "above --questions-per-step: one optimizer step on the whole batch. \\[default: the "
+        "whole batch]",
+        advanced=True,
+    )
+    ppo_epochs: int = option(
         1,
-        "Updates on each step's rollouts; 1 = on-policy single update (KnowCoder-A1).",
+        "Passes over a step's rollouts, each taking one optimizer step per mini-batch; 1 with "
+        "one mini-batch = the on-policy single update (KnowCoder-A1 4.3.1). N with no "
+        "--ppo-mini-batch is kgsynth's earlier --updates-per-step N (N whole-batch updates).",
+        aliases=("--updates-per-step",),
+        advanced=True,
+    )
+    loss_agg: str = option(
+        "token-mean",
+        "How the loss averages tokens: token-mean (every assistant token of the mini-batch "
+        "weighs the same; DAPO) or seq-mean-token-mean (each sequence's mean over its tokens, "
+        "then the mean over sequences: GraphWalker Eq. 4, ISP-KGR App. G.1).",
         advanced=True,
     )
     micro_batch_size: int = option(8, "Rollouts per forward pass in the update.", advanced=True)
@@ -299,7 +319,15 @@ class GRPOConfig:
             c.tree_value in ("max", "mean"),
             f"tree_value must be max or mean (got {c.tree_value!r})",
         )
-        need(c.updates_per_step >= 1, f"updates_per_step must be >= 1 (got {c.updates_per_step})")
+        need(
+            c.ppo_mini_batch is None or c.ppo_mini_batch >= 1,
+            f"ppo_mini_batch must be >= 1 (got {c.ppo_mini_batch})",
+        )
+        need(c.ppo_epochs >= 1, f"ppo_epochs must be >= 1 (got {c.ppo_epochs})")
+        need(
+            c.loss_agg in LOSS_AGGS,
+            f"loss_agg must be {' or '.join(LOSS_AGGS)} (got {c.loss_agg!r})",
+        )
         need(c.micro_batch_size >= 1, f"micro_batch_size must be >= 1 (got {c.micro_batch_size})")
         need(c.max_grad_norm > 0, f"max_grad_norm must be > 0 (got {c.max_grad_norm})")
         need(c.temperature > 0, f"temperature must be > 0 for sampling (got {c.temperature})")
@@ -403,6 +431,18 @@ def logprob_tolerance(cfg: GRPOConfig) -> float:
     if cfg.logprob_tolerance is not None:
         return cfg.logprob_tolerance
     return LOGPROB_TOLERANCE[cfg.rollout_engine]
+
+
+def mini_batch_questions(cfg: GRPOConfig) -> int:
+    """Questions per PPO mini-batch: ``ppo_mini_batch``, at most the step's questions."""
+    step = int(cfg.questions_per_step or 1)
+    return min(cfg.ppo_mini_batch or step, step)
+
+
+def optimizer_steps(cfg: GRPOConfig) -> int:
+    """Optimizer steps per RL step: mini-batches per pass times ``ppo_epochs``."""
+    step = int(cfg.questions_per_step or 1)
+    return math.ceil(step / mini_batch_questions(cfg)) * cfg.ppo_epochs
 
 
 def warmup_steps(cfg: GRPOConfig) -> int:

@@ -122,12 +122,15 @@ class Policy:
         else:
             loss.backward()
 
-    def step(self) -> float:
+    def step(self, schedule: bool = True) -> float:
+        """One optimizer step; ``schedule``: also advance the learning-rate schedule (once per
+        RL step, after its last PPO mini-batch)."""
         import torch
 
         if self.engine is not None:  # stepped at the boundary in backward()
             norm = self.engine.get_global_grad_norm()
-            self.sched.step()
+            if schedule:
+                self.sched.step()
             return float(norm) if norm is not None else float("nan")
         if rank_and_world()[1] > 1:
             import torch.distributed as dist
@@ -141,7 +144,8 @@ class Policy:
         norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.sched.step()
+        if schedule:
+            self.sched.step()
         return float(norm)
 
 

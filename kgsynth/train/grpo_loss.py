@@ -56,10 +56,16 @@ def grpo_token_loss(
     clip_high: float,
     kl_coef: float,
     total_tokens: int | float,
+    loss_agg: str = "token-mean",
+    total_seqs: int | float = 0,
 ) -> tuple[Any, dict[str, Any]]:
-    """The clipped surrogate with asymmetric clip and the k3 KL, summed over masked tokens and
-    divided by ``total_tokens`` (the step's assistant tokens, so micro-batches add up to the
-    token-level mean). Returns the loss and detached sums for the metrics."""
+    """The clipped surrogate with asymmetric clip and the k3 KL per masked token, aggregated
+    as ``loss_agg`` says. ``token-mean``: summed over masked tokens and divided by
+    ``total_tokens`` (the mini-batch's assistant tokens, so micro-batches add up to the
+    token-level mean). ``seq-mean-token-mean``: each row's mean over its masked tokens, summed
+    and divided by ``total_seqs`` (the mini-batch's rows with a masked token): the
+    ``1/N sum_i 1/|tau_i| sum_j`` of GraphWalker Eq. 4 and ISP-KGR App. G.1. Returns the loss
+    and detached sums for the metrics."""
     import torch
 
     mask = mask.to(logp.dtype)
@@ -74,7 +80,14 @@ def grpo_token_loss(
         diff = ref_logp - logp
         kl = torch.exp(diff) - diff - 1.0
         per_token = pg + kl_coef * kl
-    loss = (per_token * mask).sum() / total_tokens
+    if loss_agg == "token-mean":
+        loss = (per_token * mask).sum() / total_tokens
+    elif loss_agg == "seq-mean-token-mean":
+        lengths = mask.sum(-1)
+        per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)
+        loss = per_seq.sum() / (total_seqs or 1)
+    else:
+        raise ValueError(f"loss_agg must be token-mean or seq-mean-token-mean (got {loss_agg!r})")
     stats = {
         "pg": (pg * mask).sum().detach(),
         "kl": (kl * mask).sum().detach(),

@@ -124,7 +124,11 @@ def rollout_and_update(
         turn_lambda=cfg.turn_lambda, scale=cfg.scale_rewards,
     )  # fmt: skip
     keep = [i for i, a in enumerate(per_token_adv) if a is not None]
-    upd = update(run.policy, run.ref, rollouts, per_token_adv, keep, cfg, run.device, run.autocast)
+    question_of = [mine[k // g] for k in range(len(rollouts))]  # the step's question index
+    upd = update(
+        run.policy, run.ref, rollouts, per_token_adv, keep, cfg, run.device, run.autocast,
+        question_of=question_of,
+    )  # fmt: skip
     t_step = time.perf_counter() - t0
     eps = [r.episode for r in rollouts]
     share = {

@@ -148,6 +148,7 @@ def tree_rollout_and_update(
     t_roll = time.perf_counter() - t0
     results, eps, rows, values = [], [], [], []
     groups = skipped = 0
+    question_of: list[int] = []  # each training row's question among the step's
     for gi, tree in zip(mine, trees, strict=True):
         q = batch[gi]
         gold = q.gold()
@@ -160,13 +161,15 @@ def tree_rollout_and_update(
         )  # fmt: skip
         adv = sibling_advantages(tree.parents, scores.values, scale=cfg.scale_rewards)
         groups, skipped = groups + adv.groups, skipped + adv.skipped
-        rows += tree_sequences(tree, adv)
+        new_rows = tree_sequences(tree, adv)
+        rows += new_rows
+        question_of += [gi] * len(new_rows)
         values += scores.values[1:]
         results += [scores.leaves[i] for i in leaves]
         eps += [tree.nodes[i].episode for i in leaves]
     upd = update(
         run.policy, run.ref, rows, [r.advantages for r in rows], list(range(len(rows))), cfg,
-        run.device, run.autocast,
+        run.device, run.autocast, question_of=question_of,
     )  # fmt: skip
     t_step = time.perf_counter() - t0
     depth = max((len(t.steps) for t in trees), default=0)

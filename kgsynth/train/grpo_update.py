@@ -1,14 +1,17 @@
-"""One GRPO update on a step's rollouts: micro-batches padded into tensors, the reference's
-and (for more than one update) the old policy's log-probs, then the clipped loss over every
-assistant token of the step, normalised by their count over all ranks."""
+"""A GRPO update on a step's rollouts: the step's questions cut into PPO mini-batches, each
+padded into micro-batch tensors; the reference's and (for more than one optimizer step) the old
+policy's log-probs; then ``ppo_epochs`` passes, one optimizer step per mini-batch, each on the
+clipped loss over the mini-batch's assistant tokens, aggregated as ``loss_agg`` says and
+normalised by the mini-batch's tokens (or sequences) over all ranks."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.train.core import all_sum, rank_and_world
-from kgsynth.train.grpo_config import GRPOConfig
+from kgsynth.train.grpo_config import GRPOConfig, mini_batch_questions
 from kgsynth.train.grpo_dist import Policy, all_gather
 from kgsynth.train.grpo_loss import grpo_token_loss, token_logprobs
 from kgsynth.train.sft_trainer import masked_logits_supported
@@ -23,6 +26,54 @@ def pad_batch(rows: Sequence[Sequence[Any]], fill: Any, dtype: Any, width: int) 
     return out
 
 
+def mini_batches(
+    keep: Sequence[int], question_of: Sequence[int] | None, cfg: GRPOConfig
+) -> list[list[int]]:
+    """The kept rollouts by PPO mini-batch: the rollouts of the step's question ``gi`` (its
+    index among the step's questions, ``question_of[i]``) go to mini-batch
+    ``gi // mini_batch_questions``, so every rank cuts the step at the same questions and has
+    the same number of mini-batches (some perhaps empty here). Without ``question_of`` the
+    step must be one mini-batch."""
+    size = mini_batch_questions(cfg)
+    n = math.ceil(int(cfg.questions_per_step or 1) / size)
+    if question_of is None:
+        if n > 1:
+            raise ValueError("update: ppo_mini_batch below the step needs each rollout's question")
+        return [list(keep)]
+    parts: list[list[int]] = [[] for _ in range(n)]
+    for i in keep:
+        parts[min(question_of[i] // size, n - 1)].append(i)
+    return parts
+
+
+def _tensors(rollouts: Sequence[Any], adv: Sequence[Any], idx: list[int], device: str) -> tuple:
+    """One micro-batch padded: ids, attention, mask, per-token advantages, rollout log-probs."""
+    import torch
+
+    width = max(len(rollouts[i]) for i in idx)
+    ids = pad_batch([rollouts[i].ids for i in idx], 0, torch.long, width)
+    att = pad_batch([[1] * len(rollouts[i]) for i in idx], 0, torch.long, width)
+    mask = pad_batch([rollouts[i].mask for i in idx], 0, torch.long, width)
+    advs = pad_batch([adv[i] or [] for i in idx], 0.0, torch.float32, width)
+    old = pad_batch([rollouts[i].logprobs for i in idx], 0.0, torch.float32, width)
+    return ids.to(device), att.to(device), mask.to(device), advs.to(device), old.to(device)
+
+
+def _micro_batches(
+    rollouts: Sequence[Any], adv: Sequence[Any], part: list[int], cfg: GRPOConfig, device: str
+) -> list[tuple]:
+    """A mini-batch's micro-batch tensors; where this rank holds none of it, one masked-out
+    row, so that it still takes the optimizer step with the other ranks."""
+    import torch
+
+    size = cfg.micro_batch_size
+    if any(sum(rollouts[i].mask) for i in part):
+        chunks = [part[i : i + size] for i in range(0, len(part), size)]
+        return [_tensors(rollouts, adv, c, device) for c in chunks]
+    zero = torch.zeros((1, 2), dtype=torch.long, device=device)
+    return [(zero, torch.ones_like(zero), zero, zero.float(), zero.float())]
+
+
 def update(
     policy: Policy,
     ref: Any,
@@ -32,80 +83,80 @@ def update(
     cfg: GRPOConfig,
     device: str,
     autocast: Any,
+    question_of: Sequence[int] | None = None,
 ) -> dict[str, float]:
-    """One GRPO update (or ``updates_per_step``) over the kept rollouts. In a process group
-    each rank passes its own rollouts; the loss is normalised by the token count of all ranks,
-    and every rank steps together (a rank with nothing kept contributes zero gradients)."""
+    """The step's GRPO update over the kept rollouts: ``ppo_epochs`` passes, one optimizer
+    step per PPO mini-batch (:func:`mini_batches`; ``question_of[i]``: rollout i's question
+    among the step's). In a process group each rank passes its own rollouts; a mini-batch's
+    loss is normalised by its tokens (or sequences) over all ranks, and every rank steps
+    together (a rank with none of a mini-batch contributes zero gradients). A mini-batch
+    with no assistant token on any rank takes no step; the learning-rate schedule advances
+    once per RL step that took one."""
     import torch
 
     empty = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": None, "grad_norm": 0.0,
              "trained_tokens": 0, "logprob_mismatch": 0.0, "logprob_mismatch_mean": 0.0}  # fmt: skip
     _, world = rank_and_world()
-    local_tokens = sum(sum(rollouts[i].mask) for i in keep)
-    total_tokens = int(all_sum([local_tokens], device)[0])
-    if total_tokens == 0:  # the same on every rank: no step anywhere
+    parts = mini_batches(keep, question_of, cfg)
+    local: list[float] = []  # each mini-batch's assistant tokens and sequences on this rank
+    for p in parts:
+        local += [sum(sum(rollouts[i].mask) for i in p), sum(any(rollouts[i].mask) for i in p)]
+    totals = [float(v) for v in all_sum(local, device)]
+    # (tokens, sequences) of each mini-batch over all ranks; the same list on every rank
+    plan = [(parts[m], totals[2 * m], totals[2 * m + 1]) for m in range(len(parts))]
+    plan = [x for x in plan if x[1] > 0]
+    total_tokens = int(sum(x[1] for x in plan))
+    if not plan:  # the same on every rank: no step anywhere
         return empty
     # DeepSpeed averages the ranks' gradients, the plain path sums them
-    norm_tokens = total_tokens / world if policy.engine is not None else total_tokens
-    micro = [
-        list(keep[i : i + cfg.micro_batch_size]) for i in range(0, len(keep), cfg.micro_batch_size)
-    ] if local_tokens else []  # fmt: skip
-
-    def tensors(idx: list[int]) -> tuple[Any, ...]:  # ids, attention, mask, advantages, logprobs
-        width = max(len(rollouts[i]) for i in idx)
-        ids = pad_batch([rollouts[i].ids for i in idx], 0, torch.long, width)
-        att = pad_batch([[1] * len(rollouts[i]) for i in idx], 0, torch.long, width)
-        mask = pad_batch([rollouts[i].mask for i in idx], 0, torch.long, width)
-        adv = pad_batch([per_token_adv[i] or [] for i in idx], 0.0, torch.float32, width)
-        old = pad_batch([rollouts[i].logprobs for i in idx], 0.0, torch.float32, width)
-        return ids.to(device), att.to(device), mask.to(device), adv.to(device), old.to(device)
-
-    batches = [tensors(idx) for idx in micro]
-    if not batches:  # this rank kept nothing: one masked-out row, so it still steps with the rest
-        zero = torch.zeros((1, 2), dtype=torch.long, device=device)
-        batches = [(zero, torch.ones_like(zero), zero, zero.float(), zero.float())]
+    scale = world if policy.engine is not None else 1
+    batches = [_micro_batches(rollouts, per_token_adv, p, cfg, device) for p, _, _ in plan]
     fwd = policy.forward_module()
     # the LM head at the positions that predict a trained token only (the same values there)
     fwd_masked = masked_logits_supported(getattr(fwd, "module", fwd))
     ref_masked = ref is not None and masked_logits_supported(ref)
-    ref_lp: dict[int, Any] = {}
-    old_lp: dict[int, Any] = {}
+    several = len(plan) * cfg.ppo_epochs > 1  # later steps need the sampling policy's log-probs
+    ref_lp: dict[tuple[int, int], Any] = {}
+    old_lp: dict[tuple[int, int], Any] = {}
     with torch.no_grad(), autocast:
-        for k, (ids, att, mask, *_) in enumerate(batches):
-            if ref is not None:
-                only = mask if ref_masked else None
-                ref_lp[k] = token_logprobs(ref, ids, att, cfg.temperature, only)[0].float()
-            if cfg.updates_per_step > 1:
-                only = mask if fwd_masked else None
-                old_lp[k] = token_logprobs(fwd, ids, att, cfg.temperature, only)[0].float()
+        for m, micro in enumerate(batches):
+            for k, (ids, att, mask, *_) in enumerate(micro):
+                if ref is not None:
+                    only = mask if ref_masked else None
+                    ref_lp[m, k] = token_logprobs(ref, ids, att, cfg.temperature, only)[0].float()
+                if several:
+                    only = mask if fwd_masked else None
+                    old_lp[m, k] = token_logprobs(fwd, ids, att, cfg.temperature, only)[0].float()
     # gap: |rollout log-prob - the training forward's| summed over sampled tokens
     sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0,
             "gap": 0.0}  # fmt: skip
     mismatch = 0.0
     norms = []
-    for update in range(cfg.updates_per_step):
-        for k, (ids, att, mask, adv, rollout_lp) in enumerate(batches):
-            with autocast:
-                only = mask if fwd_masked else None
-                logp, ent = token_logprobs(fwd, ids, att, cfg.temperature, only)
-            logp = logp.float()
-            old = old_lp[k] if k in old_lp else logp.detach()
-            m = mask.bool()
-            if update == 0 and m.any():  # the policy that sampled the rollouts, not yet updated
-                gap = (logp.detach() - rollout_lp)[m].abs()
-                mismatch = max(mismatch, float(gap.max()))
-                sums["gap"] += float(gap.sum())
-            loss, st = grpo_token_loss(
-                logp, old, ref_lp.get(k), adv, mask,
-                clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                kl_coef=cfg.kl_coef, total_tokens=norm_tokens,
-            )  # fmt: skip
-            policy.backward(loss, last=k == len(batches) - 1)
-            sums["loss"] += float(loss.detach())
-            for name in ("pg", "kl", "clipped", "tokens"):
-                sums[name] += float(st[name])
-            sums["entropy"] += float((ent * mask).sum())
-        norms.append(policy.step())
+    for epoch in range(cfg.ppo_epochs):
+        for m, (micro, (_, tokens, seqs)) in enumerate(zip(batches, plan, strict=True)):
+            for k, (ids, att, mask, adv, rollout_lp) in enumerate(micro):
+                with autocast:
+                    only = mask if fwd_masked else None
+                    logp, ent = token_logprobs(fwd, ids, att, cfg.temperature, only)
+                logp = logp.float()
+                old = old_lp[m, k] if (m, k) in old_lp else logp.detach()
+                msk = mask.bool()
+                if epoch == 0 and msk.any():  # the policy that sampled the rollouts
+                    gap = (old - rollout_lp)[msk].abs()
+                    mismatch = max(mismatch, float(gap.max()))
+                    sums["gap"] += float(gap.sum())
+                loss, st = grpo_token_loss(
+                    logp, old, ref_lp.get((m, k)), adv, mask,
+                    clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef,
+                    total_tokens=tokens / scale, loss_agg=cfg.loss_agg, total_seqs=seqs / scale,
+                )  # fmt: skip
+                policy.backward(loss, last=k == len(micro) - 1)
+                sums["loss"] += float(loss.detach())
+                for name in ("pg", "kl", "clipped", "tokens"):
+                    sums[name] += float(st[name])
+                sums["entropy"] += float((ent * mask).sum())
+            last = epoch == cfg.ppo_epochs - 1 and m == len(batches) - 1
+            norms.append(policy.step(schedule=last))
     keys = ("loss", "pg", "kl", "clipped", "tokens", "entropy", "gap")
     sums = dict(zip(keys, all_sum([sums[k] for k in keys], device), strict=True))
     mismatch = max(all_gather(mismatch))
@@ -113,12 +164,13 @@ def update(
         sums["loss"] /= world  # each rank's loss was scaled up by the averaging
     n = max(1.0, sums["tokens"])
     return {
-        "loss": sums["loss"] / cfg.updates_per_step,
+        "loss": sums["loss"] / len(norms),
         "kl": sums["kl"] / n,
         "clip_fraction": sums["clipped"] / n,
         "entropy": sums["entropy"] / n if sums["tokens"] else None,
         "grad_norm": sum(norms) / len(norms),
-        "trained_tokens": int(total_tokens),
+        "optimizer_steps": len(norms),
+        "trained_tokens": total_tokens,
         "logprob_mismatch": mismatch,
         # the alignment check's figure (grpo_step.check_logprobs): the mean over sampled tokens
         "logprob_mismatch_mean": sums["gap"] / total_tokens,
