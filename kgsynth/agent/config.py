@@ -33,6 +33,7 @@ RELATION_RANKINGS = ("bm25", "hybrid", "focus")
 ENTITY_MATCHINGS = ("exact", "near")
 FIRST_HOP_FALLBACKS = ("none", "dense")
 PROMPT_STYLES = ("full", "short")
+GRAPHWALKER_OBSERVATIONS = ("kgsynth", "paper")
 AGENT_QUERY_TIMEOUT_S = 10.0
 """Seconds an agent-written query may run by default (the store is shared by every rollout)."""
 
@@ -169,6 +170,17 @@ class AgentConfig:
         panel="Agent",
         advanced=True,
     )
+    # GraphWalker (graphwalker.txt) App. E.3 and App. H; kgsynth.agent.spaces.graphwalker.paper
+    graphwalker_observations: Literal["kgsynth", "paper"] = option(
+        "kgsynth",
+        "graphwalker: how its tools' results read: kgsynth (a header, one (X, r, ?) relation "
+        "line each, with the focus ranking's marks; one (X, r, Y) triple a line with a count of "
+        "the rest; every relation asked is followed) or paper (GraphWalker App. E.3: the "
+        "relation names as one comma-separated list, the triples as [h, r, t]; App. H rule 6: "
+        "get_triples follows only the first 4 relations it is given)",
+        panel="Agent",
+        advanced=True,
+    )
     kgr1_max_relations: int | None = option(
         None, "kgr1: cap on the relations listed (none: the full set, as KG-R1)", cli=False
     )
@@ -228,6 +240,11 @@ class AgentConfig:
         )
         need(self.entity_matching in ENTITY_MATCHINGS, "entity_matching", "exact or near")
         need(self.answer_matching in ENTITY_MATCHINGS, "answer_matching", "exact or near")
+        need(
+            self.graphwalker_observations in GRAPHWALKER_OBSERVATIONS,
+            "graphwalker_observations",
+            " or ".join(GRAPHWALKER_OBSERVATIONS),
+        )
         need(self.first_hop_fallback in FIRST_HOP_FALLBACKS, "first_hop_fallback", "none or dense")
         need(self.later_hop_fallback in FIRST_HOP_FALLBACKS, "later_hop_fallback", "none or dense")
         need(

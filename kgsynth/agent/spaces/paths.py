@@ -58,6 +58,34 @@ class PathSpace(ABC):
         """The oracle's calls run in ``env`` (:func:`replay`)."""
         return replay(self, row, env, **options)
 
+    def shows_relation(self, env: ToolEnvironment, result: Any, call: OracleCall) -> bool:
+        """Whether a relations call's observation lists its hop's relation, in the hop's
+        direction: a ``(X, r, ?)`` or ``(?, r, X)`` line (marks aside), X the entity the
+        list's header names. A space whose lists read otherwise says so here."""
+        m = _LISTED_AS.search(result.text)
+        shown = m.group(1) if m else call.entity
+        hop = call.hop
+        assert hop is not None
+        pattern = (
+            f"(?, {hop['relation']}, {shown})"
+            if hop["inverse"]
+            else f"({shown}, {hop['relation']}, ?)"
+        )
+        return pattern in map(unmarked, result.text.splitlines())
+
+    def triples_shown(self, env: ToolEnvironment, result: Any, call: OracleCall) -> int | None:
+        """How many triples a triples call's observation shows along its hop (one
+        ``(X, r, Y)`` line each), or None where a line says some are left out (the display
+        cap). A space whose triples read otherwise says so here."""
+        hop = call.hop
+        assert hop is not None
+        lines = result.text.splitlines()
+        if any(ln.startswith("... ") for ln in lines):
+            return None
+        if hop["inverse"]:
+            return sum(ln.endswith(f", {hop['relation']}, {call.entity})") for ln in lines)
+        return sum(ln.startswith(f"({call.entity}, {hop['relation']}, ") for ln in lines)
+
 
 def _expressible(row: dict[str, Any]) -> bool:
     """Whether graphwalker's and kgr1's tools can show a constraint walk's answer: a count of
@@ -67,26 +95,15 @@ def _expressible(row: dict[str, Any]) -> bool:
     return row["structure"] == "count" and len(row["branches"][0]) == 1
 
 
-def _check_count(row: dict[str, Any], call: OracleCall, result: Any) -> None:
-    """A count's triples call must show every member of its set (no display cap, one line per
-    member): the agent counts the lines it sees."""
-    hop = call.hop
-    if hop is None:
+def _check_count(
+    space: PathSpace, env: ToolEnvironment, row: dict[str, Any], call: OracleCall, result: Any
+) -> None:
+    """A count's triples call must show every member of its set (no display cap, one triple
+    per member): the agent counts the triples it sees."""
+    if call.hop is None:
         return
-    if hop["inverse"]:
-        lines = [
-            ln
-            for ln in result.text.splitlines()
-            if ln.endswith(f", {hop['relation']}, {call.entity})")
-        ]
-    else:
-        lines = [
-            ln
-            for ln in result.text.splitlines()
-            if ln.startswith(f"({call.entity}, {hop['relation']}, ")
-        ]
-    capped = any(ln.startswith("... ") for ln in result.text.splitlines())
-    if capped or [str(len(lines))] != list(row["answer_names"]):
+    shown = space.triples_shown(env, result, call)
+    if shown is None or [str(shown)] != list(row["answer_names"]):
         raise Reject("count_not_observable")
 
 
@@ -144,20 +161,12 @@ def replay(
         if result.error is not None:
             raise Reject(f"oracle_{result.error.value}")
         if c.kind == "relations":
-            m = _LISTED_AS.search(result.text)
-            shown = m.group(1) if m else c.entity
-            hop = c.hop
-            pattern = (
-                f"(?, {hop['relation']}, {shown})"
-                if hop["inverse"]
-                else f"({shown}, {hop['relation']}, ?)"
-            )
-            if pattern not in map(unmarked, result.text.splitlines()):
+            if not space.shows_relation(env, result, c):
                 raise Reject("gold_relation_not_retrievable")
             steps.append((c, result))
             continue
         if row.get("structure") == "count":
-            _check_count(row, c, result)
+            _check_count(space, env, row, c, result)
         walked_shown = c.hop["entity"] in result.entities
         if c.hop["entity"] in continues_from and (follow == "first" or not walked_shown):
             nxt_hop = calls[k + 2].hop if chain and k + 2 < len(calls) else None

@@ -6,8 +6,16 @@
 - ``get_triples("Entity", ["rel", …])``: the triples along those relations (either direction),
   at most n per relation and direction, shown by name.
 
+How the results read is ``graphwalker_observations``: ``kgsynth`` (above: a header and one
+``(X, r, ?)`` line a relation, one ``(X, r, Y)`` line a triple with a count of those left out)
+or ``paper`` (GraphWalker App. E.3 and App. H: a flat list of relation names, ``[h, r, t]``
+triples, only the first 4 relations of a get_triples call followed;
+:mod:`kgsynth.agent.spaces.graphwalker.paper`).
+
 Its oracle replays a walk's hops as one ``get_relations`` and one ``get_triples`` call each
-(:mod:`kgsynth.agent.spaces.paths`), optionally ending with a look-ahead ``get_relations``.
+(:mod:`kgsynth.agent.spaces.paths`), optionally ending with a look-ahead ``get_relations``; the
+calls run through the same tools, so the oracle's observations are in the style the agent
+reads.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.graphwalker import paper
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.paths import PathSpace
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -34,18 +43,31 @@ TOOL_HELP = [
 ]
 
 
+def _paper(env: Any) -> bool:
+    return env.config.graphwalker_observations == "paper"
+
+
 def get_relations(env: Any, name: str) -> ToolResult:
     entity, notes = env._entity(name)
-    return env.relation_list(entity, env.graph.relations(entity.iri), notes)
+    rels = env.graph.relations(entity.iri)
+    if _paper(env):
+        return paper.relation_list(env, entity, rels, notes)
+    return env.relation_list(entity, rels, notes)
 
 
 def get_triples(env: Any, name: str, relations: str | Sequence[str]) -> ToolResult:
     entity, notes = env._entity(name)
-    wanted = [relations] if isinstance(relations, str) else list(relations)
+    if _paper(env):
+        wanted = paper.capped_relations(relations)
+    else:
+        wanted = [relations] if isinstance(relations, str) else list(relations)
     rels, missing = env.select_relations(
         entity, wanted, unknown="no relation {listed}; call get_relations first"
     )
-    result = env.triple_list(entity, rels, notes, missing)
+    if _paper(env):
+        result = paper.triple_list(env, entity, rels, notes, missing)
+    else:
+        result = env.triple_list(entity, rels, notes, missing)
     env.strategies.ranking.follow(rels)
     return result
 
@@ -69,6 +91,16 @@ class GraphWalker(PathSpace, ActionSpace):
             OracleCall("relations", f"get_relations({q})", entity, hop),
             OracleCall("triples", f"get_triples({q}, [{rel}])", entity, hop),
         )
+
+    def shows_relation(self, env: Any, result: Any, call: OracleCall) -> bool:
+        if _paper(env):
+            return paper.shows_relation(result, call)
+        return super().shows_relation(env, result, call)
+
+    def triples_shown(self, env: Any, result: Any, call: OracleCall) -> int | None:
+        if _paper(env):
+            return paper.triples_shown(result, call)
+        return super().triples_shown(env, result, call)
 
     def look_ahead_call(self, entity: str) -> OracleCall:
         q = json.dumps(entity, ensure_ascii=False)
