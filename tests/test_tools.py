@@ -134,7 +134,8 @@ def test_ambiguous_name_picks_highest_degree_and_reports():
 
 
 def test_kgr1_toolset(graph):
-    env = ToolEnvironment(graph, config=ToolConfig(toolset="kgr1"))
+    # the triples form, kept as a named variant (the paper's flat lists: test_kgr1_paper.py)
+    env = ToolEnvironment(graph, config=ToolConfig(toolset="kgr1", kgr1_observation="triples"))
     assert env.execute('get_head_relations("William Dieterle")').text.splitlines()[1:] == [
         "(?, directed_by, William Dieterle)"
     ]

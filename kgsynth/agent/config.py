@@ -33,6 +33,7 @@ RELATION_RANKINGS = ("bm25", "hybrid", "focus")
 ENTITY_MATCHINGS = ("exact", "near")
 FIRST_HOP_FALLBACKS = ("none", "dense")
 PROMPT_STYLES = ("full", "short")
+KGR1_OBSERVATIONS = ("flat", "triples")
 GRAPHWALKER_OBSERVATIONS = ("kgsynth", "paper")
 AGENT_QUERY_TIMEOUT_S = 10.0
 """Seconds an agent-written query may run by default (the store is shared by every rollout)."""
@@ -187,6 +188,24 @@ class AgentConfig:
     kgr1_max_entities: int | None = option(
         None, "kgr1: cap on the entities listed (none: the full set, as KG-R1)", cli=False
     )
+    # KG-R1 (kg-r1.txt) App. E examples, ablation A9; kgsynth.agent.spaces.kgr1.observe
+    kgr1_observation: Literal["flat", "triples"] = option(
+        "flat",
+        "kgr1: how its tools' results read: flat (KG-R1 App. E, ablation A9: one line each, "
+        "the names comma-separated after a header, e.g. Tail relations for entity X: r1, r2) "
+        "or triples (one (X, r, ?) or (X, r, Y) line each, kgsynth's earlier form)",
+        panel="Agent",
+        advanced=True,
+    )
+    # KG-R1 §4.1 and App. B.2: a 2-hop subgraph per question, as RoG
+    kgr1_subgraph_hops: int | None = option(
+        None,
+        "kgr1: the tools answer from the question's subgraph only: the triples a breadth-first "
+        "expansion from its topic entities crosses in this many hops (KG-R1 §4.1, App. B.2: 2); "
+        "none: the whole KG",
+        panel="Agent",
+        advanced=True,
+    )
     # KBQA-R1's Referenced Relation Candidate Gating (kgsynth.agent.spaces.sexpr.gate)
     gate_high: float = option(
         0.95,
@@ -258,8 +277,9 @@ class AgentConfig:
             "none unless --relation-ranking is focus (it marks the focus ranking's lists)",
         )
         need(self.neighbor_order in NEIGHBOR_ORDERS, "neighbor_order", " or ".join(NEIGHBOR_ORDERS))
-        for name in ("kgr1_max_relations", "kgr1_max_entities"):
+        for name in ("kgr1_max_relations", "kgr1_max_entities", "kgr1_subgraph_hops"):
             need(getattr(self, name) is None or getattr(self, name) >= 1, name, ">= 1 or None")
+        need(self.kgr1_observation in KGR1_OBSERVATIONS, "kgr1_observation", "flat or triples")
         need(
             0 < self.query_timeout_s <= MAX_TIMEOUT_S,  # NaN fails too
             "query_timeout_s",

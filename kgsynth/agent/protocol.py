@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kgsynth.core.text import clean_text
@@ -191,9 +192,13 @@ def _parse_answer(text: str) -> list[str] | None:
     return [text]
 
 
-def parse_tagged_turn(text: str) -> Turn:
+def parse_tagged_turn(
+    text: str, read_answer: Callable[[str], list[str] | None] | None = None
+) -> Turn:
     """Parse one assistant message in the ``<kg-query>``/``<answer>`` format; the reason for
-    any format problem is kept."""
+    any format problem is kept. ``read_answer`` reads the text inside ``<answer>`` (default
+    :func:`parse_answer`; a space may read its paper's form, as kgr1 reads comma-separated
+    names)."""
     visible = INFO_RE.sub("", text)
     thinks = THINK_RE.findall(visible)
     queries = QUERY_RE.findall(visible)
@@ -208,7 +213,7 @@ def parse_tagged_turn(text: str) -> Turn:
         error = error or "more than one action in a turn"
     if queries and (not answers or visible.find(QUERY_OPEN) < visible.find(ANSWER_OPEN)):
         return Turn(think, queries[0].strip(), None, error)
-    answer = parse_answer(answers[0])
+    answer = (read_answer or parse_answer)(answers[0])
     if answer is None:
         error = error or "answer is not a JSON list of strings"
     return Turn(think, None, answer, error)

@@ -1,11 +1,13 @@
-"""KG-R1's action space: four one-way tools.
+"""KG-R1's action space (kg-r1.txt §3.2): four one-way tools.
 
 ``get_tail_relations(e)`` relations with ``e`` as head (``e -r-> ?``), ``get_head_relations(e)``
 relations with ``e`` as tail (``? -r-> e``), ``get_tail_entities(e, r)`` the tails of
 ``(e, r, ?)``, ``get_head_entities(e, r)`` the heads of ``(?, r, e)``. As in the paper, each
-returns the full set: relations by name, entities in the environment's neighbour order.
-``kgr1_max_relations`` / ``kgr1_max_entities`` cap them; a cap that applies says so in the
-observation ("showing 10 of 37 (capped)"). The oracle is the path oracle
+returns the full set: relations by name, entities in the environment's neighbour order, in the
+paper's flat lists (:mod:`.observe`; ``kgr1_observation``). ``kgr1_max_relations`` /
+``kgr1_max_entities`` cap them; a cap that applies says so. With ``kgr1_subgraph_hops`` the
+tools answer from the question's subgraph alone (:mod:`.subgraph`, §4.1). Answers are read as
+the paper writes them, comma-separated (:mod:`.answers`). The oracle is the path oracle
 (:mod:`kgsynth.agent.spaces.paths`) with the one-way calls.
 """
 
@@ -15,10 +17,12 @@ import json
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.kgr1.answers import Kgr1Format
+from kgsynth.agent.spaces.kgr1.observe import SIDES, entities_one_way, relations_one_way
+from kgsynth.agent.spaces.kgr1.subgraph import QuestionSubgraph, WholeKG
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.paths import PathSpace
 from kgsynth.agent.spaces.sparql import ToolTable
-from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult
 
 TOOL_HELP = [
     {
@@ -40,39 +44,27 @@ TOOL_HELP = [
 ]
 
 
-def relations_one_way(env: Any, name: str, direction: str) -> ToolResult:
-    """The relations of ``name`` going ``direction``: the full set by name, capped by
-    ``kgr1_max_relations``."""
-    entity, notes = env._entity(name)
-    rels = [r for r in env.graph.relations(entity.iri) if r.direction == direction]
-    cap = env.config.kgr1_max_relations
-    ranked = sorted(rels, key=lambda r: (r.name, r.direction))[:cap]
-    head = f'Relations of "{entity.name}"'
-    if len(ranked) < len(rels):
-        head += f" (showing {len(ranked)} of {len(rels)} (capped))"
-    return env.relation_list(entity, rels, notes, listed=(ranked, head + ":"))
-
-
-def entities_one_way(env: Any, name: str, relation: object, direction: str) -> ToolResult:
-    """The entities one relation reaches from ``name`` going ``direction``, capped by
-    ``kgr1_max_entities``."""
-    if not isinstance(relation, str):
-        raise ToolFailure(ErrorType.WRONG_ARGUMENTS, "give one relation name as a string.")
-    entity, notes = env._entity(name)
-    rels, _ = env.select_relations(entity, [relation], direction)
-    return env.triple_list(entity, rels, notes, limit=env.config.kgr1_max_entities, capped=True)
+def kg_view(env: Any) -> QuestionSubgraph | WholeKG:
+    """What the episode's tools read: the question's subgraph (``kgr1_subgraph_hops``) or the
+    whole KG."""
+    hops = env.config.kgr1_subgraph_hops
+    if hops is None:
+        return WholeKG(env.graph)
+    return QuestionSubgraph(env.graph, env.topics, hops)
 
 
 class KgR1(PathSpace, ActionSpace):
     name = "kgr1"
     tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
+    turns: ClassVar[Kgr1Format] = Kgr1Format()
 
     def make_tools(self, env: Any) -> ToolTable:
+        view = kg_view(env)  # one per episode: the subgraph is the question's
         return {
-            "get_head_relations": (1, lambda e: relations_one_way(env, e, "in")),
-            "get_tail_relations": (1, lambda e: relations_one_way(env, e, "out")),
-            "get_head_entities": (2, lambda e, r: entities_one_way(env, e, r, "in")),
-            "get_tail_entities": (2, lambda e, r: entities_one_way(env, e, r, "out")),
+            "get_head_relations": (1, lambda e: relations_one_way(env, view, e, "in")),
+            "get_tail_relations": (1, lambda e: relations_one_way(env, view, e, "out")),
+            "get_head_entities": (2, lambda e, r: entities_one_way(env, view, e, r, "in")),
+            "get_tail_entities": (2, lambda e, r: entities_one_way(env, view, e, r, "out")),
         }
 
     def hop_calls(self, entity: str, hop: dict[str, Any]) -> tuple[OracleCall, OracleCall]:
@@ -83,6 +75,30 @@ class KgR1(PathSpace, ActionSpace):
             OracleCall("relations", f"get_{side}_relations({q})", entity, hop),
             OracleCall("triples", f"get_{side}_entities({q}, {rel})", entity, hop),
         )
+
+    # --- the path oracle reading the flat lists ----------------------------------------------
+
+    def shows_relation(self, env: Any, result: Any, call: OracleCall) -> bool:
+        """Whether the flat relation list names the hop's relation (it lists one direction,
+        the hop's); the ``triples`` form is read as graphwalker's."""
+        if env.config.kgr1_observation == "triples":
+            return super().shows_relation(env, result, call)
+        hop = call.hop
+        assert hop is not None
+        side = SIDES["in" if hop["inverse"] else "out"].capitalize()
+        for line in result.text.splitlines():
+            if line.startswith(f"{side} relations for entity "):
+                return hop["relation"] in line.split(": ", 1)[1].split(", ")
+        return False
+
+    def triples_shown(self, env: Any, result: Any, call: OracleCall) -> int | None:
+        """How many entities the flat list shows, None where a cap or the length cut left
+        some out."""
+        if env.config.kgr1_observation == "triples":
+            return super().triples_shown(env, result, call)
+        if "capped): " in result.text or result.text.endswith(" more)"):
+            return None
+        return len([e for e in result.entities if e != call.entity])
 
 
 SPACE = KgR1()
