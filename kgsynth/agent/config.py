@@ -177,8 +177,9 @@ class AgentConfig:
         "graphwalker: how its tools' results read: kgsynth (a header, one (X, r, ?) relation "
         "line each, with the focus ranking's marks; one (X, r, Y) triple a line with a count of "
         "the rest; every relation asked is followed) or paper (GraphWalker App. E.3: the "
-        "relation names as one comma-separated list, the triples as [h, r, t]; App. H rule 6: "
-        "get_triples follows only the first 4 relations it is given)",
+        "relation names as one comma-separated list, each triple as head, relation, tail in "
+        "square brackets; App. H rule 6: get_triples follows only the first 4 relations it is "
+        "given)",
         panel="Agent",
         advanced=True,
     )
