@@ -385,4 +385,6 @@ def _record_from_mapping(path: Path, line: int, row: Any) -> QARecord:
         line,
         structure.strip() if structure else None,
         qid,
+        # kgsynth's questions.parquet carries the walk's SPARQL (ISP's rewards read it)
+        sparql=row.get("sparql") if isinstance(row.get("sparql"), str) else None,
     )

@@ -172,7 +172,7 @@ def _start(spec: RLSpec, device: str, dtype: Any, bf16: bool, resumed: Path | No
         sampler=TokenPolicy(policy.module, tok, _engine(cfg, policy, tok, start, bf16)),
         graph=graph,
         tool_cfg=cfg.agent,
-        distance=GraphDistance(graph, max_depth=cfg.distance_max_depth)
+        distance=GraphDistance(graph, max_depth=cfg.distance_max_depth, progress=cfg.progress_rule)
         if rspec.needs_distance
         else None,
         rcfg=RolloutConfig(

@@ -60,6 +60,11 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 _RECIPES = "\\[default: recipe's]"
 ROLLOUTS = ("flat", "tree")
+ISP_CHOICES = {
+    "tree_prune": ("tree", "siblings"),
+    "progress_rule": ("previous", "best"),
+    "question_curriculum": ("none", "difficulty"),
+}
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean")
 
 
@@ -151,6 +156,32 @@ class GRPOConfig:
     tree_value: str = option(
         "max",
         "Tree rollouts: a node's outcome over the leaves of its subtree: max (ISP-KGR) or mean.",
+        panel="Rollouts",
+        advanced=True,
+    )
+    tree_prune: str = option(
+        "siblings",
+        "Tree rollouts: which branches are pruned. tree (ISP-KGR App. F.5, Alg. 1): one cache "
+        "per question tree, a branch whose successful observation any kept branch of the tree "
+        "already gave is pruned, failed branches are all kept; siblings (kgsynth's earlier "
+        "rule): among one parent's children only, failures with the same text pruned too.",
+        panel="Rollouts",
+        advanced=True,
+    )
+    progress_rule: str = option(
+        "best",
+        "The distance reward's per-step progress: previous (ISP-KGR Alg. 2 and App. F.8: "
+        "each step against the step before, an unknown <node> -1, COUNT and superlative "
+        "questions read from the gold SPARQL) or best (kgsynth's earlier rule: against the "
+        "best distance reached so far).",
+        panel="Rewards",
+        advanced=True,
+    )
+    question_curriculum: str = option(
+        "none",
+        "Order of the questions: none (shuffled) or difficulty (ISP-KGR §5.1, App. E.1: easy, "
+        "then medium, then hard questions by the reasoning steps of their gold SPARQL, each "
+        "stage shuffled; all shuffled together after the first pass).",
         panel="Rollouts",
         advanced=True,
     )
@@ -319,6 +350,9 @@ class GRPOConfig:
             c.tree_value in ("max", "mean"),
             f"tree_value must be max or mean (got {c.tree_value!r})",
         )
+        for name, values in ISP_CHOICES.items():  # ISP-KGR's rollout and reward variants
+            value = getattr(c, name)
+            need(value in values, f"{name} must be {' or '.join(values)} (got {value!r})")
         need(
             c.ppo_mini_batch is None or c.ppo_mini_batch >= 1,
             f"ppo_mini_batch must be >= 1 (got {c.ppo_mini_batch})",

@@ -44,6 +44,9 @@ class RLQuestion:
     # predicted id or alias as the answer it names
     answer_ids: tuple[str | None, ...] = ()
     aliases: tuple[tuple[str, ...], ...] = ()
+    # the gold SPARQL, where the file has one: ISP's progress reward (COUNT and superlative
+    # questions, App. F.8) and question curriculum (App. E.1) read it
+    sparql: str | None = None
 
     def gold(self) -> Gold:
         """What a rollout of this question is scored against."""
@@ -53,6 +56,7 @@ class RLQuestion:
             topic_names=self.topic_names,
             answer_ids=self.answer_ids,
             aliases=self.aliases,
+            sparql=self.sparql,
         )
 
 
@@ -79,6 +83,7 @@ def read_rl_questions(path: str | Path) -> list[RLQuestion]:
                 tuple(r.topic_ids),
                 tuple(r.answer_ids or ()),
                 tuple(tuple(a) for a in (r.aliases or ())),
+                r.sparql,
             )
         )
     if not out:

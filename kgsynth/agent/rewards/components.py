@@ -38,6 +38,9 @@ class Gold:
     # aliases: a predicted id or alias counts as the answer it names
     answer_ids: Sequence[str | None] = ()
     aliases: Sequence[Sequence[str]] = ()
+    # the question's gold SPARQL, where known: ISP's progress reward reads COUNT and
+    # superlative questions from it (kgsynth.agent.rewards.distance, ISP-KGR App. F.8)
+    sparql: str | None = None
 
 
 def predicted(episode: Episode, gold: Gold) -> list[str]:

@@ -1,5 +1,10 @@
 """ISP's progress reward: hop distances to the gold answers by a bounded search over the KG
-(:class:`GraphDistance`), and the per-step progress they give (:func:`distance_progress`)."""
+(:class:`GraphDistance`), and the per-step progress they give (:func:`distance_progress`).
+
+Two rules, the distance's ``progress`` (``--progress-rule``): ``previous``, ISP-KGR's own
+(Alg. 2, App. F.8: each step against the step before, in
+:mod:`kgsynth.agent.spaces.isp.progress`), and ``best``, kgsynth's earlier rule (each query
+against the best distance reached so far, :func:`best_so_far_progress`)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,10 @@ from kgsynth.agent.rewards.components import (
 from kgsynth.core.errors import ConfigError
 from kgsynth.kg.graph import LRU, KGGraph
 from kgsynth.metrics import answer_set, normalize_answer
+
+PROGRESS_RULES = ("previous", "best")
+"""How a step's progress is judged: against the step before (ISP-KGR Alg. 2) or against the
+best distance reached so far (kgsynth's earlier rule)."""
 
 
 class GraphDistance:
@@ -36,9 +45,15 @@ class GraphDistance:
         max_nodes: int = 100_000,
         answers: Iterable[str] | None = None,
         cache_size: int = 4_096,
+        progress: str = "best",
     ) -> None:
         if max_depth < 0:
             raise ConfigError(f"max_depth must be >= 0, got {max_depth}")
+        if progress not in PROGRESS_RULES:
+            raise ConfigError(
+                f"progress rule must be one of {', '.join(PROGRESS_RULES)} (got {progress!r})"
+            )
+        self.progress = progress
         self.graph = graph
         self.max_depth = max_depth
         self.max_nodes = max_nodes
@@ -47,7 +62,13 @@ class GraphDistance:
 
     def with_answers(self, answers: Iterable[str]) -> GraphDistance:
         """A view bound to one gold set, sharing this instance's cache."""
-        view = GraphDistance(self.graph, self.max_depth, max_nodes=self.max_nodes, answers=answers)
+        view = GraphDistance(
+            self.graph,
+            self.max_depth,
+            max_nodes=self.max_nodes,
+            answers=answers,
+            progress=self.progress,
+        )
         view._fields = self._fields
         return view
 
@@ -103,12 +124,22 @@ class GraphDistance:
 def distance_progress(
     episode: Episode, gold: Gold, distance: GraphDistance | None = None
 ) -> list[float]:
-    """ISP's per-step progress, one value per assistant turn (see the module doc): on a query
-    the environment ran, -1 for a tool or format error or a repeated query, +1 when the
-    entities the environment returned (the call's own subject excluded) come closer to the
-    gold answers than any step before, else 0; 0.0 on answer turns and unrun queries."""
+    """ISP's per-step progress, one value per assistant turn, by the distance's ``progress``
+    rule (see the module doc)."""
     if distance is None:
         raise ConfigError("the distance reward needs a GraphDistance over the KG (distance=...)")
+    if distance.progress == "previous":
+        from kgsynth.agent.spaces.isp.progress import previous_step_progress
+
+        return previous_step_progress(episode, gold, distance)
+    return best_so_far_progress(episode, gold, distance)
+
+
+def best_so_far_progress(episode: Episode, gold: Gold, distance: GraphDistance) -> list[float]:
+    """kgsynth's earlier progress rule (``--progress-rule best``): on a query the environment
+    ran, -1 for a tool or format error or a repeated query, +1 when the entities the
+    environment returned (the call's own subject excluded) come closer to the gold answers than
+    any step before, else 0; 0.0 on answer turns and unrun queries."""
     topics = list(gold.topic_names) or list(episode.task.topic_names)
     best = distance.distance(topics, gold.answers) if topics else None
     seen: set[tuple[Any, ...]] = set()

@@ -1,0 +1,156 @@
+"""ISP-KGR as its paper gives it (issue 42): the progress reward of Alg. 2 and App. F.8, the
+tree rollouts' tree-wide pruning (App. F.5, Alg. 1), the easy -> medium -> hard question
+curriculum (§5.1, App. E.1), the cold start's progressive/compositional decomposition (App.
+E.2) and the turn format of Figure 8, on the movie fixture KG through the real isp tools."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgsynth.agent.config import AgentConfig
+from kgsynth.agent.loop import Episode, EpisodeTask, step
+from kgsynth.agent.rewards import Gold, GraphDistance, distance_progress
+from kgsynth.agent.spaces.isp.progress import strip_count
+from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.core.errors import ConfigError
+from kgsynth.kg.graph import KGGraph
+from tests.kgfixtures import E, R, movie_kg
+
+ISP = AgentConfig(toolset="isp")
+DIRECTORS = Gold(
+    answers=["William Dieterle", "William Wyler"],
+    question="Who directed the movies Bette Davis starred in?",
+    topic_names=["Bette Davis"],
+)
+BETTE = f"<{E}Bette%20Davis>"
+STARRED, DIRECTED, GENRE, YEAR = (f"<{R}{r}>" for r in ("starred_actors", "directed_by",
+                                                       "has_genre", "release_year"))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def graph() -> KGGraph:
+    return KGGraph(movie_kg())
+
+
+def isp_run(graph: KGGraph, gold: Gold, steps: list[str]) -> Episode:
+    """Each step ``<think>…</think>`` + ``steps[i]`` run through the real isp environment."""
+    ep = Episode(EpisodeTask(gold.question, list(gold.topic_names)))
+    env = ToolEnvironment(graph, gold.question, ISP)
+    for text in steps:
+        step(ep, env, f"<think>t</think>\n{text}", None, final=False)
+    return ep
+
+
+def sparql(body: str, head: str = "SELECT DISTINCT ?x") -> str:
+    return f"<SPARQL>{head} WHERE {{ {body} }}</SPARQL>"
+
+
+FILMS = f"?x {STARRED} {BETTE} ."
+
+
+# --- 1. the progress reward: Alg. 2, App. F.8 ---------------------------------------------------
+
+
+def test_progress_compares_with_the_step_before_and_scores_unknown_nodes_minus_one(graph):
+    ep = isp_run(
+        graph,
+        DIRECTORS,
+        [
+            "<node>Bette Davis</node>",  # a mentioned entity: 0 (d_prev = 2)
+            sparql(FILMS),  # Jezebel, Juarez: 1 < 2: +1
+            sparql(f"?f {STARRED} {BETTE} . ?f {GENRE} ?x ."),  # Drama: 2, not < 1: 0
+            sparql(FILMS, "SELECT ?x"),  # the films again (a new query): 1 < 2: +1
+            sparql(FILMS, "SELECT ?x"),  # the same query again: -1
+            "<node>Kismet</node>",  # neither mentioned nor returned: -1
+            "<node>Jezebel</node>",  # returned by a query before: 0
+            "\\boxed{William Wyler}",
+        ],
+    )
+    assert [t.tool_error for t in ep.turns[:7]] == [None] * 7
+    paper = GraphDistance(graph, progress="previous")
+    assert distance_progress(ep, DIRECTORS, paper) == [0, 1, 0, 1, -1, -1, 0, 0]
+    # kgsynth's earlier rule, kept as --progress-rule best: against the best so far (the films
+    # again are no progress), and an exploration is never -1
+    best = GraphDistance(graph, progress="best")
+    assert distance_progress(ep, DIRECTORS, best) == [0, 1, 0, 0, -1, 0, 0, 0]
+
+
+def test_progress_scores_a_query_without_rows_and_an_unrun_query_minus_one(graph):
+    ep = isp_run(graph, DIRECTORS, [sparql(f"?x {DIRECTED} {BETTE} ."), "<SPARQL></SPARQL>"])
+    assert ep.turns[0].observation == "no rows" and ep.turns[1].format_error is not None
+    assert distance_progress(ep, DIRECTORS, GraphDistance(graph, progress="previous")) == [-1, -1]
+
+
+COUNT_GOLD = Gold(
+    answers=["2"],
+    question="How many films did Bette Davis star in?",
+    topic_names=["Bette Davis"],
+    sparql=f"SELECT (COUNT(DISTINCT ?f) AS ?n) WHERE {{ ?f {STARRED} {BETTE} . }}",
+)
+
+
+def test_count_questions_are_scored_on_the_counted_entities(graph):
+    # App. F.8: the COUNT is taken off and the entities the query retrieves are scored
+    right = f"?f {STARRED} {BETTE} ."
+    wrong = f"?m {STARRED} {BETTE} . ?m {DIRECTED} ?f ."  # also 2 rows: the two directors
+    count = "SELECT (COUNT(DISTINCT ?f) AS ?c)"
+    paper = GraphDistance(graph, progress="previous")
+    ok = isp_run(graph, COUNT_GOLD, ["<node>Bette Davis</node>", sparql(right, count)])
+    bad = isp_run(graph, COUNT_GOLD, ["<node>Bette Davis</node>", sparql(wrong, count)])
+    assert distance_progress(ok, COUNT_GOLD, paper) == [0, 1]  # the films: 0 hops
+    assert distance_progress(bad, COUNT_GOLD, paper) == [0, 0]  # the directors: 1 hop
+    # the best-so-far rule reads the number "2" itself, the same for both
+    best = GraphDistance(graph, progress="best")
+    assert distance_progress(bad, COUNT_GOLD, best) == distance_progress(ok, COUNT_GOLD, best)
+
+
+def test_strip_count():
+    assert strip_count("SELECT (COUNT(DISTINCT ?f) AS ?n) WHERE { ?f ?p ?o }") == (
+        "SELECT DISTINCT ?f WHERE { ?f ?p ?o }"
+    )
+    assert strip_count("select (count(*) as ?n) where { ?s ?p ?o }") == (
+        "SELECT DISTINCT * where { ?s ?p ?o }"
+    )
+    with pytest.raises(ValueError, match="no COUNT"):
+        strip_count("SELECT ?x WHERE { ?x ?p ?o }")
+
+
+SUPERLATIVE_GOLD = Gold(
+    answers=["Jezebel"],
+    question="Which Bette Davis film came out first?",
+    topic_names=["Bette Davis"],
+    sparql=f"SELECT ?x WHERE {{ ?x {STARRED} {BETTE} . ?x {YEAR} ?y }} ORDER BY ?y LIMIT 1",
+)
+
+
+def test_superlative_candidates_are_one_step_from_the_answer(graph):
+    # App. F.8: the candidate set without the constraint is d = 1, the constrained answer 0
+    ep = isp_run(
+        graph,
+        SUPERLATIVE_GOLD,
+        [
+            "<node>Bette Davis</node>",  # 1 hop from Jezebel
+            sparql(FILMS),  # Jezebel and Juarez: the candidates, d = 1: 0
+            sparql(f"{FILMS} ?x {YEAR} ?y .", "SELECT ?x"),  # the candidates again: 0
+        ],
+    )
+    ep2 = isp_run(
+        graph,
+        SUPERLATIVE_GOLD,
+        ["<node>Bette Davis</node>", sparql(FILMS), _first_film()],
+    )
+    paper = GraphDistance(graph, progress="previous")
+    assert distance_progress(ep2, SUPERLATIVE_GOLD, paper) == [0, 0, 1]
+    assert distance_progress(ep, SUPERLATIVE_GOLD, paper) == [0, 0, 0]
+    # without App. F.8 the candidates already hold the answer: progress at once
+    best = GraphDistance(graph, progress="best")
+    assert distance_progress(ep2, SUPERLATIVE_GOLD, best) == [0, 1, 0]
+
+
+def _first_film() -> str:
+    return f"<SPARQL>SELECT ?x WHERE {{ {FILMS} ?x {YEAR} ?y }} ORDER BY ?y LIMIT 1</SPARQL>"
+
+
+def test_progress_rule_is_checked(graph):
+    with pytest.raises(ConfigError, match="progress rule must be one of previous, best"):
+        GraphDistance(graph, progress="max")
