@@ -1,9 +1,12 @@
-"""`kgsynth train rl --preset`: each seed paper's RL recipe, pinned to the README's table and
-to the values the papers (or their released scripts) state."""
+"""`kgsynth train rl --preset`: each seed paper's RL recipe, pinned to docs/recipes.md's table
+and to the papers' text: every cited figure is read from ../shared/papers/<paper>.txt at the
+cited heading (skipped where that folder is missing), so a wrong value or a wrong citation
+fails."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -25,36 +28,143 @@ def test_readme_table_is_the_code():
     assert block.group(1) == preset_table()
 
 
-# values read from each paper (or, where it states none, the authors' training script)
-PAPER = {
-    "graphwalker": {"reward": "graphwalker", "kl_coef": 0.001, "clip_high": 0.28,
-                    "group_size": 8, "questions_per_step": 16, "lr": 1e-6, "max_turns": 10},
-    "kbqa-r1": {"reward": "kbqa-r1", "scale_rewards": False, "warmup_ratio": 0.3,
-                "group_size": 5, "questions_per_step": 256, "kl_coef": 0.001, "top_p": 0.99,
-                "toolset": "sexpr", "gate_high": 0.95, "gate_low": 0.3},
-    "knowcoder-a1": {"reward": "knowcoder-a1", "fbeta_switch_reward": 0.5,
-                     "turn_advantage": False},
-    "kg-r1": {"reward": "kg-r1", "turn_advantage": True, "toolset": "kgr1", "kl_coef": 0.01,
-              "group_size": 16, "questions_per_step": 128, "max_turns": 5, "lr": 1e-6,
-              "warmup_ratio": 0.0, "max_steps": 400},
-    "isp": {"reward": "isp", "turn_advantage": True, "kl_coef": 0.0, "clip_high": 0.24,
-            "group_size": 6, "max_turns": 6, "lr": 5e-7},
-}  # fmt: skip
+# The papers' text (../shared/papers beside the checkout); nothing reads it at run time
+PAPERS = Path(__file__).resolve().parents[2] / "shared" / "papers"
+needs_papers = pytest.mark.skipif(
+    not (PAPERS / "README.md").is_file(), reason=f"the papers' text is not at {PAPERS}"
+)
+# a section or appendix heading as the five texts print them: "2.3 GraphWalker Training",
+# "Appendix G ...", "D.4 RL ...", "C Experiments", "IV-C2 Policy ..."
+HEADING = re.compile(
+    r"^(Appendix [A-Z] |\d+(\.\d+)* [A-Z]|[A-Z](\.\d+)+ [A-Z]|[A-Z] [A-Z]|[IVX]+-[A-Z]\d* [A-Z])"
+)
+SCIENTIFIC = re.compile(r"(\d+(?:\.\d+)?)\s*(?:×|\\times)\s*10\^\{?(-?\d+)\}?")
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?(%?)")
+WORDS = {"single": 1.0}
 
 
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def place_text(paper: str, place: str) -> str:
+    """The lines of ``paper`` from the heading ``place`` to the next heading."""
+    lines = (PAPERS / paper).read_text(encoding="utf-8").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == place]
+    assert len(starts) == 1, f"{paper}: heading {place!r} found {len(starts)} times"
+    end = next(
+        (j for j in range(starts[0] + 1, len(lines))
+         if len(lines[j]) < 100 and HEADING.match(lines[j])),
+        len(lines),
+    )  # fmt: skip
+    return "\n".join(lines[starts[0] : end])
+
+
+def numbers(text: str) -> list[float]:
+    """The figures ``text`` writes: 1e-6, 1×10^{-6}, 30% (as 0.3 and 30), 0.28, single (1)."""
+    found = [float(a) * 10 ** int(b) for a, b in SCIENTIFIC.findall(text)]
+    rest = SCIENTIFIC.sub(" ", text)
+    for m in NUMBER.finditer(rest):
+        value = float(m.group(0).rstrip("%"))
+        found += [value, value / 100] if m.group(1) else [value]
+    return found + [v for w, v in WORDS.items() if re.search(rf"\b{w}\b", text)]
+
+
+def evaluate(reading: str) -> float:
+    """``reading``: arithmetic over numbers (``512 / 8``), nothing else."""
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv}  # fmt: skip
+
+    def walk(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](walk(node.left), walk(node.right))
+        raise ValueError(f"reading {reading!r}: only numbers and + - * /")
+
+    return walk(ast.parse(reading, mode="eval").body)
+
+
+def check_setting(field: str, s) -> None:
+    """The setting's quotes stand at its cited place and its value is their figure (or the
+    figure its reading makes of them); an uncited one says why the text gives none."""
+    if s.cite is None:
+        assert s.why and "not stated" in s.source, field
+        return
+    span = _squash(place_text(s.cite.paper, s.cite.place))
+    for quote in s.cite.quotes:
+        assert _squash(quote) in span, (field, s.cite.place, quote)
+    if isinstance(s.value, bool) or not isinstance(s.value, int | float):
+        assert not s.cite.reading, field
+        return
+    figures = [v for q in s.cite.quotes for v in numbers(q)]
+    if s.cite.reading:
+        used = [v for v in numbers(s.cite.reading) if v != 0]
+        assert all(any(math.isclose(u, f) for f in figures) for u in used), (field, used)
+        figures = [evaluate(s.cite.reading)]
+    assert any(math.isclose(float(s.value), f, rel_tol=1e-9) for f in figures), (
+        field, s.value, figures,
+    )  # fmt: skip
+
+
+@needs_papers
 @pytest.mark.parametrize("name", sorted(RL_PRESETS))
-def test_preset_values_are_the_papers(name):
-    values = preset_values(name)
-    for field, expected in PAPER[name].items():
-        assert values[field] == expected, (name, field)
-    assert all(s.source for s in RL_PRESETS[name].values())
+def test_preset_values_are_the_papers_text(name):
+    for field, setting in RL_PRESETS[name].items():
+        check_setting(field, setting)
 
 
+@needs_papers
+def test_the_check_catches_a_wrong_value_or_a_wrong_place():
+    from dataclasses import replace
+
+    good = RL_PRESETS["kbqa-r1"]["ppo_mini_batch"]
+    check_setting("ppo_mini_batch", good)
+    for bad in (
+        replace(good, value=64),  # not the quoted 128
+        replace(good, cite=replace(good.cite, place="IV-C2 Policy Optimization (GRPO)")),
+        replace(good, cite=replace(good.cite, quotes=("PPO mini-batch size 64",))),
+        replace(RL_PRESETS["graphwalker"]["ppo_mini_batch"], value=512),  # the reading: 512/8
+    ):
+        with pytest.raises(AssertionError):
+            check_setting("ppo_mini_batch", bad)
+    assert numbers(r"rate 1\times 10^{-6} and 30% warm-up, Top-20") == [1e-6, 30, 0.3, 20]
+
+
+def test_every_preset_field_is_an_rl_option():
+    from dataclasses import fields
+
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    names = {f.name for f in fields(GRPOConfig)}
+    for name, settings in RL_PRESETS.items():
+        assert set(settings) <= names, (name, set(settings) - names)
+
+
+@needs_papers
 def test_reward_presets_are_the_papers_weights():
-    assert RewardSpec.parse("kg-r1").weights == (("f1", 1.0), ("retrieval", 1.0), ("turn", 1.0))
-    assert RewardSpec.parse("isp").weights == (("f1", 0.6), ("distance", 0.3), ("format", 0.1))
     kbqa = RewardSpec.parse("kbqa-r1")
+    setup = place_text("kbqa-r1.txt", "V-A4 Training Setup")
+    assert "λoutcome=1.0" in setup and "λformat=0.1" in setup
     assert kbqa.weights == (("f1", 1.0), ("format", 0.1)) and kbqa.gate_format
+    table8 = place_text("kg-r1.txt", "D.3 REWARD WEIGHTS")
+    row = {ln.split("\t")[1]: float(ln.split("\t")[-1]) for ln in table8.splitlines()
+           if ln.startswith("w_{")}  # fmt: skip
+    kgr1 = dict(RewardSpec.parse("kg-r1").weights)
+    assert (kgr1["f1"], kgr1["retrieval"]) == (
+        row["Final-answer weight"], row["Retrieval-coverage weight"],
+    )  # fmt: skip
+    # the turn reward is 0.5 format + 0.5 KG query (weighted 1 here; Table 8: 0.5 each)
+    assert row["Format weight"] == row["KG-query weight"] == 0.5 and kgr1["turn"] == 1.0
+    # ISP-KGR §5.1: w1 format, w2 progress (kgsynth's distance), w3 outcome (F1); the reward
+    # preset `isp` keeps the authors' code's weights, a variant
+    setup = place_text("isp-kgr.txt", "5.1 Experimental Setup")
+    assert "$w_1 = 0.1$, $w_2 = 0.6$, and $w_3 = 0.3$" in setup
+    isp = dict(RewardSpec.parse(preset_values("isp")["reward"]).weights)
+    assert (isp["format"], isp["distance"], isp["f1"]) == (0.1, 0.6, 0.3)
 
 
 def _dry_run(tmp_path, *args):
