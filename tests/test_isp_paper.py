@@ -23,8 +23,8 @@ DIRECTORS = Gold(
     topic_names=["Bette Davis"],
 )
 BETTE = f"<{E}Bette%20Davis>"
-STARRED, DIRECTED, GENRE, YEAR = (f"<{R}{r}>" for r in ("starred_actors", "directed_by",
-                                                       "has_genre", "release_year"))  # fmt: skip
+RELATIONS = ("starred_actors", "directed_by", "has_genre", "release_year")
+STARRED, DIRECTED, GENRE, YEAR = (f"<{R}{r}>" for r in RELATIONS)
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +154,86 @@ def _first_film() -> str:
 def test_progress_rule_is_checked(graph):
     with pytest.raises(ConfigError, match="progress rule must be one of previous, best"):
         GraphDistance(graph, progress="max")
+
+
+# --- 2. tree rollouts: one state cache per tree, every failure kept (App. F.5, Alg. 1) -------
+
+KISMET_DIRECTOR = f"SELECT ?x WHERE {{ <{E}Kismet> <{R}directed_by> ?x }}"
+NO_ROWS = f"SELECT ?x WHERE {{ ?x <{R}directed_by> {BETTE} }}"
+BAD = "no action at all"
+TREE_SCRIPT = [
+    [  # from the root: explore Kismet; its director; a query with no rows
+        "<think>a</think><node>Kismet</node>",
+        f"<think>b</think><SPARQL>{KISMET_DIRECTOR}</SPARQL>",
+        f"<think>c</think><SPARQL>{NO_ROWS}</SPARQL>",
+    ],
+    [  # under the exploration: the director again (another parent's observation); failures
+        f"<think>d</think><SPARQL>{KISMET_DIRECTOR}</SPARQL>",
+        BAD,
+        BAD,
+        BAD,
+    ],
+]
+
+
+def _tree(graph: KGGraph, path: str, prune: str):
+    """The tree of :data:`TREE_SCRIPT` (each sample the script's text, one list per step)."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kgsynth.agent.rollout import RolloutConfig, TokenPolicy
+    from kgsynth.agent.tree import run_tree_rollouts
+
+    torch.set_num_threads(1)
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    policy = TokenPolicy(model, tok)
+    calls = {"n": 0}
+
+    def sample(batch, *, max_new_tokens, temperature, top_p):
+        texts = TREE_SCRIPT[min(calls["n"], len(TREE_SCRIPT) - 1)]
+        calls["n"] += 1
+        ids = [policy.encode(texts[i % len(texts)]) for i in range(len(batch))]
+        return [(new, [0.0] * len(new), False) for new in ids]
+
+    policy.sample = sample
+    (tree,) = run_tree_rollouts(
+        policy,
+        [EpisodeTask("who directed Kismet?", ["Kismet"])],
+        lambda t: ToolEnvironment(graph, t.question, ISP),
+        RolloutConfig(toolset="isp", max_turns=2, max_turn_tokens=64, max_obs_tokens=256),
+        branches=3,
+        max_live=4,
+        prune=prune,
+    )
+    return tree
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory) -> str:
+    pytest.importorskip("torch")
+    from tests.kgfixtures import tiny_agent_model
+
+    return str(tiny_agent_model(tmp_path_factory.mktemp("tiny"), vocab_size=600))
+
+
+def test_tree_prune_uses_one_cache_per_tree_and_keeps_every_failure(graph, tiny_path):
+    from kgsynth.agent.tree import FAILED
+
+    tree = _tree(graph, tiny_path, "tree")
+    # step 1: the query without rows is a failure, a leaf (App. F.5), not a live branch
+    assert [tree.nodes[i].end for i in (1, 2, 3)] == [None, None, FAILED]
+    assert tree.steps[0].pruned == 0 and tree.steps[1].live == 2
+    # step 2: the exploration's child that gives the director again is pruned though its
+    # sibling never gave it (the tree-wide cache); the three identical failures are all kept
+    assert (tree.steps[1].sampled, tree.steps[1].pruned) == (4, 1)
+    kids = [tree.nodes[i] for i in tree.nodes[1].children + tree.nodes[2].children]
+    assert [k.end for k in kids] == [FAILED, FAILED, FAILED]
+    assert [k.episode.turns[-1].text for k in kids] == [BAD, BAD, BAD]
+
+
+def test_sibling_prune_is_kgsynths_earlier_rule(graph, tiny_path):
+    tree = _tree(graph, tiny_path, "siblings")
+    # the query without rows goes on; the director under another parent is kept; of the
+    # identical failures under one parent only the first
+    assert [tree.nodes[i].end for i in (1, 2, 3)] == [None, None, None]
+    assert (tree.steps[1].live, tree.steps[1].sampled, tree.steps[1].pruned) == (3, 4, 0)

@@ -11,9 +11,15 @@ At each step every live node is continued ``branches`` (K) times, all the trees'
 batched ``generate`` calls. Each continuation is applied with the same turn code as the flat
 loop (:func:`kgsynth.agent.episode.step`, then :class:`~kgsynth.agent.rollout.TokenTurns`
 appends the observation's tokens), so a tree speaks whatever action format the tool set does.
-Among the children of one parent, a branch equivalent to one kept before it is pruned
-(:func:`branch_key`: the same observation text from a successful call, the same normalised
-answer set, or the same turn text for a failed step); the first is kept. A branch ends as a
+Pruning (``prune``, ``--tree-prune``) keeps the first of equivalent branches
+(:func:`branch_key`). ``tree`` is ISP-KGR's (App. F.3, F.5, Alg. 1): one state cache per
+question tree, so a branch whose successful observation (its lines normalised and sorted) any
+kept branch of the tree gave before, under any parent at any step, is pruned; a branch that
+failed (a tool error, a format error, a turn without an action, a query that returned no
+entity) is never pruned and ends as a leaf, a negative sample; answers are compared among
+siblings. ``siblings`` is kgsynth's earlier rule: among the children of one parent only, the
+same observation text, the same normalised answer set, or the same turn text for a failed
+step (identical failures pruned too); a query that returned nothing goes on. A branch ends as a
 leaf, kept with its reward, when it answers, fails (a tool error, a format error, a turn
 without an action), reaches the forced final turn, or its tree runs past the wall-time limit;
 the others stay live.
@@ -93,6 +99,8 @@ class QuestionTree:
     live: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
+    # the tree-wide state cache of --tree-prune tree (ISP-KGR Alg. 1's S_cache)
+    states: set[tuple[Any, ...]] = field(default_factory=set)
 
     @property
     def parents(self) -> list[int]:
@@ -137,6 +145,35 @@ def branch_key(ep: Episode) -> tuple[Any, ...]:
     return ("failed", " ".join(t.text.split()))
 
 
+PRUNES = ("tree", "siblings")
+"""Tree-wide pruning that keeps every failure (ISP-KGR Alg. 1), or sibling-only pruning."""
+
+
+def state_key(ep: Episode) -> tuple[Any, ...]:
+    """ISP-KGR's key of a successful step's observation (App. F.5): its non-empty lines,
+    whitespace-normalised, as a sorted set, so the same entities or relations listed in another
+    order are the same state."""
+    text = ep.turns[-1].observation or ""
+    lines = {" ".join(line.split()) for line in text.splitlines()}
+    return ("observation", tuple(sorted(line for line in lines if line)))
+
+
+def _pruned(tree: QuestionTree, parent: int, child: TreeNode, prune: str, seen: dict) -> bool:
+    """Whether ``child`` repeats a kept branch (see the module doc); records it when not."""
+    if prune == "siblings":
+        keys, key = seen.setdefault((id(tree), parent), set()), branch_key(child.episode)
+    elif child.end in (FAILED, FINAL):
+        return False  # every failure is kept (App. F.2, F.5)
+    elif child.episode.answered:
+        keys, key = seen.setdefault((id(tree), parent), set()), branch_key(child.episode)
+    else:
+        keys, key = tree.states, state_key(child.episode)
+    if key in keys:
+        return True
+    keys.add(key)
+    return False
+
+
 def _fork(r: Rollout) -> Rollout:
     ep = r.episode
     child = dataclasses.replace(
@@ -162,9 +199,11 @@ def _child(
     sample: tuple[list[int], list[float], bool],
     turn: int,
     final: bool,
+    end_empty: bool = False,
 ) -> TreeNode:
     """The branch ``sample`` makes from ``parent``: the step applied, its observation
-    appended (when it goes on), or ended as a leaf."""
+    appended (when it goes on), or ended as a leaf (``end_empty``: also a step whose
+    observation names no entity, ISP-KGR's empty result)."""
     toks, lps, eos_end = sample
     r = _fork(parent.rollout)
     start = len(r.ids)
@@ -178,7 +217,12 @@ def _child(
     last = ep.turns[-1]
     if ep.done:
         node.end = ANSWERED if ep.answered else FINAL
-    elif last.format_error or last.tool_error or last.observation is None:
+    elif (
+        last.format_error
+        or last.tool_error
+        or last.observation is None
+        or (end_empty and not last.entities)
+    ):
         ep.done = True
         node.end = FAILED
     else:
@@ -197,13 +241,16 @@ def run_tree_rollouts(
     max_live: int,
     seed: int | None = None,
     batch_size: int = 64,
+    prune: str = "siblings",
 ) -> list[QuestionTree]:
     """One tree per task (see the module doc); ``cfg.timeout_s`` bounds each tree's wall
-    time, after which its live nodes end as leaves."""
+    time, after which its live nodes end as leaves; ``prune``: ``tree`` or ``siblings``."""
     import torch
 
     if branches < 1 or max_live < 1:
         raise ValueError(f"branches and max_live must be >= 1 (got {branches}, {max_live})")
+    if prune not in PRUNES:
+        raise ValueError(f"prune must be one of {', '.join(PRUNES)} (got {prune!r})")
     if seed is not None:
         torch.manual_seed(seed)
     turns = TokenTurns(policy, cfg, batch_size)
@@ -252,13 +299,10 @@ def run_tree_rollouts(
         for (tree, parent), sample in zip(jobs, samples, strict=True):
             counts = tree.steps[-1]
             counts.tokens += len(sample[0])
-            child = _child(turns, tree, parent, sample, turn, final)
-            keys = seen.setdefault((id(tree), parent.index), set())
-            key = branch_key(child.episode)
-            if key in keys:
+            child = _child(turns, tree, parent, sample, turn, final, prune == "tree")
+            if _pruned(tree, parent.index, child, prune, seen):
                 counts.pruned += 1
                 continue
-            keys.add(key)
             tree.nodes.append(child)
             parent.children.append(child.index)
             if child.end is None:
@@ -273,6 +317,7 @@ __all__ = [
     "ANSWERED",
     "FAILED",
     "FINAL",
+    "PRUNES",
     "TIMEOUT",
     "QuestionTree",
     "StepCounts",
@@ -280,4 +325,5 @@ __all__ = [
     "branch_counts",
     "branch_key",
     "run_tree_rollouts",
+    "state_key",
 ]

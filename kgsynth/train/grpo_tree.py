@@ -1,8 +1,8 @@
 """One GRPO step on tree rollouts (``kgsynth train rl --rollout tree``): ISP-KGR's step-level GRPO.
 
 Each of the step's questions grows a rollout tree (:func:`kgsynth.agent.tree.run_tree_rollouts`:
-``branches`` continuations per live step, equivalent siblings pruned, failed branches kept as
-leaves, at most ``max_tree_nodes`` live nodes per question). Every node gets a value
+``branches`` continuations per live step, equivalent branches pruned by ``tree_prune`` (ISP's
+tree-wide state cache, or siblings only), failed branches kept as leaves, at most ``max_tree_nodes`` live nodes per question). Every node gets a value
 (:func:`kgsynth.agent.rewards.tree.score_tree`: per-step format and progress plus the best
 outcome among its subtree's leaves), and the children of each parent form one GRPO group: a
 child's advantage is ``(V - mean(V siblings)) / (std + eps)`` (``scale_rewards``; else the
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kgsynth.train.grpo_dist import weights_checksum
@@ -74,12 +74,14 @@ def sibling_advantages(
 @dataclass
 class TrainSequence:
     """One training row: a path's ids, the loss mask on the steps this row trains, the
-    log-probs they were sampled with and each token's advantage."""
+    log-probs they were sampled with, each token's advantage, and the token span of each step
+    it trains (``segments``: each is one sequence for ``loss_agg seq-mean-token-mean``)."""
 
     ids: list[int]
     mask: list[int]
     logprobs: list[float]
     advantages: list[float]
+    segments: list[tuple[int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -112,7 +114,8 @@ def tree_sequences(tree: Any, adv: SiblingAdvantages) -> list[TrainSequence]:
             s, e = tree.nodes[i].span
             mask[s:e] = [1] * (e - s)
             advantages[s:e] = [adv.advantages[i]] * (e - s)
-        rows.append(TrainSequence(r.ids[:end], mask, r.logprobs[:end], advantages))
+        spans = [tree.nodes[i].span for i in nodes]
+        rows.append(TrainSequence(r.ids[:end], mask, r.logprobs[:end], advantages, spans))
     return rows
 
 
@@ -144,6 +147,7 @@ def tree_rollout_and_update(
             max_live=cfg.max_tree_nodes,
             seed=cfg.seed * 100_003 + step_i + 7_919 * run.rank,
             batch_size=cfg.rollout_batch_size,
+            prune=cfg.tree_prune,
         )
     t_roll = time.perf_counter() - t0
     results, eps, rows, values = [], [], [], []
