@@ -551,12 +551,17 @@ def test_dry_run_prints_the_launch_commands(corpus, tmp_path):
     assert res.exit_code == 2 and "--hostfile" in res.output
 
 
-def test_graphwalker_recipe_defaults(corpus, tiny_dir, tmp_path):
+def test_graphwalker_recipe_defaults(corpus, tiny_dir, tmp_path, caplog):
     res = runner.invoke(train_app, _stage1(corpus, tmp_path, "--dry-run", model=str(tiny_dir)))
     assert res.exit_code == 0, res.output
     cfg = json.loads(res.output[: res.output.index("\n# ")])["config"]
     assert cfg["recipe"] == "graphwalker" and cfg["lr"] == 1e-5 and cfg["batch_size"] == 32
-    assert cfg["epochs"] == 2 and cfg["max_length"] == 4096 and cfg["lr_scheduler"] == "cosine"
+    assert cfg["epochs"] == 2 and cfg["lr_scheduler"] == "cosine"
+    # the recipe's max_length 4096 (GraphWalker App. G Table 12), lowered to the tiny model's
+    # 2,048 positions with one warning
+    positions = json.loads((tiny_dir / "config.json").read_text())["max_position_embeddings"]
+    assert positions < 4096 and cfg["max_length"] == positions
+    assert "max_length 4096 is more than the model's" in caplog.text
     assert cfg["packing"] is False
 
 
