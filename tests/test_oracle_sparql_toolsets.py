@@ -55,25 +55,6 @@ def _node(name):
     return f'"{name}"'
 
 
-def _sketch(row):
-    """The expected sketch, written out per structure."""
-    hops = [h for b in row["branches"] for h in b]
-    topics = row["topic_names"]
-
-    def triple(subject, rel, obj, inverse):
-        return f"{obj} {rel} {subject}" if inverse else f"{subject} {rel} {obj}"
-
-    if row["structure"] == "chain-1":
-        body = triple(_node(topics[0]), "?r", "?x", hops[0]["inverse"])
-    elif row["structure"] == "chain-2":
-        one = triple(_node(topics[0]), "?r1", "?y1", hops[0]["inverse"])
-        body = f"{one} . {triple('?y1', '?r2', '?x', hops[1]['inverse'])}"
-    else:  # 2I
-        one = triple(_node(topics[0]), "?r1", "?x", hops[0]["inverse"])
-        body = f"{one} . {triple(_node(topics[1]), '?r2', '?x', hops[1]['inverse'])}"
-    return f"SELECT ?x WHERE {{ {body} }}"
-
-
 def _hint(row):
     rels = dict.fromkeys(h["relation"] for b in row["branches"] for h in b)
     return " ".join(dict.fromkeys(relation_words(r) for r in rels))
@@ -84,7 +65,10 @@ def _expected_calls(row, toolset):
     if toolset == "isp":  # ISP-KGR's operations: every topic in one step, then the query
         nodes = "\n".join(f"<node>{t}</node>" for t in row["topic_names"])
         return [nodes, f"<SPARQL>{row['sparql']}</SPARQL>"]
-    sketch = "SearchGraphPatterns('" + _sketch(row) + "', " + json.dumps(_hint(row)) + ")"
+    # KnowCoder-A1 App. F: the sketch binds ?x to the topic entities
+    values = " ".join(dict.fromkeys(_node(t) for t in row["topic_names"]))
+    sketch_text = f"SELECT DISTINCT ?x WHERE {{ VALUES ?x {{ {values} }} }}"
+    sketch = "SearchGraphPatterns('" + sketch_text + "', " + json.dumps(_hint(row)) + ")"
     return [sketch, f"ExecuteSPARQL({query})"]
 
 

@@ -51,6 +51,8 @@ def typed_kg() -> EmbeddedKG:
 
 
 def env_for(kg: EmbeddedKG, question: str = "", **config) -> ToolEnvironment:
+    # the patterns tests here read the ``entities`` reading; the paper's: test_knowcoder_paper
+    config.setdefault("knowcoder_patterns", "entities")
     return ToolEnvironment(KGGraph(kg), question, AgentConfig(toolset="knowcoder", **config))
 
 

@@ -35,6 +35,7 @@ FIRST_HOP_FALLBACKS = ("none", "dense")
 PROMPT_STYLES = ("full", "short")
 KGR1_OBSERVATIONS = ("flat", "triples")
 GRAPHWALKER_OBSERVATIONS = ("kgsynth", "paper")
+KNOWCODER_PATTERNS = ("variable", "entities")
 AGENT_QUERY_TIMEOUT_S = 10.0
 """Seconds an agent-written query may run by default (the store is shared by every rollout)."""
 
@@ -207,6 +208,15 @@ class AgentConfig:
         panel="Agent",
         advanced=True,
     )
+    knowcoder_patterns: str = option(
+        "variable",
+        "knowcoder: what SearchGraphPatterns expands around: variable (KnowCoder-A1 §4.1: the "
+        "values the sketch binds to its selected variable ?x, up to 10 one- and two-hop rows "
+        '(?x, r1 -> r2, "value")) or entities (kgsynth\'s earlier reading: the entities the '
+        "sketch names, rows as SPARQL lines)",
+        panel="Agent",
+        advanced=True,
+    )
     # KBQA-R1's Referenced Relation Candidate Gating (kgsynth.agent.spaces.sexpr.gate)
     gate_high: float = option(
         0.95,
@@ -285,6 +295,11 @@ class AgentConfig:
             0 < self.query_timeout_s <= MAX_TIMEOUT_S,  # NaN fails too
             "query_timeout_s",
             f"a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]",
+        )
+        need(
+            self.knowcoder_patterns in KNOWCODER_PATTERNS,
+            "knowcoder_patterns",
+            " or ".join(KNOWCODER_PATTERNS),
         )
         need(0.0 <= self.gate_low <= 1.0, "gate_low", "within [0, 1]")
         need(0.0 < self.gate_high <= 1.0, "gate_high", "within (0, 1]")

@@ -1,6 +1,6 @@
 """``kgsynth synthesize trajectories``: questions.parquet -> trajectories.parquet.
 
-Three modes, one agent loop and one tool environment (the same ranking and limits as RL and
+Four modes, one agent loop and one tool environment (the same ranking and limits as RL and
 eval):
 
 - ``oracle`` (GraphWalker's GraphSynth; :mod:`kgsynth.agent.spaces.paths`,
@@ -11,6 +11,9 @@ eval):
   the question, the history so far and the next gold action only (no future leakage).
 - ``referenced`` (KBQA-R1 Referenced Rejection Sampling) and ``free`` (expert or checkpoint
   rollouts, ``samples`` per question): :mod:`kgsynth.synthesize.rollouts`.
+- ``coldstart`` (KnowCoder-A1 §4.2.1, knowcoder): an LLM sampled with trial-and-error demos,
+  kept by outcome; the template backend's stand-in is the oracle with trial and error
+  (:mod:`kgsynth.synthesize.coldstart`).
 
 :func:`run` is the stage (``run(questions, cfg, *, graph, llm, progress) -> StageResult``): it
 takes the ``split`` and the ``limit`` of the questions, runs the mode, and returns the
@@ -34,6 +37,7 @@ from kgsynth.core.stage import Progress, StageResult
 from kgsynth.kg.graph import KGGraph
 from kgsynth.llm.base import LLM
 from kgsynth.prompts import prompt_hash
+from kgsynth.synthesize.coldstart import COLDSTART_MODE, coldstart_trajectories
 from kgsynth.synthesize.oracle_episodes import oracle_in_workers, oracle_trajectories
 from kgsynth.synthesize.rollouts import rollout_trajectories
 from kgsynth.synthesize.trajectory_config import MODES, SPLITS, STRATA, TrajectoryConfig
@@ -110,7 +114,7 @@ def run(
     ``system_text``: the policy checkpoint's stored system prompt, used by free and referenced
     rollouts. ``progress`` gets ``(thoughts done, total, "thoughts")`` from the oracle and
     ``(turn, episodes active, "turn")`` from rollouts."""
-    if cfg.mode != "oracle" and llm.backend == "template":
+    if cfg.mode not in ("oracle", COLDSTART_MODE) and llm.backend == "template":
         raise ConfigError(
             f"--mode {cfg.mode} needs a policy model (--llm openai or hf); the template backend "
             "only writes oracle thoughts"
@@ -132,6 +136,11 @@ def run(
         accepted, rejected = oracle_in_workers(
             rows, cfg, graph=graph, generator=generator, progress=progress
         )
+    elif cfg.mode == COLDSTART_MODE:  # KnowCoder-A1 §4.2.1
+        accepted, rejected = coldstart_trajectories(
+            rows, cfg, graph=graph, llm=llm, generator=generator, progress=progress,
+            system_text=system_text, tally=tally,
+        )  # fmt: skip
     elif cfg.mode == "oracle":
         accepted, rejected = oracle_trajectories(
             rows, cfg, graph=graph, llm=llm, generator=generator, progress=progress

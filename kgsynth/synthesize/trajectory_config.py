@@ -11,7 +11,7 @@ from kgsynth.agent.tools import ToolConfig
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError
 
-MODES = ("oracle", "referenced", "free")
+MODES = ("oracle", "referenced", "free", "coldstart")
 STRATA = ("none", "structure", "hops")
 SPLITS = ("all", "train", "heldout")
 
@@ -22,7 +22,10 @@ class TrajectoryConfig:
 
     mode: str = option(
         "oracle",
-        "oracle (replayed walks + thoughts), referenced (policy sees the gold actions) or free.",
+        "oracle (replayed walks + thoughts), referenced (policy sees the gold actions), free, "
+        "or coldstart (knowcoder: KnowCoder-A1 §4.2.1, an LLM sampled with hand-written "
+        "trial-and-error demos, kept by hit + grounding; --llm template: the scripted oracle "
+        "with --trial-and-error instead, kgsynth.synthesize.coldstart).",
     )
     samples: int = option(1, "Episodes per question (free/referenced).")
     temperature: float = option(0.7, "Policy temperature.")
@@ -132,8 +135,14 @@ class TrajectoryConfig:
             raise ConfigError(
                 f"--trial-and-error must be within [0, 1] (got {self.trial_and_error})"
             )
+        if self.mode == "coldstart" and not space(self.agent.toolset).trial_and_error:
+            raise ConfigError(
+                "--mode coldstart is KnowCoder-A1's cold start: it needs --toolset knowcoder "
+                f"(got --toolset {self.agent.toolset})"
+            )
         if self.trial_and_error > 0 and (
-            self.mode != "oracle" or not space(self.agent.toolset).trial_and_error
+            self.mode not in ("oracle", "coldstart")
+            or not space(self.agent.toolset).trial_and_error
         ):
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "

@@ -1,34 +1,52 @@
 """KnowCoder-A1's action space: ``SearchTypes``, ``SearchGraphPatterns``, ``ExecuteSPARQL``
-(:mod:`.tools`). Its oracle searches the answers' type (:mod:`.oracle`), the walk's graph
+(:mod:`.tools`; ``SearchGraphPatterns`` as §4.1 defines it: :mod:`.patterns`), its answers in
+``\\boxed{}`` (:mod:`.turns`, §4.3.2) and its own system prompt (``prompts/knowcoder_system.j2``).
+Its oracle searches the answers' type (:mod:`.oracle`), the walk's graph
 pattern and runs the walk's SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`); with
 ``trial_and_error`` a seeded share of questions gets a failed try and its fix first
 (:mod:`.trial`)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
-from kgsynth.agent.spaces.knowcoder.oracle import answer_type
+from kgsynth.agent.spaces.knowcoder.oracle import answer_type, values_sketch
 from kgsynth.agent.spaces.knowcoder.tools import TOOL_HELP, make_tools
+from kgsynth.agent.spaces.knowcoder.turns import KnowCoderFormat
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
-from kgsynth.agent.spaces.sparql_oracle import SparqlSpace, check_syntax, knowcoder_oracle_calls
+from kgsynth.agent.spaces.sparql_oracle import (
+    SparqlSpace,
+    check_syntax,
+    knowcoder_oracle_calls,
+    walk_relations,
+)
 from kgsynth.agent.toolkit import ToolResult
 from kgsynth.kg.graph import KGGraph
+from kgsynth.llm.relation_forms import relation_words
 
 
 class KnowCoder(SparqlSpace, ActionSpace):
     name = "knowcoder"
     tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
     trial_and_error = True
+    turns = KnowCoderFormat()
+    prompt = "knowcoder_system"
 
     def make_tools(self, env: Any) -> ToolTable:
         return make_tools(env)
 
     def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
         """Without ``graph`` the ``SearchTypes`` step is left out (it needs the KG)."""
-        return knowcoder_oracle_calls(row, answer_type(graph, row) if graph is not None else None)
+        calls = knowcoder_oracle_calls(row, answer_type(graph, row) if graph is not None else None)
+        # the sketch binds ?x to the topic entities (§4.1, App. F), with the walk's hint
+        words = dict.fromkeys(relation_words(r) for r in walk_relations(row))
+        hint = json.dumps(" ".join(words), ensure_ascii=False)
+        sketch = f"SearchGraphPatterns({values_sketch(row)!r}, {hint})"
+        return [replace(c, call=sketch) if c.kind == "patterns" else c for c in calls]
 
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         check_syntax(call)

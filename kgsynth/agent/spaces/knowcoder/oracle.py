@@ -1,11 +1,14 @@
-"""KnowCoder-A1's oracle: the answers' type for ``SearchTypes`` (:func:`answer_type`); the calls
-and their replay are the SPARQL oracle's (:mod:`kgsynth.agent.spaces.sparql_oracle`)."""
+"""KnowCoder-A1's oracle: the answers' type for ``SearchTypes`` (:func:`answer_type`) and the
+``SearchGraphPatterns`` sketch that binds ``?x`` to the topic entities (:func:`values_sketch`,
+the form of ``knowcoder-a1.txt`` App. F); the other calls and their replay are the SPARQL
+oracle's (:mod:`kgsynth.agent.spaces.sparql_oracle`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kgsynth.agent.spaces.knowcoder.tools import type_catalogue
+from kgsynth.agent.spaces.sparql_oracle import _sketch_node
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph
 
@@ -38,3 +41,13 @@ def answer_type(graph: KGGraph, row: dict[str, Any]) -> str | None:
     iri = rows[0]["t"].value
     named = next((t.name for t in types if t.iri == iri), None)
     return " ".join((named or prof.relation_name(iri)).split()) or None
+
+
+def values_sketch(row: dict[str, Any]) -> str:
+    """The sketch of the oracle's ``SearchGraphPatterns``: ``?x`` bound to the walk's topic
+    entities, ``SELECT DISTINCT ?x WHERE { VALUES ?x { "Kismet" } }`` (a name the quoted form
+    cannot carry is written as its IRI). Both readings of the tool (``knowcoder_patterns``
+    ``variable`` and ``entities``) expand it around the same entities."""
+    ids = list(row.get("topic_ids") or [None] * len(row["topic_names"]))
+    nodes = dict.fromkeys(_sketch_node(n, i) for n, i in zip(row["topic_names"], ids, strict=True))
+    return f"SELECT DISTINCT ?x WHERE {{ VALUES ?x {{ {' '.join(nodes)} }} }}"

@@ -9,7 +9,8 @@
   types sharing no word then match by similarity. A KG without types fails as ``no_results``.
 
 ``SearchGraphPatterns("SPARQL sketch", "semantic hint")``
-  The sketch's entities (IRIs written ``<...>``, prefixed names whose PREFIX the sketch
+  KnowCoder-A1's (``knowcoder_patterns="variable"``, the default): :mod:`.patterns`. The
+  ``entities`` reading, here: the sketch's entities (IRIs written ``<...>``, prefixed names whose PREFIX the sketch
   declares, names in quotes resolved like every tool's names) and, around each, the one-hop
   patterns ``<e> <r> ?x`` / ``?x <r> <e>`` and two-hop patterns ``<e> <r1> ?m . ?m <r2> ?x``,
   ranked by the hint (else the question) as types are ranked, at most 10, each a SPARQL line
@@ -63,9 +64,10 @@ _HELP = {  # name: (usage, what it shows)
         "the KG's types (classes) matching it, with IRI and instance count (at most 10)",
     ),
     "SearchGraphPatterns": (
-        'SearchGraphPatterns(\'SPARQL sketch with <IRI> or "Entity Name"\', "semantic hint")',
-        "1- and 2-hop SPARQL triple patterns around the sketch's entities, best for the hint "
-        "first, with an example value (at most 10)",
+        "SearchGraphPatterns('SELECT DISTINCT ?x WHERE { VALUES ?x { \"Entity Name\" } }', "
+        '"semantic hint")',
+        "the 1- and 2-hop subgraphs with ?x at their head or tail, as rows "
+        '(?x, <r1> -> <r2>, "example value"), best for the hint first (at most 10)',
     ),
     "ExecuteSPARQL": (
         'ExecuteSPARQL("SELECT ... WHERE { ... }")',
@@ -77,10 +79,17 @@ TOOL_HELP = [{"usage": usage, "description": text} for usage, text in _HELP.valu
 
 
 def make_tools(env: ToolHost) -> ToolTable:
-    """KnowCoder-A1's tool table over ``env``."""
+    """KnowCoder-A1's tool table over ``env``; ``SearchGraphPatterns`` as the agent's
+    ``knowcoder_patterns`` says (``variable``: :mod:`.patterns`, the paper's; ``entities``:
+    :func:`search_graph_patterns`)."""
+    patterns: Callable[..., ToolResult] = search_graph_patterns
+    if getattr(env.config, "knowcoder_patterns", "variable") == "variable":
+        from kgsynth.agent.spaces.knowcoder.patterns import search_variable_patterns
+
+        patterns = search_variable_patterns
     return {
         "SearchTypes": (1, lambda text: search_types(env, text)),
-        "SearchGraphPatterns": (2, lambda sketch, hint: search_graph_patterns(env, sketch, hint)),
+        "SearchGraphPatterns": (2, lambda sketch, hint: patterns(env, sketch, hint)),
         "ExecuteSPARQL": (1, lambda query: execute_sparql(env, query)),
     }
 

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kgsynth.agent.spaces.knowcoder.patterns import row_predicates
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql_oracle import check_syntax, query_answers, walk_relations
 from kgsynth.agent.tools import ToolEnvironment, ToolResult
@@ -79,10 +80,13 @@ def mistakes(
     ]
     gold_predicates = {m.group(2) for m in hops}
     shown: dict[str, None] = {}
-    for line in patterns_text.splitlines():
+    for line in patterns_text.splitlines():  # the ``entities`` reading's SPARQL lines
         for t in _TRIPLE.finditer(line.split("  # ")[0]):
             if t.group(2) not in gold_predicates:
                 shown.setdefault(t.group(2), None)
+    for predicate in row_predicates(patterns_text):  # the paper's (?x, r1 -> r2, "v") rows
+        if predicate not in gold_predicates:
+            shown.setdefault(predicate, None)
     alternatives = list(shown)[:MAX_ALTERNATIVES]
     by_kind: dict[str, list[Mistake]] = {k: [] for k in MISTAKE_KINDS}
     for m in hops:
