@@ -157,3 +157,15 @@ def test_training_prints_no_library_chatter_unless_verbose(tmp_path: Path) -> No
     printed = stage1(data, tmp_path / "lora_v", *lora, verbose=True)
     assert "Setting accelerator to CPU" in printed or "Setting ds_accelerator" in printed
     assert "FutureWarning" in printed
+
+
+def test_a_launched_sft_run_prints_a_line_per_tenth_instead_of_a_bar(capsys):
+    from kgsynth.train.launch import tenths_progress
+
+    progress = tenths_progress()
+    for step in range(1, 21):
+        progress(step, 20, {"loss": 5.0 - step / 10} if step % 3 == 0 else {})
+    progress(20, 20, {"train_loss": 4.0})  # the run's end logs the last step again
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(",")[0] for ln in lines] == [f"step {2 * k}/20" for k in range(1, 11)]
+    assert lines[0] == "step 2/20" and lines[-1] == "step 20/20, loss 3.2000"

@@ -24,6 +24,7 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,11 +228,31 @@ def main(argv: list[str] | None = None) -> int:
 
             train_grpo(RLSpec.read(ns.spec))
         else:
-            train_sft(RunSpec.read(ns.spec))
+            # -v: transformers' own bar and loss lines; else a line per tenth of the run
+            progress = None if verbose_from_environment() else tenths_progress()
+            train_sft(RunSpec.read(ns.spec), progress=progress)
     except KGSynthError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0
+
+
+def tenths_progress() -> Callable[[int, int, dict], None]:
+    """A launched SFT run's progress without a terminal bar (the launcher interleaves every
+    process's output): rank 0 prints one line when the run passes each tenth of its steps, with
+    the latest logged loss."""
+    state: dict[str, Any] = {"shown": 0, "loss": None}
+
+    def progress(step: int, max_steps: int, logs: dict) -> None:
+        if "loss" in logs:
+            state["loss"] = logs["loss"]
+        tenth = step * 10 // max(max_steps, 1)
+        if tenth > state["shown"]:  # the last step's line once (the run's end logs it again)
+            state["shown"] = tenth
+            loss = "" if state["loss"] is None else f", loss {state['loss']:.4f}"
+            print(f"step {step}/{max_steps}{loss}", flush=True)
+
+    return progress
 
 
 def leave(code: int) -> None:
