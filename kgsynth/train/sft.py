@@ -51,6 +51,7 @@ callers use.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -165,7 +166,7 @@ def _training_data(spec: RunSpec, tokenizer: Any, zero3: bool) -> dict[str, Any]
             f"({stats.dropped_overlong} over-long, {stats.dropped_no_assistant} without assistant turns)",
         )
     rows = make_rows(samples, cfg.max_length, bool(cfg.packing), stats)
-    if stats.dropped_overlong:
+    if stats.dropped_overlong and int(os.environ.get("RANK", "0")) == 0:  # once per run
         log.warning(
             "dropped %d of %d trajectories longer than max_length %d tokens",
             stats.dropped_overlong,
