@@ -237,3 +237,160 @@ def test_sibling_prune_is_kgsynths_earlier_rule(graph, tiny_path):
     # identical failures under one parent only the first
     assert [tree.nodes[i].end for i in (1, 2, 3)] == [None, None, None]
     assert (tree.steps[1].live, tree.steps[1].sampled, tree.steps[1].pruned) == (3, 4, 0)
+
+
+# --- 3. the question curriculum (§5.1, App. E.1) and 4. the cold start's decomposition (E.2) --
+
+
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory):
+    """One question of every walk structure on the generated movie KG, and that KG's graph."""
+    import pyarrow.parquet as pq
+
+    from kgsynth.kg.embedded import EmbeddedKG
+    from kgsynth.kg.profiles import get_profile
+    from kgsynth.llm.template import TemplateLLM
+    from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
+    from kgsynth.walk import WalkConfig, run_walks
+    from tests.kgfixtures import generated_movie_facts, movie_ntriples
+
+    kg = EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
+    tmp = tmp_path_factory.mktemp("isp_walks")
+    mix = "chain-1:0.2,chain-2:0.2,chain-3:0.1,2I:0.1,IP:0.1,PI:0.1,count:0.1,superlative:0.1"
+    run_walks(kg, WalkConfig(n=40, seed=5, structures=mix), tmp / "walks.parquet")
+    walks = pq.read_table(tmp / "walks.parquet").to_pylist()
+    questions, _, _ = synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())
+    first: dict[str, dict] = {}
+    for q in questions:
+        first.setdefault(q["structure"], q)
+    return first, KGGraph(kg)
+
+
+STEPS = {"chain-1": 1, "chain-2": 2, "chain-3": 3, "2I": 3, "IP": 4, "PI": 4, "count": 3,
+         "superlative": 2}  # fmt: skip
+
+
+def test_reasoning_steps_and_stages_of_every_structure(walked):
+    from kgsynth.agent.spaces.isp.curriculum import reasoning_steps, stage
+
+    rows, _ = walked
+    assert set(rows) == set(STEPS)
+    assert {s: reasoning_steps(r["sparql"]) for s, r in rows.items()} == STEPS
+    assert {s: stage(r["sparql"]) for s, r in rows.items()} == {
+        s: ("easy", "medium", "hard")[min(n, 3) - 1] for s, n in STEPS.items()
+    }
+    assert stage(None) == "medium"
+
+
+def test_curriculum_order_is_easy_then_medium_then_hard(walked):
+    import random
+
+    from kgsynth.agent.spaces.isp.curriculum import curriculum_order, stage
+
+    rows, _ = walked
+    sparqls = [r["sparql"] for r in rows.values()] * 3 + [None]
+    order = curriculum_order(sparqls, random.Random(0))
+    assert sorted(order) == list(range(len(sparqls)))
+    stages = [stage(sparqls[i]) for i in order]
+    assert stages == sorted(stages, key=("easy", "medium", "hard").index)
+    assert stages.count("easy") == 3 and stages.count("hard") == 15
+    assert curriculum_order(sparqls, random.Random(0)) == order  # seeded
+    assert curriculum_order(sparqls, random.Random(1)) != order  # each stage shuffled
+
+
+def _ops(call: str) -> list[tuple[str, str]]:
+    from kgsynth.agent.protocol import OPERATION_RE
+
+    return [(m.group(1), m.group(2)) for m in OPERATION_RE.finditer(call)]
+
+
+def test_cold_start_oracle_decomposes_the_gold_query(walked):
+    from kgsynth.agent.spaces.isp import SPACE
+
+    rows, graph = walked
+    for structure, row in rows.items():
+        calls = SPACE.oracle_calls(row, graph)
+        # one step per reasoning step: the curriculum's count is the decomposition's
+        assert len(calls) == STEPS[structure], structure
+        assert calls[-1].kind == "sparql" and _ops(calls[-1].call)[-1] == ("SPARQL", row["sparql"])
+    # progressive (App. E.2): a -> b -> c, each step exploring where its hop starts and
+    # querying the hops so far
+    chain = rows["chain-3"]
+    steps = [_ops(c.call) for c in SPACE.oracle_calls(chain, graph)]
+    hops = chain["branches"][0]
+    assert [s[0] for s in steps] == [("node", chain["topic_names"][0]),
+                                     ("node", hops[0]["entity"]), ("node", hops[1]["entity"])]  # fmt: skip
+    assert [s[1][1].count(" . ") for s in steps[:2]] == [1, 2]
+    # compositional: each branch alone, then one query that merges them
+    two = rows["2I"]
+    steps = [_ops(c.call) for c in SPACE.oracle_calls(two, graph)]
+    assert [s[0] for s in steps[:2]] == [("node", t) for t in two["topic_names"]]
+    assert len(steps[2]) == 1 and steps[2][0] == ("SPARQL", two["sparql"])
+    # a count: the set first, the COUNT last
+    count = [_ops(c.call) for c in SPACE.oracle_calls(rows["count"], graph)]
+    assert "COUNT" not in count[1][-1][1] and "COUNT" in count[2][0][1]
+
+
+def test_cold_start_trajectories_replay_every_step(walked):
+    from kgsynth.agent.config import AgentConfig
+    from kgsynth.llm.template import TemplateLLM
+    from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
+
+    rows, graph = walked
+    wanted = [rows[s] for s in ("chain-3", "2I", "IP", "PI", "superlative")]
+    cfg = TrajectoryConfig(agent=AgentConfig(toolset="isp"))
+    out, rejected, _ = synthesize_trajectories(wanted, cfg, graph=graph, llm=TemplateLLM())
+    assert rejected == []
+    for q, row in zip(wanted, out, strict=True):
+        assert len(row["tool_calls"]) == STEPS[q["structure"]]
+        tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+        assert all("no rows" not in m and "Error" not in m for m in tool_msgs)
+
+
+def test_rl_with_the_isp_options_draws_the_easy_question_first(tiny_path, tmp_path, monkeypatch):
+    """``train rl --question-curriculum difficulty --tree-prune tree --progress-rule previous``:
+    one real tree step on CPU; the question drawn is the easy one, though the plain shuffle of
+    the same seed starts with a hard one."""
+    import json
+    import random
+
+    import polars as pl
+    from typer.testing import CliRunner
+
+    from kgsynth.agent.rollout import TokenPolicy
+    from kgsynth.cli import app
+    from kgsynth.kg.importer import import_kg
+    from tests.kgfixtures import movie_ntriples
+
+    (tmp_path / "kg.nt").write_text(movie_ntriples())
+    import_kg(tmp_path / "kg.nt", tmp_path / "kg", force=True)
+    hard = f"SELECT ?x WHERE {{ ?f {STARRED} {BETTE} . ?f {DIRECTED} ?d . ?g {DIRECTED} ?d . ?g {GENRE} ?x }}"
+    easy = {"question": "who directed Kismet?", "topic_names": ["Kismet"],
+            "answer_names": ["William Dieterle"], "sparql": KISMET_DIRECTOR}  # fmt: skip
+    rows = [dict(easy, question=f"hard question {i}", sparql=hard) for i in range(2)]
+    plain = list(range(3))
+    random.Random(0).shuffle(plain)
+    rows.insert(plain[1], easy)  # the plain order would not draw it first
+    assert rows[plain[0]]["sparql"] == hard
+    pl.DataFrame(rows).write_parquet(tmp_path / "q.parquet")
+    asked: list[str] = []
+
+    def sample(self, batch, **kw):
+        asked.extend(self.tok.decode(ids) for ids in batch)
+        new = self.encode("<think>t</think>\\boxed{William Dieterle}")
+        return [(new, [0.0] * len(new), False) for _ in batch]
+
+    monkeypatch.setattr(TokenPolicy, "sample", sample)
+    res = CliRunner().invoke(app, [
+        "train", "rl", "--questions", str(tmp_path / "q.parquet"), "--kg", str(tmp_path / "kg"),
+        "--init", tiny_path, "--out", str(tmp_path / "rl"), "--recipe", "tiny",
+        "--rollout", "tree", "--toolset", "isp", "--allow-toolset-change", "--branches", "2",
+        "--max-tree-nodes", "2", "--max-turns", "1", "--max-steps", "1",
+        "--questions-per-step", "1", "--reward", "isp", "--question-curriculum", "difficulty",
+        "--tree-prune", "tree", "--progress-rule", "previous", "--seed", "0",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert asked and all("who directed Kismet?" in a for a in asked)
+    config = json.loads((tmp_path / "rl" / "rl_config.json").read_text())["config"]
+    assert (config["question_curriculum"], config["tree_prune"], config["progress_rule"]) == (
+        "difficulty", "tree", "previous")  # fmt: skip

@@ -242,6 +242,10 @@ def _train(
         tracker = Tracker(cfg.report_to, out, name="rl", config=dataclasses.asdict(cfg))
     st = LoopState(qs=qs, rng=rng, reward_state=RewardState(step=0), order=list(range(len(qs))))
     rng.shuffle(st.order)
+    if cfg.question_curriculum == "difficulty":  # ISP-KGR: easy, then medium, then hard
+        from kgsynth.agent.spaces.isp.curriculum import curriculum_order
+
+        st.order = curriculum_order([q.sparql for q in qs], rng)
     if resumed is not None:
         resume(run, st, resumed, phase2)
         if rank == 0:

@@ -1,7 +1,8 @@
 """ISP-KGR's action space: a step explores entities (``<node>``) and runs queries
 (``<SPARQL>``), several at once, and answers in ``\\boxed{}`` (:class:`~kgsynth.agent.protocol.IspFormat`);
-the tools are :mod:`.tools`. Its oracle explores every topic in one step, then runs the walk's
-SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`)."""
+the tools are :mod:`.tools`. Its oracle takes the walk's SPARQL apart into progressive and
+compositional steps, each exploring a node and running a sub-query, the last the gold query
+(ISP-KGR App. E.2, :mod:`.oracle`), replayed by :mod:`kgsynth.agent.spaces.sparql_oracle`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any, ClassVar
 
 from kgsynth.agent.protocol import MAX_OPERATIONS, IspFormat, Turn
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.isp.oracle import decomposed_calls
 from kgsynth.agent.spaces.isp.tools import TOOL_HELP, make_tools, run_step
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
-from kgsynth.agent.spaces.sparql_oracle import SparqlSpace, isp_operations, isp_oracle_calls
+from kgsynth.agent.spaces.sparql_oracle import SparqlSpace, isp_operations
 from kgsynth.agent.toolkit import ToolResult
 from kgsynth.kg.graph import KGGraph
 
@@ -34,7 +36,7 @@ class Isp(SparqlSpace, ActionSpace):
         return run_step(env, turn.ops)
 
     def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
-        return isp_oracle_calls(row)
+        return decomposed_calls(row, graph)
 
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         return run_step(env, isp_operations(call))
