@@ -117,7 +117,7 @@ def test_an_sexpr_chain_that_explodes_is_a_typed_timeout_and_the_episode_goes_on
     run two queries (its rows, then a COUNT when they pass the row cap), each bounded."""
     env = environment(kg, "sexpr")
     ep = Episode(EpisodeTask(env.question, ["Movie 0"]))
-    turn = "<think>hop</think><kg-query>Find_relation [ {} | {} ]</kg-query>"
+    turn = "<think>hop</think><action>Find_relation [ {} | {} ]</action>"  # KBQA-R1's format
     elapsed = timed_step(ep, env, turn.format("Movie 0", "(R starred_actors)"))
     assert ep.turns[-1].tool_error is None, ep.turns[-1].observation
     for n in range(1, 13):

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kgsynth.agent.spaces import parse_turn
+from kgsynth.agent.spaces.registry import names
 from kgsynth.cli import app
 from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.core.schema import TRAJECTORY_SCHEMA
@@ -408,12 +409,15 @@ def test_format_checks_equal_parse_turn_row_by_row():
     assistant = np.asarray(pc.equal(pc.struct_field(flat, "role"), "assistant"))
     ok, _ = format_checks(content, parents, assistant, np.ones(len(rows), dtype=bool))
     for i, row in enumerate(rows):
-        parsed = [parse_turn(m["content"]) for m in row["messages"] if m["role"] == "assistant"]
-        expected = (
-            bool(parsed)
-            and all(t.format_error is None for t in parsed)
-            and parsed[-1].answer is not None
-        )
+        texts = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        expected = False
+        for toolset in names():  # every action space's turn format, each turn alike
+            parsed = [parse_turn(t, toolset) for t in texts]
+            expected |= (
+                bool(parsed)
+                and all(t.format_error is None for t in parsed)
+                and parsed[-1].answer is not None
+            )
         assert ok[i] == expected, row["messages"]
 
 

@@ -1,6 +1,6 @@
 """KBQA-R1 end to end at smoke size, as a user runs it: ``make kbqa-r1 SMOKE=1`` (constraint and
-chain walks -> questions -> oracle trajectories in the sexpr action space, some showing their
-reference -> filter -> stage1 -> referenced and plain rejection sampling on the same held-out
+chain walks -> questions -> oracle trajectories in the sexpr action space (KBQA-R1's <action>
+turns, no reference shown) -> filter -> stage1 -> referenced and plain rejection sampling on the same held-out
 questions -> stage2 -> rl --preset kbqa-r1 -> eval with the same tools -> compare)."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def test_make_kbqa_r1_runs_the_chain(tmp_path: Path) -> None:
     traj = pq.read_table(run / "trajectories.parquet").to_pylist()
     assert traj and all(c.split(" [")[0] in ACTIONS for t in traj for c in t["tool_calls"])
     shown = [t for t in traj if "reference action sequence" in t["messages"][1]["content"]]
-    assert 0 < len(shown) < len(traj)  # --reference-share 0.3 of the recipe
+    assert shown == []  # KBQA-R1 §IV-B1 step 4: the recipe's SFT data shows no reference
+    assert all("<action>" in m["content"] for t in traj for m in t["messages"][2:-1:2])
     for mode, name in (("referenced", "referenced"), ("free", "plain")):
         sampled = pq.read_table(run / "rrs" / f"{name}.parquet").to_pylist()
         assert sampled and {t["mode"] for t in sampled} == {mode}

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.sexpr.oracle import sexpr_oracle_calls, walk_sexpr
+from kgsynth.agent.spaces.sexpr.turns import quote_answer
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.cli import app
 from kgsynth.core.stage import Reject
@@ -106,8 +107,9 @@ def test_chain_and_2i_walks_replay_to_their_gold_answers(kg, questions):
             assert obs == f"<information>{env.execute(call).text}</information>"
         assert tool_msgs[-1].startswith(f"<information>expression{len(tool_msgs)} = ")
         assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
-        assert all(parse_turn(a).format_error is None for a in assistant)
-        assert parse_turn(assistant[-1]).answer == row["predicted_answers"]
+        assert all(parse_turn(a, "sexpr").format_error is None for a in assistant)
+        assert all("<action>" in a for a in assistant[:-1])
+        assert parse_turn(assistant[-1], "sexpr").answer == row["predicted_answers"]
         assert sorted(map(normalize_answer, row["predicted_answers"])) == sorted(
             map(normalize_answer, q["answer_names"])
         )
@@ -227,7 +229,8 @@ def test_constraint_rows_replay_their_s_expressions_to_the_gold_answers():
     for (structure, _, gold, actions), row in zip(CONSTRAINTS, rows, strict=True):
         assert row["tool_calls"] == actions, structure
         assert row["predicted_answers"] == gold
-        assert row["messages"][-1]["content"].endswith(f"<answer>{json.dumps(gold)}</answer>")
+        written = " ".join(quote_answer(g) for g in gold)  # KBQA-R1: separated by spaces
+        assert row["messages"][-1]["content"].endswith(f"<answer>{written}</answer>")
     thoughts = [m["content"].split("</think>")[0] for r in rows for m in r["messages"][2::2]]
     assert any("I count the members of expression1" in t for t in thoughts)
     assert any("largest release year: I order expression1 by release_year" in t for t in thoughts)
@@ -303,19 +306,26 @@ def test_referenced_rollouts_see_the_reference_and_store_none_of_it(kg, question
     row = next(q for q in questions if q["structure"] == "chain-2")
     ref = reference_text(row, "sexpr", KGGraph(kg))
     calls = _expected_calls(row)
-    answer = f"<think>done</think><answer>{json.dumps(row['answer_names'])}</answer>"
-    follows = [f"<think>step</think><kg-query>{c}</kg-query>" for c in calls] + [answer]
+    written = " ".join(quote_answer(a) for a in row["answer_names"])
+    answer = f"<think>done</think><answer>{written}</answer>"
+    follows = [f"<think>step</think><action>{c}</action>" for c in calls] + [answer]
     # a policy that copies the reference's numbered lines keeps them in its turns
-    copies = [f"<think>step</think><kg-query>{line}</kg-query>" for line in ref.splitlines()]
+    copies = [f"<think>step</think><action>{line}</action>" for line in ref.splitlines()]
     out = []
     for script in (follows, [*copies, answer]):
         policy = ScriptedPolicy({row["question"]: script})
         cfg = TrajectoryConfig(mode="referenced", agent=SEXPR)
         rows, _, _ = synthesize_trajectories([row], cfg, graph=KGGraph(kg), llm=policy)
-        assert ref in policy.prompts[0][1]["content"]
+        # per step (KBQA-R1 §IV-B1 step 2): each turn's prompt ends with the next gold action
+        hints = [p[-1]["content"].rsplit("\n\n", 1)[1] for p in policy.prompts]
+        assert hints == [f"Reference for your next action: {line}" for line in ref.splitlines()] + [
+            "Reference: every reference action has run; give the answer from the results."
+        ]
         (traj,) = rows
         assert traj["reference"] == ref and traj["tool_errors"] == 0
-        assert all(ref not in m["content"] for m in traj["messages"])
+        assert all(
+            ref not in m["content"] and "Reference" not in m["content"] for m in traj["messages"]
+        )
         out.append(traj)
     accepted, filtered, _ = run_filters(out, FilterConfig())
     assert accepted.num_rows == 1 and accepted.column("trajectory_id").to_pylist() == [
@@ -369,15 +379,15 @@ def _sexpr_policy(n, body):
     counting = "how many" in messages[1]["content"]
     script = (
         [
-            "<think>a</think><kg-query>Find_relation [ William Dieterle | directed_by ]</kg-query>",
-            "<think>b</think><kg-query>Count [ expression1 ]</kg-query>",
-            '<think>c</think><answer>["2"]</answer>',
+            "<think>a</think><action>Find_relation [ William Dieterle | directed_by ]\n"
+            "Count [ expression1 ]</action>",
+            "<think>c</think><answer>2</answer>",
         ]
         if counting
         else [
-            "<think>a</think><kg-query>Action1: Find_relation [ Kismet | director ]</kg-query>",
-            "<think>b</think><kg-query>Find_relation [ Kismet | (R directed_by) ]</kg-query>",
-            '<think>c</think><answer>["William Dieterle"]</answer>',
+            "<think>a</think><action>Action1: Find_relation [ Kismet | banana ]</action>",
+            "<think>b</think><action>Find_relation [ Kismet | (R directed_by) ]</action>",
+            '<think>c</think><answer>"William Dieterle"</answer>',
         ]
     )
     return Reply(body=chat_completion(script[min(turns, len(script) - 1)]))
@@ -406,15 +416,21 @@ def test_cli_evaluates_an_agent_in_the_sexpr_action_space(tmp_path):
         res = CliRunner().invoke(app, args)
         system = server.bodies[0]["messages"][0]["content"]
     assert res.exit_code == 0, res.output
-    assert "Count [ expressionN ]" in system and "<kg-query>" in system
+    assert "Count [ expressionN ]" in system and "<action>" in system
     rows = sorted(
         pq.read_table(out / "predictions.parquet").to_pylist(), key=lambda r: r["question"]
     )
     assert [r["predicted"] for r in rows] == [["2"], ["William Dieterle"]]
-    # the first action was gated (no error, the candidates listed), the second ran
+    # the first action was rejected (every candidate listed with its score), the second ran
     who = rows[1]["messages"]
-    assert "nothing was run" in who[3]["content"] and "(R directed_by)" in who[3]["content"]
+    assert "nothing was run" in who[3]["content"] and "(R directed_by) (0." in who[3]["content"]
     assert who[5]["content"].startswith("<information>expression1 = (JOIN (R directed_by) ")
+    # two actions in one turn (KBQA-R1 §IV-A), observed together
+    count = rows[0]["messages"][3]["content"]
+    assert "Action 1 (Find_relation [ William Dieterle | directed_by ]):" in count
+    assert (
+        "Action 2 (Count [ expression1 ]):\nexpression2 = (COUNT " in count and "Count: 2" in count
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["tools"] == "sexpr" and metrics["overall"]["hits_at_1"] == 1.0
     assert metrics["config"]["toolset"] == "sexpr" and metrics["config"]["gate_low"] == 0.3

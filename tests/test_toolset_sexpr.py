@@ -12,8 +12,8 @@ from kgsynth.agent.spaces.sexpr import tools as sexpr
 from kgsynth.agent.spaces.sexpr.gate import (
     CORRECTED,
     EXACT,
-    GATED,
     REJECTED,
+    TENTATIVE,
     Candidate,
     WordOverlapScorer,
     gate,
@@ -193,14 +193,16 @@ def test_an_ambiguous_name_uses_the_entity_with_most_facts_and_says_so(films: KG
     assert result.notes == ('2 entities are named "Twin"; using the one with the most facts.',)
 
 
-def test_a_failed_or_gated_action_makes_no_expression_and_numbering_goes_on(movies: KGGraph):
+def test_a_failed_action_makes_no_expression_and_numbering_goes_on(movies: KGGraph):
     env = env_for(movies)
     assert env.execute("Find_relation [ Kismet | (R directed_by) ]").ok
     assert env.execute("Find_relation [ Kismet | banana ]").error == ErrorType.RELATION_NOT_FOUND
-    assert env.execute("Find_relation [ Kismet | director ]").ok  # gated: a list, no expression
     assert [e.number for e in env.session.expressions] == [1]
+    # a tentative match (KBQA-R1's middle band) runs, and makes the next expression
+    assert env.execute("Find_relation [ Kismet | director ]").ok
+    assert [e.number for e in env.session.expressions] == [1, 2]
     third = env.execute("Find_relation [ Kismet | (R starred_actors) ]")
-    assert lines(third.text)[0].startswith("expression2 = (JOIN (R starred_actors) ")
+    assert lines(third.text)[0].startswith("expression3 = (JOIN (R starred_actors) ")
 
 
 def test_every_typed_error(movies: KGGraph):
@@ -297,7 +299,7 @@ def test_the_system_prompt_names_the_actions():
         "Count [ expressionN ]",
     ):
         assert usage in text and usage in system_prompt("sexpr", 4, "short")
-    assert "<kg-query>" in text and "at most 4 turns" in text
+    assert "<action>" in text and "<kg-query>" not in text and "at most 4 turns" in text
 
 
 # --- RRCG: relation gating -----------------------------------------------------------------------
@@ -308,29 +310,31 @@ def test_gating_bands_with_the_real_minilm(movies: KGGraph):
     exact = env.execute("Find_relation [ Kismet | (R directed_by) ]")
     assert exact.ok and lines(exact.text)[0].startswith("expression1 = ")
     # the same words, the other way round: similarity 1.00 >= 0.95, the candidate is used
+    # without annotation (KBQA-R1 §IV-A3's auto-validation)
     corrected = env.execute("Find_relation [ William Dieterle | (R directed_by) ]")
-    assert lines(corrected.text)[:2] == [
-        'note: "William Dieterle" has no relation (R directed_by); using directed_by '
-        "(similarity 1.00).",
-        f"expression2 = (JOIN directed_by {DIETERLE})",
-    ]
+    assert lines(corrected.text)[0] == f"expression2 = (JOIN directed_by {DIETERLE})"
     spelled = env.execute("Find_relation [ Kismet | Directed By ]")
-    assert "using (R directed_by) (similarity 1.00)" in spelled.text
-    # 0.3 <= 0.58 < 0.95: nothing runs, the candidates are listed (not an error)
+    assert lines(spelled.text)[0] == f"expression3 = (JOIN (R directed_by) {KISMET})"
+    # 0.3 <= 0.58 < 0.95: run tentatively with the best match, the note lists the candidates
     gated = env.execute("Find_relation [ Kismet | director ]")
     assert gated.ok and gated.tool == "Find_relation"
-    assert gated.text.startswith('"Kismet" has no relation director; nothing was run. The closest')
-    assert "(R directed_by) (0.58)" in gated.text and "expression" not in gated.text
-    assert len(env.session.expressions) == 3
-    # below 0.3: not found, with the closest
+    assert gated.text.startswith(
+        'note: "Kismet" has no relation director; tentatively substituted (R directed_by) '
+        "(similarity 0.58, below 0.95)"
+    )
+    assert "Top candidates: (R directed_by) (0.58)" in gated.text
+    assert lines(gated.text)[1] == f"expression4 = (JOIN (R directed_by) {KISMET})"
+    assert len(env.session.expressions) == 4
+    # below 0.3: not found, every candidate listed with its similarity
     rejected = env.execute("Find_relation [ Kismet | banana ]")
-    assert rejected.error == ErrorType.RELATION_NOT_FOUND and "The closest: " in rejected.text
+    assert rejected.error == ErrorType.RELATION_NOT_FOUND and "by similarity: " in rejected.text
     # attributes are gated too: "year" is 0.71 from release_year; "release year" is it
-    env.execute("Find_relation [ William Dieterle | directed_by ]")  # expression4
-    year = env.execute("Order [ argmax | expression4 | year ]")
-    assert year.ok and "nothing was run" in year.text and "release_year (0.71)" in year.text
-    words = env.execute("Order [ argmax | expression4 | release year ]")
-    assert "using release_year (similarity 1.00)" in words.text and "1 result: Kismet" in words.text
+    env.execute("Find_relation [ William Dieterle | directed_by ]")  # expression5
+    year = env.execute("Order [ argmax | expression5 | year ]")
+    assert year.ok and "tentatively substituted release_year (similarity 0.71" in year.text
+    assert "1 result: Kismet" in year.text
+    words = env.execute("Order [ argmax | expression5 | release year ]")
+    assert "note:" not in words.text and "1 result: Kismet" in words.text
     # thresholds are options: with gate_low 0.6 "director" (0.58) is not found
     strict = env_for(movies, gate_low=0.6)
     assert strict.execute("Find_relation [ Kismet | director ]").error == (
@@ -354,12 +358,14 @@ def test_gate_threshold_arithmetic_with_the_word_overlap_scorer():
     top = gate("release year", cands, words, high=1.0, low=0.3)  # at tau_high exactly
     assert (top.band, top.chosen.key, top.best) == (CORRECTED, "year", 1.0)
     half = gate("year", cands, words, high=0.95, low=0.5)  # 1/2 at tau_low exactly
-    assert half.band == GATED and [c.key for c, _ in half.ranked] == ["year"]
+    assert (half.band, half.chosen.key) == (TENTATIVE, "year")
+    assert [c.key for c, _ in half.ranked] == ["year", "runtime", "date"]  # 0.0 ties: preferred
     below = gate("year", cands, words, high=0.95, low=0.51)
     assert below.band == REJECTED and below.chosen is None and below.best == 0.5
+    assert len(below.ranked) == 3  # every candidate, with its score
     # a tie goes to the preferred candidate (the direction written)
     tie = gate("release", cands[:2], words, high=0.95, low=0.3)
-    assert tie.band == GATED and tie.ranked[0][0].key == "year"
+    assert tie.band == TENTATIVE and tie.chosen.key == "year"
     assert gate("x", [], words, high=0.95, low=0.3).band == REJECTED
     with pytest.raises(ValueError, match="low < high"):
         gate("x", cands, words, high=0.3, low=0.3)
@@ -426,15 +432,15 @@ def test_tree_branches_keep_their_own_expressions(movies: KGGraph, tmp_path):
     policy = TokenPolicy(
         AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     )
-    directed = "<think>a</think><kg-query>Find_relation [ Kismet | (R directed_by) ]</kg-query>"
-    starred = "<think>b</think><kg-query>Find_relation [ Kismet | (R starred_actors) ]</kg-query>"
+    directed = "<think>a</think><action>Find_relation [ Kismet | (R directed_by) ]</action>"
+    starred = "<think>b</think><action>Find_relation [ Kismet | (R starred_actors) ]</action>"
     script = [
         [directed, starred, directed.replace(">a<", ">c<")],  # the third: pruned
         [
-            "<think>d</think><kg-query>Find_relation [ expression1 | directed_by ]</kg-query>",
-            '<think>e</think><answer>["William Dieterle"]</answer>',
-            "<think>f</think><kg-query>Find_relation [ expression1 | starred_actors ]</kg-query>",
-            '<think>g</think><answer>["Ronald Colman"]</answer>',
+            "<think>d</think><action>Find_relation [ expression1 | directed_by ]</action>",
+            '<think>e</think><answer>"William Dieterle"</answer>',
+            "<think>f</think><action>Find_relation [ expression1 | starred_actors ]</action>",
+            '<think>g</think><answer>"Ronald Colman"</answer>',
         ],
     ]
     calls = {"n": 0}
@@ -490,4 +496,4 @@ def test_a_relation_only_unsampled_members_have_is_still_exact():
     latest = env.execute("Order [ argmax | expression1 | release_year ]")
     assert "1 result: Film 13" in latest.text and "note:" not in latest.text
     # a relation no member has is still gated
-    assert "nothing was run" in env.execute("Find_relation [ expression1 | written ]").text
+    assert "tentatively substituted" in env.execute("Find_relation [ expression1 | written ]").text

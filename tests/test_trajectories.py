@@ -218,9 +218,8 @@ def test_referenced_hint_is_seen_but_not_stored(kg, questions):
     row = next(q for q in questions if q["structure"] == "chain-1")
     ref = reference_text(row, "graphwalker")
     policy = ScriptedPolicy({row["question"]: ['<think>ok</think><answer>["x"]</answer>']})
-    rows, _, _ = synthesize_trajectories(
-        [row], TrajectoryConfig(mode="referenced"), graph=KGGraph(kg), llm=policy
-    )
+    cfg = TrajectoryConfig(mode="referenced", reference_guidance="whole")  # the sequence once
+    rows, _, _ = synthesize_trajectories([row], cfg, graph=KGGraph(kg), llm=policy)
     assert ref in policy.prompts[0][1]["content"]
     (traj,) = rows
     assert traj["reference"] == ref and traj["mode"] == "referenced"

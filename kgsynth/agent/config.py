@@ -217,19 +217,20 @@ class AgentConfig:
         panel="Agent",
         advanced=True,
     )
-    # KBQA-R1's Referenced Relation Candidate Gating (kgsynth.agent.spaces.sexpr.gate)
+    # KBQA-R1's Relation Retrieval and Confidence Gating (kgsynth.agent.spaces.sexpr.gate)
     gate_high: float = option(
         0.95,
         "sexpr: a written relation whose most similar available relation (MiniLM cosine) is at "
-        "least this is replaced by it (KBQA-R1's tau_high)",
+        "least this is replaced by it (KBQA-R1 §IV-A3's tau_high, 0.95 in §V-A4)",
         panel="Agent",
         advanced=True,
     )
     gate_low: float = option(
         0.3,
-        "sexpr: below --gate-high but at least this, the action does not run and the similar "
-        "relations are listed to pick from; below it the relation is not found (KBQA-R1's "
-        "tau_low)",
+        "sexpr: below --gate-high but at least this, the action runs tentatively with the most "
+        "similar relation and its observation says so, with the top candidates and their "
+        "scores; below it the relation is not found and every candidate is listed with its "
+        "score (KBQA-R1 §IV-A3's tau_low, 0.3 in §V-A4)",
         panel="Agent",
         advanced=True,
     )

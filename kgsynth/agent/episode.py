@@ -44,6 +44,9 @@ class EpisodeTask:
     question: str
     topic_names: list[str]
     reference: str | None = None  # referenced rejection sampling: shown, then stripped
+    # per-step reference guidance (KBQA-R1 §IV-B1 step 2): the gold actions, each shown as
+    # the next one while it is (kgsynth.agent.prompt.policy_messages); never stored
+    reference_steps: tuple[str, ...] = ()
 
 
 @dataclass

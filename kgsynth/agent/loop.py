@@ -42,6 +42,7 @@ from kgsynth.agent.episode import (
 from kgsynth.agent.prompt import (
     PROMPT_STYLES,
     SYSTEM_PROMPT_FILE,
+    policy_messages,
     stored_system_prompt,
     system_prompt,
     user_prompt,
@@ -152,22 +153,13 @@ def _advance(
     policy.observe(s, gen, ep.messages[-1], turn)
 
 
-def _for_policy(
-    messages: list[dict[str, str]], reference_prompt: str | None
-) -> list[dict[str, str]]:
-    """The messages as the policy sees them (:func:`~kgsynth.agent.render.for_template`), the
-    user prompt replaced by ``reference_prompt`` where one is given."""
-    out = for_template(messages)
-    if reference_prompt is not None and len(out) > 1:
-        out[1] = {"role": out[1]["role"], "content": reference_prompt}
-    return out
-
-
 class TextPolicy:
     """An LLM client as the turn policy: one ``generate_batch`` of chat requests per turn,
     sampling until a closing action tag (an isp step: until the turn ends, or the model starts
-    an observation). A task's reference (referenced rejection sampling) is shown in the user
-    prompt the policy sees, never stored in the episode.
+    an observation). A task's reference (referenced rejection sampling) is shown in the
+    messages the policy sees (:func:`~kgsynth.agent.prompt.policy_messages`: the whole
+    sequence in the user prompt, or the next gold action at each turn), never stored in the
+    episode.
 
     ``resample_cut_turns`` > 0: a turn that reached ``max_tokens`` without a closing tag
     (run 2026-11-27 Y's stage 1 on dev: a name copied in a loop, "Maurice Pialatce Pialatce
@@ -205,13 +197,7 @@ class TextPolicy:
     def generate(self, live: Sequence[LiveEpisode], turn: int) -> list[Generated]:
         requests = []
         for s in live:
-            task = s.episode.task
-            ref = (
-                user_prompt(task.question, task.topic_names, task.reference)
-                if task.reference
-                else None
-            )
-            messages = _for_policy(s.episode.messages, ref)
+            messages = policy_messages(for_template(s.episode.messages), s.episode, s.env)
             requests.append(
                 Request.make(messages, self.params, task="agent_turn", context={"turn": turn})
             )

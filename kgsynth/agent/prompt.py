@@ -1,5 +1,6 @@
 """The agent's prompts: the system prompt (the action space's, rendered for its turn limit and
-style, or the one a checkpoint stores) and the user prompt of a question.
+style, or the one a checkpoint stores), the user prompt of a question, and what a referenced
+rollout's policy is shown of its reference (:func:`policy_messages`).
 
     system_prompt("graphwalker", max_turns=10, style="short")
     user_prompt("who directed Kismet?", ["Kismet"])
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kgsynth.agent.config import PROMPT_STYLES, AgentConfig
 from kgsynth.agent.spaces.registry import space
@@ -54,3 +56,30 @@ def user_prompt(question: str, topic_names: Sequence[str], reference: str | None
             f"in your own words):\n{reference}"
         )
     return text
+
+
+def reference_hint(steps: Sequence[str], done: int) -> str:
+    """The per-step reference (KBQA-R1 §IV-B1 step 2): the gold action after the ``done``
+    ones the episode has made, or, past the last, that the reference has no more."""
+    if done < len(steps):
+        return f"Reference for your next action: {steps[done]}"
+    return "Reference: every reference action has run; give the answer from the results."
+
+
+def policy_messages(messages: list[dict[str, str]], episode: Any, env: Any) -> list[dict[str, str]]:
+    """The messages a referenced rollout's policy sees (``messages``: the episode's, rendered
+    for the chat template), the stored ones never changed (KBQA-R1 §IV-B1 step 4). With
+    ``reference_steps`` (per-step guidance), the last message ends with the next gold action:
+    the action space's ``reference_progress`` says how many the episode has made. With a
+    ``reference`` only, the user prompt shows the whole numbered sequence once."""
+    task = episode.task
+    out = list(messages)
+    if task.reference_steps and out:
+        done = env.space.reference_progress(env, episode)
+        last = out[-1]
+        hint = reference_hint(task.reference_steps, done)
+        out[-1] = {"role": last["role"], "content": f"{last['content']}\n\n{hint}"}
+    elif task.reference and len(out) > 1:
+        prompt = user_prompt(task.question, task.topic_names, task.reference)
+        out[1] = {"role": out[1]["role"], "content": prompt}
+    return out

@@ -130,10 +130,15 @@ class TokenPolicy:
         self.eos_ids = {eos} if eos is not None else set()
         # Stop tokens when the protocol's closing tags are single tokens (the tiny tokenizer,
         # models with added tags); otherwise stop strings.
-        single = [tokenizer.convert_tokens_to_ids(s) for s in STOP_SEQUENCES]
-        unk = tokenizer.unk_token_id
+        self.stop_at(STOP_SEQUENCES)
+
+    def stop_at(self, sequences: Sequence[str]) -> None:
+        """End a turn at any of ``sequences`` (a turn format's closing tags): as stop ids when
+        every one is a single token, else as stop strings."""
+        single = [self.tok.convert_tokens_to_ids(s) for s in sequences]
+        unk = self.tok.unk_token_id
         self.stop_ids = {i for i in single if isinstance(i, int) and i != unk and i >= 0}
-        self.stop_strings = [] if len(self.stop_ids) == len(STOP_SEQUENCES) else STOP_SEQUENCES
+        self.stop_strings = [] if len(self.stop_ids) == len(sequences) else list(sequences)
 
     def chat(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
         return chat_text(self.tok, messages, generation_prompt)
@@ -227,6 +232,11 @@ class TokenTurns:
         self.policy = policy
         self.cfg = cfg
         self.batch_size = batch_size
+        # a turn format that names the closing tags a sampled turn ends at (the sexpr space's
+        # </action> and </answer>); the others end at STOP_SEQUENCES or end-of-turn
+        stops = getattr(space(cfg.toolset).turns, "token_stop_sequences", None)
+        if stops:
+            policy.stop_at(stops)
 
     def begin(self, episode: Episode) -> Rollout:
         prompt = self.policy.prompt_ids(episode.messages)

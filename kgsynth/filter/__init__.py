@@ -23,7 +23,8 @@ cap filters:
 2. ``wrong_answer`` (``outcome``, a metric of :mod:`kgsynth.metrics`) — ``em_strict``: the
    predicted set must equal the gold set; ``hit``: some predicted answer must be gold
    (KnowCoder-A1's rejection rule, "at least one answer is gold"); ``f1``: ``em_strict`` = 1 or
-   F1 >= ``f1_threshold`` (0.9, KBQA-R1); ``none``: off. Plain ``em`` is refused as ambiguous.
+   F1 >= ``f1_threshold`` (0.9); ``f1_above``: F1 > ``f1_threshold`` (KBQA-R1 Table VII's
+   "F1 > 0.9"); ``none``: off. Plain ``em`` is refused as ambiguous.
    All are set metrics over :func:`~kgsynth.metrics.normalize_answer` keys.
 3. ``ungrounded_answer`` (``grounding``) — every predicted answer, normalized, must be the
    normalized form of a name in ``observed_entities``: names the environment returned (KnowCoder-A1,

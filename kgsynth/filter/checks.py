@@ -23,9 +23,8 @@ from kgsynth.agent.protocol import (
     SPARQL_OPEN,
     THINK_CLOSE,
     THINK_OPEN,
-    IspFormat,
-    TaggedFormat,
 )
+from kgsynth.agent.spaces.registry import names, space
 from kgsynth.filter.columns import _counts, _flat, _match, _parallel, _pieces
 from kgsynth.metrics import normalize_answer
 
@@ -148,17 +147,23 @@ def _message_parts(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray, np.nda
     return content, rows, assistant
 
 
-# the two turn formats a trajectory may be in (every turn alike): <kg-query> and isp's
-_TURN_FORMATS = (TaggedFormat(), IspFormat())
+def turn_formats() -> tuple[object, ...]:
+    """The turn formats a trajectory may be in (every turn alike): each action space's, once
+    (the ``<kg-query>`` one first; isp's; the sexpr space's ``<action>`` one; a plug-in's)."""
+    found: dict[type, object] = {}
+    for name in names():
+        turns = space(name).turns
+        found.setdefault(type(turns), turns)
+    return tuple(found.values())
 
 
-def _slow_format_ok(texts: list[str]) -> bool:
-    """parse_turn on every assistant message of one trajectory (in order), in the
-    ``<kg-query>`` format or, every turn alike, in the isp one."""
+def _slow_format_ok(texts: list[str], formats: Sequence[object]) -> bool:
+    """parse_turn on every assistant message of one trajectory (in order), every turn alike in
+    one of ``formats``."""
     if not texts:
         return False
-    for turn_format in _TURN_FORMATS:
-        turns = [turn_format.parse_turn(t) for t in texts]
+    for turn_format in formats:
+        turns = [turn_format.parse_turn(t) for t in texts]  # type: ignore[attr-defined]
         if all(t.format_error is None for t in turns) and turns[-1].answer is not None:
             return True
     return False
@@ -197,8 +202,9 @@ def format_checks(
         grouped: dict[int, list[str]] = {}
         for r, t in zip(arow[sel].tolist(), texts.filter(pa.array(sel)).to_pylist(), strict=True):
             grouped.setdefault(r, []).append(t)
+        formats = turn_formats()
         for r, ts in grouped.items():
-            ok[r] = _slow_format_ok(ts)
+            ok[r] = _slow_format_ok(ts, formats)
     return ok, len(slow_rows)
 
 

@@ -40,7 +40,8 @@ class NoAnswer(Filter):
 
 
 class WrongAnswer(Filter):
-    """The answers fail ``cfg.outcome``'s check (``em_strict``, ``hit`` or ``f1``)."""
+    """The answers fail ``cfg.outcome``'s check (``em_strict``, ``hit``, ``f1`` or
+    ``f1_above``)."""
 
     name = "wrong_answer"
     timed = False
@@ -51,6 +52,8 @@ class WrongAnswer(Filter):
             return answers.em_strict < 1.0
         if cfg.outcome == "hit":
             return answers.hit < 1.0
+        if cfg.outcome == "f1_above":  # KBQA-R1 Table VII: F1 > 0.9
+            return answers.f1 <= cfg.f1_threshold
         assert cfg.outcome == "f1"  # "none" turns the filter off
         return (answers.em_strict < 1.0) & (answers.f1 < cfg.f1_threshold)
 

@@ -1,8 +1,10 @@
 """Sampled trajectories: the policy acts and the environment answers.
 
 - ``referenced`` (KBQA-R1 Referenced Rejection Sampling): the policy runs with the oracle's
-  action sequence in its prompt; stored messages carry the prompt without it (the ``reference``
-  column keeps the hint so ``kgsynth filter`` can reject trajectories where hint text survives).
+  actions as guidance (``reference_guidance``: ``per_step``, KBQA-R1 §IV-B1 step 2, shows the
+  next gold action at each turn; ``whole`` shows the numbered sequence once in the user
+  prompt); stored messages carry no reference (step 4; the ``reference`` column keeps the
+  whole hint so ``kgsynth filter`` can reject trajectories where hint text survives).
 - ``free``: the policy runs without hints, ``samples`` episodes per question at ``temperature``
   (expert rollouts through an API, or a local checkpoint through ``hf``).
 """
@@ -47,19 +49,19 @@ def rollout_trajectories(
     meta: list[tuple[dict[str, Any], int, str]] = []
     accepted: list[tuple[int, dict[str, Any]]] = []
     rejected: list[tuple[int, Rejected]] = []
+    actions = space(cfg.agent.toolset)
+    per_step = cfg.reference_guidance == "per_step"
     for row in rows:
         try:
-            ref = (
-                space(cfg.agent.toolset).reference_text(row, graph)
-                if cfg.mode == "referenced"
-                else ""
-            )
+            ref = actions.reference_text(row, graph) if cfg.mode == "referenced" else ""
+            steps = tuple(actions.reference_steps(row, graph)) if ref and per_step else ()
         except Reject as rej:  # no reference for it (no logical form, an unsupported one)
             out = trajectory_row(row, 0, None, cfg, generator)
             rejected.append((len(meta), Rejected(out, rej.reason)))
             continue
+        shown = None if steps else (ref or None)
         for sample in range(cfg.samples):
-            tasks.append(EpisodeTask(row["question"], list(row["topic_names"]), ref or None))
+            tasks.append(EpisodeTask(row["question"], list(row["topic_names"]), shown, steps))
             meta.append((row, sample, ref))
     by_task = {id(t): (row["question"]) for t, (row, _, _) in zip(tasks, meta, strict=True)}
 

@@ -13,6 +13,7 @@ from kgsynth.core.errors import ConfigError
 
 MODES = ("oracle", "referenced", "free", "coldstart")
 STRATA = ("none", "structure", "hops")
+REFERENCE_GUIDANCE = ("per_step", "whole")
 SPLITS = ("all", "train", "heldout")
 
 
@@ -87,12 +88,21 @@ class TrajectoryConfig:
         "observation showed, its empty or wrong rows, then the gold query; 0 writes none.",
         advanced=True,
     )
+    reference_guidance: str = option(
+        "per_step",
+        "referenced: how the policy is shown the gold actions: per_step (KBQA-R1 §IV-B1 step 2: "
+        "each turn, the next gold action after those the episode has made) or whole (the "
+        "numbered sequence once, in the user prompt; kgsynth's earlier variant). Either way "
+        "the stored prompts hold no reference (§IV-B1 step 4).",
+        advanced=True,
+    )
     reference_share: float = option(
         0.0,
         "oracle: the share of questions (drawn per question with --seed) whose stored user "
         "prompt also shows the gold action sequence, as --mode referenced shows it, so a policy "
         "trained from scratch learns to read a reference before Referenced Rejection Sampling "
-        "(a pretrained LLM reads one without); 0 keeps every prompt plain.",
+        "(a pretrained LLM reads one without); 0 keeps every prompt plain, as KBQA-R1 §IV-B1 "
+        "step 4 strips every reference from the SFT data.",
         advanced=True,
     )
     stratify: str = option(
@@ -147,6 +157,10 @@ class TrajectoryConfig:
             raise ConfigError(
                 "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
                 f"--mode oracle and --toolset knowcoder (got --mode {self.mode}, --toolset {self.agent.toolset})"
+            )
+        if self.reference_guidance not in REFERENCE_GUIDANCE:
+            raise ConfigError(
+                f"--reference-guidance must be per_step or whole (got {self.reference_guidance!r})"
             )
         if not 0.0 <= self.reference_share <= 1.0:
             raise ConfigError(

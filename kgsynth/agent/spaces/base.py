@@ -77,3 +77,13 @@ class ActionSpace(ABC):
         """The numbered gold actions a referenced rollout is shown, one per line."""
         calls = self.oracle_calls(row, graph)
         return "\n".join(f"{i}. {' '.join(c.call.splitlines())}" for i, c in enumerate(calls, 1))
+
+    def reference_steps(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[str]:
+        """The gold actions one at a time, as per-step reference guidance shows each (KBQA-R1
+        §IV-B1 step 2): the lines of :meth:`reference_text`."""
+        return [line for line in self.reference_text(row, graph).splitlines() if line.strip()]
+
+    def reference_progress(self, env: ToolEnvironment, episode: Any) -> int:
+        """How many gold actions an episode has made, so per-step guidance shows the next one:
+        its turns whose tool call ran without an error."""
+        return sum(1 for t in episode.turns if t.query is not None and t.tool_error is None)

@@ -1,13 +1,15 @@
-"""Referenced Relation Candidate Gating (RRCG, KBQA-R1): the relation an agent writes in an
-S-expression action is checked against the relations actually available where it is applied,
-by the dense similarity of their words, before anything runs.
+"""Relation Retrieval and Confidence Gating (RRCG, KBQA-R1 §IV-A3): the relation an agent
+writes in an S-expression action is checked against the relations actually available where it
+is applied, by the dense similarity of their words, before anything runs. ``s_max`` is the best
+candidate's similarity, ``r*`` that candidate:
 
 - the written relation is one of the candidates (same name and direction) -> it is used;
-- the best candidate's similarity is at least ``high`` (KBQA-R1's tau_high, 0.95) -> the best
-  candidate is used in its place, and the observation says so;
-- the best is at least ``low`` (tau_low, 0.3) but below ``high`` -> nothing runs; the
-  candidates at or above ``low`` are listed, best first, for the agent to pick from;
-- below ``low`` -> the call fails as ``relation_not_found``, with the best candidates.
+- ``s_max >= high`` (tau_high, 0.95 in §V-A4) -> auto-validated: the action runs with ``r*``;
+- ``low <= s_max < high`` (tau_low, 0.3) -> tentatively accepted: the action runs with ``r*``
+  and the observation says it was substituted, with the top :data:`MAX_LISTED` candidates and
+  their similarity, so the agent can check it and correct itself;
+- ``s_max < low`` -> rejected: nothing runs, the call fails as ``relation_not_found`` and lists
+  every candidate with its similarity.
 
 Similarity is the cosine of the written relation's words and each candidate's words
 (:func:`~kgsynth.agent.toolkit.relation_words`: ``film.film.directed_by`` -> ``film film directed
@@ -17,7 +19,7 @@ common) stands in, and the observation says so. :func:`gate` itself is pure: can
 scorer and thresholds in, a :class:`GateResult` out::
 
     gate("director", [Candidate("directed_by", "directed by", rel)], shared_scorer(),
-         high=0.95, low=0.3)   # GateResult(band="gated", ...)
+         high=0.95, low=0.3)   # GateResult(band="tentative", chosen=<directed_by>, ...)
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ log = logging.getLogger(__name__)
 
 EXACT = "exact"
 CORRECTED = "corrected"
-GATED = "gated"
+TENTATIVE = "tentative"
 REJECTED = "rejected"
-BANDS = (EXACT, CORRECTED, GATED, REJECTED)
+BANDS = (EXACT, CORRECTED, TENTATIVE, REJECTED)
 MAX_LISTED = 5
-"""Candidates a gated or rejected relation lists."""
+"""The top-k candidates a tentative match lists (k is not given in KBQA-R1's text)."""
 ENCODER_FALLBACK_NOTE = (
     "note: the sentence encoder could not be loaded; relations are matched by shared words."
 )
@@ -63,9 +65,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class GateResult:
-    """The band a written relation fell in, the candidate to use (exact and corrected bands),
-    and the candidates with their similarity, best first (gated: those at or above ``low``;
-    rejected: the best :data:`MAX_LISTED`)."""
+    """The band a written relation fell in, the candidate to use (``r*``: every band but
+    rejected), and the candidates with their similarity, best first (corrected and tentative:
+    the best :data:`MAX_LISTED`; rejected: every one)."""
 
     band: str
     chosen: Candidate | None
@@ -129,12 +131,13 @@ def gate(
     if best >= high:
         return GateResult(CORRECTED, ranked[0][0], ranked[:MAX_LISTED], note)
     if best >= low:
-        return GateResult(GATED, None, tuple(r for r in ranked if r[1] >= low), note)
-    return GateResult(REJECTED, None, ranked[:MAX_LISTED], note)
+        return GateResult(TENTATIVE, ranked[0][0], ranked[:MAX_LISTED], note)
+    return GateResult(REJECTED, None, ranked, note)
 
 
-def listing(ranked: Sequence[tuple[Candidate, float]], limit: int = MAX_LISTED) -> str:
-    """``directed_by (0.58), written_by (0.41)``: candidates as an observation lists them."""
+def listing(ranked: Sequence[tuple[Candidate, float]], limit: int | None = None) -> str:
+    """``directed_by (0.58), written_by (0.41)``: candidates as an observation lists them
+    (the first ``limit``; None: all)."""
     return ", ".join(f"{c.text} ({s:.2f})" for c, s in ranked[:limit])
 
 
@@ -264,10 +267,10 @@ __all__ = [
     "BANDS",
     "CORRECTED",
     "EXACT",
-    "GATED",
     "MAX_LISTED",
     "REJECTED",
     "SAMPLED_MEMBERS",
+    "TENTATIVE",
     "Candidate",
     "GateResult",
     "Named",

@@ -45,6 +45,10 @@ _CANONICAL = {name.casefold(): name for name in ACTIONS}
 
 _ACTION_RE = re.compile(r"^(?:action\s*\d+\s*:\s*)?([A-Za-z_][\w-]*)\s*\[(.*)\]$", re.I | re.S)
 _SECOND_ACTION_RE = re.compile(r"\]\s*(?:action\s*\d+\s*:\s*)?[A-Za-z_][\w-]*\s*\[", re.I)
+_NEXT_ACTION_RE = re.compile(r"(?<=\])\s+(?=(?:action\s*\d+\s*:\s*)?[A-Za-z_][\w-]*\s*\[)", re.I)
+MAX_ACTIONS = 5
+"""Actions one ``<action>`` block may hold; past it the turn is a format error and only the
+first ones run (KBQA-R1 gives no number; a bound on the queries one turn can start)."""
 _EXPRESSION_RE = re.compile(r"^expression\s*(\d+)$", re.I)
 _REVERSE_RE = re.compile(r"^\(\s*R\s+(.+?)\s*\)$", re.I | re.S)
 _NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
@@ -70,10 +74,19 @@ def parse_action(text: str) -> ToolCall:
         raise ActionSyntaxError("expected one action such as Find_relation [ Entity | relation ]")
     body = m.group(2)
     if "\n" in text.strip() or _SECOND_ACTION_RE.search(body):
-        raise ActionSyntaxError("write one action per <kg-query>")
+        raise ActionSyntaxError("one action at a time here (split_actions reads a block)")
     name = _CANONICAL.get(m.group(1).casefold(), m.group(1))
     parts = body.rsplit("|", 1) if name == "Find_relation" else body.split("|")
     return ToolCall(name, tuple(" ".join(p.split()) for p in parts))
+
+
+def split_actions(text: str) -> list[str]:
+    """The actions of one ``<action>`` block, in order: one per line, and on a line one after
+    another (``Find_relation [ A | r ] Action2: Count [ expression1 ]``)."""
+    out: list[str] = []
+    for line in clean_text(text).splitlines():
+        out.extend(a.strip() for a in _NEXT_ACTION_RE.split(line) if a.strip())
+    return out
 
 
 def is_expression(text: str) -> bool:
@@ -212,6 +225,7 @@ def join(prof: KGProfile, rel: Relation, subject: sx.SExpr) -> sx.SExpr:
 __all__ = [
     "ACTIONS",
     "COMPARISONS",
+    "MAX_ACTIONS",
     "TOOL_HELP",
     "USAGE",
     "ActionSyntaxError",
@@ -225,6 +239,7 @@ __all__ = [
     "parse_action",
     "plain_atom",
     "reverse_inner",
+    "split_actions",
     "value_atom",
     "words",
     "written_forms",

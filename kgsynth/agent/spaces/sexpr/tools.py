@@ -27,7 +27,7 @@ its memory limit); the gating look-ups stay in-process. The observation: ``expre
 and date attributes (what Order, Compare and Time_constraint take). An empty result makes no
 expression (``no_results``). Relations and attributes are gated first
 (:mod:`~kgsynth.agent.spaces.sexpr.gate`, KBQA-R1's RRCG, thresholds ``gate_high`` and
-``gate_low``) against those of the set's first members (``SAMPLED_MEMBERS``); a relation
+``gate_low``: run as written or as the best match, run tentatively with a note, or not found) against those of the set's first members (``SAMPLED_MEMBERS``); a relation
 written exactly that only other members have is tried on the whole set before it is gated::
 
     env = ToolEnvironment(graph, "who directed Kismet", AgentConfig(toolset="sexpr"))
@@ -36,7 +36,6 @@ written exactly that only other members have is tried on the whole set before it
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -82,8 +81,6 @@ if TYPE_CHECKING:
 
 SHOWN_RESULTS = 20
 """Result names an observation shows."""
-MAX_GATED = 10
-"""Candidates a gated relation lists."""
 
 
 @dataclass(frozen=True)
@@ -244,8 +241,8 @@ class SExprTools:
     def _gate(
         self, written: str, candidates: list[g.Candidate], where: str, what: str
     ) -> tuple[Any, tuple[str, ...]]:
-        """The candidate's key to use, and a note when it was corrected; raises the gated
-        list (no error: nothing ran) or ``relation_not_found``."""
+        """The candidate's key to use (RRCG, :mod:`.gate`), and the note of a tentative match;
+        raises ``relation_not_found`` with every candidate and its similarity below tau_low."""
         cfg = self.env.config
         exact_forms = written_forms(written)
         result = g.gate(
@@ -257,27 +254,21 @@ class SExprTools:
             is_exact=lambda c: c.text in exact_forms or key_matches(c.key, exact_forms),
         )
         extra = (result.note,) if result.note else ()
-        if result.band == g.EXACT and result.chosen is not None:
-            return result.chosen.key, extra
-        if result.band == g.CORRECTED:
+        if result.band in (g.EXACT, g.CORRECTED) and result.chosen is not None:
+            return result.chosen.key, extra  # auto-validated: runs as r*, no annotation
+        if result.band == g.TENTATIVE and result.chosen is not None:
             c, sim = result.ranked[0]
-            note = f"note: {where} has no {what} {written}; using {c.text} (similarity {sim:.2f})."
-            return c.key, (*extra, note)
-        if result.band == g.GATED:
-            listed = g.listing(result.ranked, MAX_GATED)
-            raise _Gated(
-                "\n".join(
-                    [
-                        *extra,
-                        f"{where} has no {what} {written}; nothing was run. The closest "
-                        f"({cfg.gate_low} <= similarity < {cfg.gate_high}): {listed}. Write the "
-                        "action again with one of them.",
-                    ]
-                )
+            note = (
+                f"note: {where} has no {what} {written}; tentatively substituted {c.text} "
+                f"(similarity {sim:.2f}, below {cfg.gate_high}). Top candidates: "
+                f"{g.listing(result.ranked)}. If this is not the {what} you meant, write the "
+                "action again with another."
             )
-        best = f" The closest: {g.listing(result.ranked)}." if result.ranked else ""
+            return c.key, (*extra, note)
+        listed = f" Its {what}s by similarity: {g.listing(result.ranked)}." if result.ranked else ""
         raise ToolFailure(
-            ErrorType.RELATION_NOT_FOUND, f"{where} has no {what} like {written}.{best}"
+            ErrorType.RELATION_NOT_FOUND,
+            "\n".join([*extra, f"{where} has no {what} like {written}; nothing was run.{listed}"]),
         )
 
     def _unsampled(self, source: Expression, written: str, candidates: list[g.Candidate]) -> bool:
@@ -439,13 +430,6 @@ class SExprTools:
         return named.atom, notes
 
 
-class _Gated(ToolFailure):
-    """A gated relation: nothing ran, the candidates are listed (not an error)."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(ErrorType.RELATION_NOT_FOUND, text)
-
-
 def _shared_scorer() -> Any:
     from kgsynth.agent.relrank import shared_scorer
 
@@ -465,23 +449,13 @@ def make_tools(
     ``timeout`` (None: the agent's ``query_timeout_s``) and ``max_rows`` bound its queries."""
     tools = SExprTools(env, timeout, max_rows)
     env.session = tools.session  # type: ignore[attr-defined]
-
-    def wrapped(fn: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
-        def run(*args: str) -> ToolResult:
-            try:
-                return fn(*args)
-            except _Gated as gated:
-                return ToolResult(gated.text, None, None, (), (), ())
-
-        return run
-
     return {
-        "Find_relation": (2, wrapped(tools.find_relation)),
-        "Merge": (2, wrapped(tools.merge)),
-        "Order": (3, wrapped(tools.order)),
-        "Compare": (3, wrapped(tools.compare)),
-        "Time_constraint": (2, wrapped(tools.time_constraint)),
-        "Count": (1, wrapped(tools.count)),
+        "Find_relation": (2, tools.find_relation),
+        "Merge": (2, tools.merge),
+        "Order": (3, tools.order),
+        "Compare": (3, tools.compare),
+        "Time_constraint": (2, tools.time_constraint),
+        "Count": (1, tools.count),
     }
 
 
