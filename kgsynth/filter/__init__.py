@@ -33,8 +33,9 @@ cap filters:
 4. ``bad_format`` (``check_format``) — every assistant message parses with
    :func:`~kgsynth.agent.protocol.parse_turn` without a ``format_error`` (a ``<think>`` block
    and exactly one action), and the last assistant message is an ``<answer>`` that parses;
-   or, every turn alike, in the isp tool set's format (``<node>``/``<SPARQL>`` operations, the
-   last turn ``\\boxed{}`` answers).
+   or, every turn alike, in another action space's turn format (isp's ``<node>``/``<SPARQL>``
+   operations and ``\\boxed{}`` answers; the sexpr space's ``<action>`` blocks and
+   space-separated answers; :func:`~kgsynth.filter.checks.turn_formats`).
    A trajectory without assistant messages fails.
 5. ``reference_leak`` (``reference_leak``; rows with ``mode == "referenced"`` and a non-blank
    ``reference`` only) — the stripped reference, or any of its lines that is at least

@@ -1,6 +1,7 @@
 """KBQA-R1's action space (``sexpr``): S-expression actions that build a logical form step by
-step, each step executed on the KG. One action per ``<kg-query>``, in KBQA-R1's bracket syntax,
-optionally numbered (``Action2: Merge [ expression1 | expression2 ]``), names case-insensitive:
+step, each step executed on the KG. One action per call (a turn's ``<action>`` block may hold
+several: :mod:`.turns`), in KBQA-R1's bracket syntax, optionally numbered (``Action2: Merge [
+expression1 | expression2 ]``), names case-insensitive:
 
 - ``Find_relation [ Entity Name or expressionN | relation or (R relation) ]``: ``(JOIN
   relation X)``, the ``s`` with ``s relation x``, or ``(JOIN (R relation) X)``, the ``o`` with
