@@ -50,9 +50,7 @@ def _run_update(model_dir: str, **options):
     from kgsynth.train.grpo import GRPOConfig, Policy, update
 
     torch.manual_seed(0)
-    cfg = GRPOConfig(
-        init=model_dir, lr=1e-3, group_size=G, questions_per_step=QUESTIONS, **options
-    )
+    cfg = GRPOConfig(init=model_dir, lr=1e-3, group_size=G, questions_per_step=QUESTIONS, **options)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     ref = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     policy = Policy(model, cfg, "cpu", False)
@@ -65,6 +63,7 @@ def _run_update(model_dir: str, **options):
             seen.extend(int(t) for t in ids[:, 0])
 
     model.register_forward_pre_hook(record, with_kwargs=True)
+
     def counted_step(_optimizer, _args, _kwargs):
         steps.append(sorted(seen))
         seen.clear()
@@ -193,3 +192,30 @@ def test_rl_dry_run_shows_the_settings(tmp_path):
     assert (cfg["ppo_mini_batch"], cfg["ppo_epochs"], cfg["loss_agg"]) == (
         2, 3, "seq-mean-token-mean",
     )  # fmt: skip
+
+
+def test_a_tree_rows_steps_are_sequences_of_their_own():
+    """ISP-KGR App. G.1 averages each action's tokens: a tree row holding two trained steps
+    (lengths 1 and 3) counts as two sequences, weighted 1 and 1/3 per token."""
+    from kgsynth.train.grpo_loss import grpo_token_loss
+    from kgsynth.train.grpo_tree import TrainSequence
+    from kgsynth.train.grpo_update import sequences, token_weights
+
+    mask = [0, 1, 0, 1, 1, 1]
+    row = TrainSequence([5] * 6, mask, [0.0] * 6, [0.0] * 6, [(1, 2), (3, 6), (6, 6)])
+    assert sequences(row) == [(1, 2), (3, 6)]  # the empty span is no sequence
+    assert token_weights(row) == [0.0, 1.0, 0.0, 1 / 3, 1 / 3, 1 / 3]
+    flat = TrainSequence([5] * 6, mask, [0.0] * 6, [0.0] * 6)  # no segments: one sequence
+    assert sequences(flat) == [(0, 6)] and token_weights(flat)[1] == 0.25
+    # the two sequences of _two_sequences() laid end to end in one row: the same loss
+    import torch
+
+    logp, old, adv, m = _two_sequences()
+    one = lambda t: torch.cat([t[0, :1], t[1]]).unsqueeze(0)  # noqa: E731
+    weights = torch.tensor([[1.0, 1 / 3, 1 / 3, 1 / 3]])
+    loss, _ = grpo_token_loss(
+        one(logp), one(old), None, one(adv), one(m), clip_low=0.2, clip_high=0.28,
+        kl_coef=0.0, total_tokens=4, loss_agg="seq-mean-token-mean", total_seqs=2,
+        token_weights=weights,
+    )  # fmt: skip
+    assert float(loss) == pytest.approx((-2.56 + 2.8 / 3) / 2, abs=1e-6)

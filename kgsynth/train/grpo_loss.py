@@ -58,14 +58,16 @@ def grpo_token_loss(
     total_tokens: int | float,
     loss_agg: str = "token-mean",
     total_seqs: int | float = 0,
+    token_weights: Any = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The clipped surrogate with asymmetric clip and the k3 KL per masked token, aggregated
     as ``loss_agg`` says. ``token-mean``: summed over masked tokens and divided by
     ``total_tokens`` (the mini-batch's assistant tokens, so micro-batches add up to the
     token-level mean). ``seq-mean-token-mean``: each row's mean over its masked tokens, summed
     and divided by ``total_seqs`` (the mini-batch's rows with a masked token): the
-    ``1/N sum_i 1/|tau_i| sum_j`` of GraphWalker Eq. 4 and ISP-KGR App. G.1. Returns the loss
-    and detached sums for the metrics."""
+    ``1/N sum_i 1/|tau_i| sum_j`` of GraphWalker Eq. 4 and ISP-KGR App. G.1; where a row
+    holds several sequences (a tree row's steps), ``token_weights`` gives each masked token
+    1 / its sequence's length instead. Returns the loss and detached sums for the metrics."""
     import torch
 
     mask = mask.to(logp.dtype)
@@ -82,6 +84,8 @@ def grpo_token_loss(
         per_token = pg + kl_coef * kl
     if loss_agg == "token-mean":
         loss = (per_token * mask).sum() / total_tokens
+    elif loss_agg == "seq-mean-token-mean" and token_weights is not None:
+        loss = (per_token * mask * token_weights).sum() / (total_seqs or 1)
     elif loss_agg == "seq-mean-token-mean":
         lengths = mask.sum(-1)
         per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1.0)

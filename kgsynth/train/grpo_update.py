@@ -46,8 +46,24 @@ def mini_batches(
     return parts
 
 
+def sequences(row: Any) -> list[tuple[int, int]]:
+    """The token spans of a training row that are one sequence each for ``seq-mean-token-mean``
+    and hold a masked token: a tree row's steps (``segments``), else the whole row."""
+    spans = getattr(row, "segments", None) or [(0, len(row.ids))]
+    return [(s, e) for s, e in spans if any(row.mask[s:e])]
+
+
+def token_weights(row: Any) -> list[float]:
+    """1 / the length (masked tokens) of the sequence each token belongs to; 0 elsewhere."""
+    weights = [0.0] * len(row.ids)
+    for s, e in sequences(row):
+        weights[s:e] = [1.0 / sum(row.mask[s:e])] * (e - s)
+    return weights
+
+
 def _tensors(rollouts: Sequence[Any], adv: Sequence[Any], idx: list[int], device: str) -> tuple:
-    """One micro-batch padded: ids, attention, mask, per-token advantages, rollout log-probs."""
+    """One micro-batch padded: ids, attention, mask, per-token advantages, rollout log-probs
+    and the tokens' weights in a per-sequence mean."""
     import torch
 
     width = max(len(rollouts[i]) for i in idx)
@@ -56,7 +72,8 @@ def _tensors(rollouts: Sequence[Any], adv: Sequence[Any], idx: list[int], device
     mask = pad_batch([rollouts[i].mask for i in idx], 0, torch.long, width)
     advs = pad_batch([adv[i] or [] for i in idx], 0.0, torch.float32, width)
     old = pad_batch([rollouts[i].logprobs for i in idx], 0.0, torch.float32, width)
-    return ids.to(device), att.to(device), mask.to(device), advs.to(device), old.to(device)
+    weights = pad_batch([token_weights(rollouts[i]) for i in idx], 0.0, torch.float32, width)
+    return tuple(t.to(device) for t in (ids, att, mask, advs, old, weights))
 
 
 def _micro_batches(
@@ -71,7 +88,30 @@ def _micro_batches(
         chunks = [part[i : i + size] for i in range(0, len(part), size)]
         return [_tensors(rollouts, adv, c, device) for c in chunks]
     zero = torch.zeros((1, 2), dtype=torch.long, device=device)
-    return [(zero, torch.ones_like(zero), zero, zero.float(), zero.float())]
+    return [(zero, torch.ones_like(zero), zero, zero.float(), zero.float(), zero.float())]
+
+
+def _fixed_logprobs(
+    fwd: Any, ref: Any, batches: list[list[tuple]], cfg: GRPOConfig, autocast: Any
+) -> tuple[dict, dict]:
+    """The reference's log-probs of every micro-batch and, with ``fwd``, the policy's before
+    any step (the old log-probs of every step after the first), keyed (mini-batch, micro)."""
+    import torch
+
+    fwd_masked = fwd is not None and masked_logits_supported(getattr(fwd, "module", fwd))
+    ref_masked = ref is not None and masked_logits_supported(ref)
+    ref_lp: dict[tuple[int, int], Any] = {}
+    old_lp: dict[tuple[int, int], Any] = {}
+    with torch.no_grad(), autocast:
+        for m, micro in enumerate(batches):
+            for k, (ids, att, mask, *_) in enumerate(micro):
+                if ref is not None:
+                    only = mask if ref_masked else None
+                    ref_lp[m, k] = token_logprobs(ref, ids, att, cfg.temperature, only)[0].float()
+                if fwd is not None:
+                    only = mask if fwd_masked else None
+                    old_lp[m, k] = token_logprobs(fwd, ids, att, cfg.temperature, only)[0].float()
+    return ref_lp, old_lp
 
 
 def update(
@@ -92,7 +132,6 @@ def update(
     together (a rank with none of a mini-batch contributes zero gradients). A mini-batch
     with no assistant token on any rank takes no step; the learning-rate schedule advances
     once per RL step that took one."""
-    import torch
 
     empty = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": None, "grad_norm": 0.0,
              "trained_tokens": 0, "logprob_mismatch": 0.0, "logprob_mismatch_mean": 0.0}  # fmt: skip
@@ -100,7 +139,10 @@ def update(
     parts = mini_batches(keep, question_of, cfg)
     local: list[float] = []  # each mini-batch's assistant tokens and sequences on this rank
     for p in parts:
-        local += [sum(sum(rollouts[i].mask) for i in p), sum(any(rollouts[i].mask) for i in p)]
+        local += [
+            sum(sum(rollouts[i].mask) for i in p),
+            sum(len(sequences(rollouts[i])) for i in p),
+        ]
     totals = [float(v) for v in all_sum(local, device)]
     # (tokens, sequences) of each mini-batch over all ranks; the same list on every rank
     plan = [(parts[m], totals[2 * m], totals[2 * m + 1]) for m in range(len(parts))]
@@ -114,19 +156,8 @@ def update(
     fwd = policy.forward_module()
     # the LM head at the positions that predict a trained token only (the same values there)
     fwd_masked = masked_logits_supported(getattr(fwd, "module", fwd))
-    ref_masked = ref is not None and masked_logits_supported(ref)
     several = len(plan) * cfg.ppo_epochs > 1  # later steps need the sampling policy's log-probs
-    ref_lp: dict[tuple[int, int], Any] = {}
-    old_lp: dict[tuple[int, int], Any] = {}
-    with torch.no_grad(), autocast:
-        for m, micro in enumerate(batches):
-            for k, (ids, att, mask, *_) in enumerate(micro):
-                if ref is not None:
-                    only = mask if ref_masked else None
-                    ref_lp[m, k] = token_logprobs(ref, ids, att, cfg.temperature, only)[0].float()
-                if several:
-                    only = mask if fwd_masked else None
-                    old_lp[m, k] = token_logprobs(fwd, ids, att, cfg.temperature, only)[0].float()
+    ref_lp, old_lp = _fixed_logprobs(fwd if several else None, ref, batches, cfg, autocast)
     # gap: |rollout log-prob - the training forward's| summed over sampled tokens
     sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "entropy": 0.0,
             "gap": 0.0}  # fmt: skip
@@ -134,7 +165,7 @@ def update(
     norms = []
     for epoch in range(cfg.ppo_epochs):
         for m, (micro, (_, tokens, seqs)) in enumerate(zip(batches, plan, strict=True)):
-            for k, (ids, att, mask, adv, rollout_lp) in enumerate(micro):
+            for k, (ids, att, mask, adv, rollout_lp, weights) in enumerate(micro):
                 with autocast:
                     only = mask if fwd_masked else None
                     logp, ent = token_logprobs(fwd, ids, att, cfg.temperature, only)
@@ -149,6 +180,7 @@ def update(
                     logp, old, ref_lp.get((m, k)), adv, mask,
                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, kl_coef=cfg.kl_coef,
                     total_tokens=tokens / scale, loss_agg=cfg.loss_agg, total_seqs=seqs / scale,
+                    token_weights=weights,
                 )  # fmt: skip
                 policy.backward(loss, last=k == len(micro) - 1)
                 sums["loss"] += float(loss.detach())
