@@ -122,7 +122,7 @@ def _step(graph, text, config=ISP):
 def test_several_operations_are_observed_together_in_order(graph):
     ep, env = _step(graph, f"<think>t</think><node>Kismet</node><SPARQL>{QUERY}</SPARQL>")
     record = ep.turns[0]
-    node_text = env.execute('node("Kismet")').text
+    node_text = "<relation>\n" + env.execute('node("Kismet")').text + "\n</relation>"  # Fig. 8
     assert ep.messages[-1] == {
         "role": "tool",
         "content": f'<information>Operation 1 (node "Kismet"):\n{node_text}\n\n'

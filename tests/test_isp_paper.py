@@ -394,3 +394,42 @@ def test_rl_with_the_isp_options_draws_the_easy_question_first(tiny_path, tmp_pa
     config = json.loads((tmp_path / "rl" / "rl_config.json").read_text())["config"]
     assert (config["question_curriculum"], config["tree_prune"], config["progress_rule"]) == (
         "difficulty", "tree", "previous")  # fmt: skip
+
+
+# --- 5. the turn format of ISP-KGR's prompt (App. D.1, Figure 8) --------------------------------
+
+
+def test_answers_are_boxed_inside_answer_tags_and_read_back():
+    from kgsynth.agent.protocol import IspFormat
+    from kgsynth.agent.spaces import parse_turn
+
+    text = IspFormat().answer_turn("found", ["Juarez", "Washington, D.C."])
+    assert (
+        text == "<think>found</think>\n<answer>\\boxed{Juarez} \\boxed{Washington, D.C.}</answer>"
+    )
+    turn = parse_turn(text, "isp")
+    assert turn.format_error is None and turn.answer == ["Juarez", "Washington, D.C."]
+
+
+def test_node_relations_come_inside_relation_tags(graph):
+    ep = isp_run(
+        graph, DIRECTORS, ["<node>Bette Davis</node>", f"<node>Jezebel</node>{sparql(FILMS)}"]
+    )
+    one, two = (m["content"] for m in ep.messages if m["role"] == "tool")
+    assert one.startswith("<information><relation>\n") and one.endswith(
+        "\n</relation></information>"
+    )
+    assert 'Templates of "Bette Davis"' in one
+    # in a step of several operations only the node's part is wrapped; the rows are not
+    node_part, query_part = two.split("Operation 2 (SPARQL):")
+    assert "<relation>" in node_part and "</relation>" in node_part
+    assert "<relation>" not in query_part and "Jezebel" in query_part
+
+
+def test_the_isp_prompts_name_relation_information_and_answer():
+    from kgsynth.agent.prompt import system_prompt
+
+    for style in ("full", "short"):
+        text = system_prompt("isp", 6, style)
+        assert "<relation>" in text and "<information>" in text
+        assert "<answer>\\boxed{" in text and "<node>" in text and "<SPARQL>" in text

@@ -9,10 +9,11 @@ The ``isp`` tool set speaks ISP-KGR's format instead (:data:`ISP_FORMAT_HELP`): 
 ``<think>`` block a step is either one or more operations — ``<node>Entity Name</node>``
 (explore an entity) and ``<SPARQL>SELECT …</SPARQL>`` (run a query), at most
 :data:`MAX_OPERATIONS`, run in the order written, their observations returned together in one
-``<information>`` block — or the final answer, one ``\\boxed{…}`` per answer entity
-(``\\boxed{Juarez} \\boxed{Kismet}``; a box holding a JSON list, ``\\boxed{["A", "B"]}``, is
-read as that list). :class:`TaggedFormat` and :class:`IspFormat` parse, write and cut turns in
-each format; an action space (:mod:`kgsynth.agent.spaces`) names the one its agents speak.
+``<information>`` block, a node's relations inside ``<relation>`` — or the final answer, one
+``\\boxed{…}`` per answer entity inside ``<answer>`` (``<answer>\\boxed{Juarez}
+\\boxed{Kismet}</answer>``, as ISP-KGR's prompt, Figure 8; boxes without ``<answer>`` are read
+too; a box holding a JSON list, ``\\boxed{["A", "B"]}``, is read as that list).
+:class:`TaggedFormat` and :class:`IspFormat` parse, write and cut turns in each format; an action space (:mod:`kgsynth.agent.spaces`) names the one its agents speak.
 
 This module owns the protocol's spelling: the tag names, their opening and closing strings, the
 stop sequences, the environment's fixed messages (the hint after a turn without an action, the
@@ -40,6 +41,10 @@ INFORMATION = "information"
 NODE = "node"
 SPARQL = "SPARQL"
 ISP_OPERATION_TAGS: tuple[str, ...] = (NODE, SPARQL)
+# ISP-KGR's environment returns a node's relations inside <relation> (Figure 8); not a
+# protocol-wide tag (TAG_NAMES), so no other tool set's tokenizer or parser changes
+RELATION = "relation"
+RELATION_OPEN, RELATION_CLOSE = f"<{RELATION}>", f"</{RELATION}>"
 TAG_NAMES: tuple[str, ...] = (THINK, KG_QUERY, ANSWER, INFORMATION, NODE, SPARQL)
 ACTION_TAGS: tuple[str, ...] = (KG_QUERY, ANSWER)  # a turn's one action, in parse priority
 OPERATION_TOOLS = {NODE: "node", SPARQL: "sparql"}
@@ -109,17 +114,17 @@ FINAL_ANSWER_PROMPT = (
 ISP_NO_ACTION_HINT = (
     "Your reply had no action. Reason inside <think></think>, then explore entities with "
     "<node>Entity Name</node> or run queries with <SPARQL>…</SPARQL> (several in one step if "
-    "you like), or give the answer as \\boxed{Name}, one box per answer."
+    "you like), or give the answer as <answer>\\boxed{Name}</answer>, one box per answer."
 )
 ISP_FINAL_ANSWER_PROMPT = (
     "You have used all your turns. Give your final answer now: <think>…</think> then "
-    "\\boxed{…} for every entity you found, one box per answer."
+    "<answer>\\boxed{…}</answer> with one box for every entity you found."
 )
 ISP_FORMAT_HELP = (
     "Each step: reason inside <think></think>, then either explore entities with "
     "<node>Entity Name</node> and run queries with <SPARQL>SELECT ...</SPARQL> (up to "
     f"{MAX_OPERATIONS} operations in one step, results come back together, in order), or "
-    "give the final answer with one \\boxed{Name} per answer entity."
+    "give the final answer inside <answer></answer>, one \\boxed{Name} per answer entity."
 )
 # Appended to an observation cut to the rollout's token cap (tools.truncate marks a
 # character cut with its own "[... truncated: N more lines]").
@@ -363,7 +368,9 @@ class IspFormat(TaggedFormat):
         return f"{tagged(THINK, thought)}\n{call}"
 
     def answer_action(self, answers: list[str]) -> str:
-        return boxed_answers(answers)
+        """The boxes inside ``<answer>`` (ISP-KGR's prompt, Figure 8); the parser also reads
+        boxes written without it."""
+        return tagged(ANSWER, boxed_answers(answers))
 
     def close_action(self, text: str) -> str:
         """An isp step is cut where the model starts an observation itself."""

@@ -35,7 +35,9 @@ An agent step writes these as ISP-KGR's operations, ``<node>Kismet</node>`` and
 :func:`run_step` runs each through the environment (the same guard, timeout, row cap and
 per-call bound as a single call, a typed error per operation) and returns their observations
 together, in order, the whole cut at :data:`STEP_OBSERVATION_CALLS` calls' worth of text with
-the visible truncation marker.
+the visible truncation marker; a ``<node>`` operation's templates come inside
+``<relation>…</relation>`` (ISP-KGR's prompt, Figure 8: relations in ``<relation>``, query
+results in ``<information>``).
 
 Built by :class:`~kgsynth.agent.tools.ToolEnvironment` when ``toolset="isp"``::
 
@@ -44,6 +46,7 @@ Built by :class:`~kgsynth.agent.tools.ToolEnvironment` when ``toolset="isp"``::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -350,6 +353,16 @@ def _header(i: int, op: Operation) -> str:
     return f"Operation {i} ({what}):"
 
 
+def _wrapped(op: Operation, result: ToolResult) -> ToolResult:
+    """A ``<node>`` operation's relations inside ``<relation>`` tags, as ISP-KGR's KG system
+    returns them (Figure 8); an error stays as it is."""
+    if op.tool != "node" or result.error is not None:
+        return result
+    from kgsynth.agent.protocol import RELATION_CLOSE, RELATION_OPEN
+
+    return dataclasses.replace(result, text=f"{RELATION_OPEN}\n{result.text}\n{RELATION_CLOSE}")
+
+
 class StepHost(ToolHost, Protocol):
     """What :func:`run_step` needs of the environment: one guarded, bounded call at a time."""
 
@@ -362,7 +375,7 @@ def run_step(env: StepHost, ops: Sequence[Operation]) -> ToolResult:
     as it is; several each under an ``Operation i (…):`` line), cut with the truncation marker
     at :data:`STEP_OBSERVATION_CALLS` calls' worth of characters; the first operation's error
     (None when every one ran); the tools joined with ``+``; every argument; every entity."""
-    results = [env.call(ToolCall(op.tool, (op.text,))) for op in ops]
+    results = [_wrapped(op, env.call(ToolCall(op.tool, (op.text,)))) for op in ops]
     if len(results) == 1:
         return results[0]
     parts = [
