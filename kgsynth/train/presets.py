@@ -319,6 +319,27 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
             "the text bounds a tree only by pruning equivalent branches; kgsynth caps the live "
             "nodes per question so a run's cost is bounded",
         ),
+        "tree_prune": Setting(
+            "tree",
+            _at(
+                ISP,
+                "F.5 Environment-Feedback-Based Pruning",
+                "we retain only one representative branch for each unique result",
+            ),
+            "one cache of results per question tree; failed branches kept (App. F.3, Alg. 1)",
+            "--tree-prune siblings is kgsynth's earlier rule (one parent's children only)",
+        ),
+        "progress_rule": Setting(
+            "previous",
+            _at(ISP, ISP_G1, r"s_{\text{prev}} \leftarrow s_{\text{curr}}"),
+            "Alg. 2 (printed under G.1): each step's progress against the step before",
+            "--progress-rule best is kgsynth's earlier rule",
+        ),
+        "question_curriculum": Setting(
+            "difficulty",
+            _at(ISP, "5.1 Experimental Setup", "introduced sequentially during training"),
+            "easy, medium, then hard questions (App. E.1)",
+        ),
         "tree_value": Setting(
             "max", _at(ISP, ISP_DTPO, "We adopt a max-reward aggregation strategy")
         ),
