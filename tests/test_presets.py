@@ -15,7 +15,13 @@ from typer.testing import CliRunner
 
 from kgsynth.agent.rewards import RewardSpec
 from kgsynth.cli import app
-from kgsynth.train.presets import RL_PRESETS, preset_table, preset_values
+from kgsynth.train.presets import (
+    RL_PRESET_AGENT,
+    RL_PRESETS,
+    preset_agent_values,
+    preset_table,
+    preset_values,
+)
 
 runner = CliRunner()
 README = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"  # the preset table
@@ -118,6 +124,37 @@ def test_preset_values_are_the_papers_text(name):
 
 
 @needs_papers
+@pytest.mark.parametrize("name", sorted(RL_PRESET_AGENT))
+def test_preset_agent_settings_are_the_papers_text(name):
+    for field, setting in RL_PRESET_AGENT[name].items():
+        check_setting(field, setting)
+
+
+def test_a_preset_gives_the_agent_settings_its_init_does_not_carry(tmp_path):
+    """KG-R1 starts RL from the base model (no agent_config.json): the preset's 2-hop
+    subgraph applies; a model trained with another value keeps its own, and the command
+    says so in one line."""
+    from kgsynth.agent.carried import write_agent_file
+    from kgsynth.agent.config import AgentConfig
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    base, trained = tmp_path / "base", tmp_path / "trained"
+    for folder in (base, trained):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+    write_agent_file(trained, AgentConfig(toolset="kgr1", kgr1_subgraph_hops=3))
+    assert preset_agent_values("kg-r1") == {"kgr1_subgraph_hops": 2}
+    assert GRPOConfig(init=str(base), preset="kg-r1").agent.kgr1_subgraph_hops == 2
+    assert GRPOConfig(init=str(base)).agent.kgr1_subgraph_hops is None  # no preset: none
+    assert GRPOConfig(init=str(trained), preset="kg-r1").agent.kgr1_subgraph_hops == 3
+    res = _dry_run(tmp_path, "--preset", "kg-r1", init=trained)
+    assert res.exit_code == 0, res.output
+    assert "carries kgr1_subgraph_hops 3; --preset kg-r1's 2 is not applied" in res.output
+    assert "not applied" not in _dry_run(tmp_path, "--preset", "kg-r1", init=base).output
+    assert "graphwalker_observations" in preset_table()
+
+
+@needs_papers
 def test_the_check_catches_a_wrong_value_or_a_wrong_place():
     from dataclasses import replace
 
@@ -167,10 +204,11 @@ def test_reward_presets_are_the_papers_weights():
     assert (isp["format"], isp["distance"], isp["f1"]) == (0.1, 0.6, 0.3)
 
 
-def _dry_run(tmp_path, *args):
-    init = tmp_path / "init"
-    init.mkdir(exist_ok=True)
-    (init / "config.json").write_text("{}")
+def _dry_run(tmp_path, *args, init=None):
+    if init is None:
+        init = tmp_path / "init"
+        init.mkdir(exist_ok=True)
+        (init / "config.json").write_text("{}")
     q = tmp_path / "q.jsonl"
     q.write_text('{"question": "q", "topic_names": ["A"], "answer_names": ["B"]}\n')
     res = runner.invoke(

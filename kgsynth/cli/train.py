@@ -238,7 +238,22 @@ def _init_carries(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent
     check_toolset_change(
         agent, given, f"--preset {preset} sets" if by_preset else "--toolset (or --config) sets"
     )
+    _note_preset_agent(agent, preset)
     return agent
+
+
+def _note_preset_agent(agent: CarriedAgent | None, preset: str | None) -> None:
+    """One line for each agent setting of the preset that the model carries otherwise: the
+    model's value is kept (it was trained in that environment)."""
+    from kgsynth.train.presets import preset_agent_values
+
+    carried = agent.values if agent is not None else {}
+    for name, value in preset_agent_values(preset).items():
+        if name in carried and carried[name] != value:
+            stderr.print(
+                f"note: the model carries {name} {carried[name]!r}; --preset {preset}'s "
+                f"{value!r} is not applied (train with it from the start to use it)"
+            )
 
 
 @command(train_app, "rl")

@@ -411,11 +411,12 @@ class GRPOConfig:
         """The agent these options describe (the turn-token budget as the recipe filled it;
         64 until it is), and for the settings rl has no option for (the system prompt style,
         the observation caps, the neighbour order, …) what ``init`` carries
-        (:mod:`kgsynth.agent.carried`): the rollouts keep the environment the model was
-        trained in. The run saves this agent with its weights."""
+        (:mod:`kgsynth.agent.carried`), else the preset's: the rollouts keep the environment
+        the model was trained in. The run saves this agent with its weights."""
         from kgsynth.agent.carried import undeclared_values
+        from kgsynth.train.presets import preset_agent_values
 
-        carried = undeclared_values(self.init, self)
+        carried = undeclared_values(self.init, self, preset_agent_values(self.preset))
         return agent_config_of(self, **carried, max_turn_tokens=self.max_turn_tokens or 64)
 
 

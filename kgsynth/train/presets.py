@@ -403,6 +403,40 @@ RL_PRESETS: dict[str, dict[str, Setting]] = {
 }
 
 
+# Agent settings of a paper's environment that rl has no option for (they are the tool set's,
+# see kgsynth.agent.config): the run takes them from what --init carries, and where it carries
+# none (a base model, as KG-R1 starts from), from its preset.
+RL_PRESET_AGENT: dict[str, dict[str, Setting]] = {
+    "graphwalker": {
+        "graphwalker_observations": Setting(
+            "paper",
+            _at(GW, "Appendix H Prompts", "We will automatically use the top 4"),
+            "App. E.3 and H: relations as one list, triples as [h, r, t], the top 4 relations "
+            "of a get_triples call followed",
+        ),
+    },
+    "kg-r1": {
+        "kgr1_subgraph_hops": Setting(
+            2,
+            _at(
+                KGR1,
+                "4.1 PERFORMANCE AND EFFICIENCY ON TRAINED KGs",
+                "we extract 2-hop subgraphs for each question",
+            ),
+            "the tools answer from the question's 2-hop subgraph",
+        ),
+    },
+}
+
+
+def preset_agent_values(name: str | None) -> dict[str, Any]:
+    """The agent settings preset ``name`` gives a run whose --init carries none of them."""
+    if not name:
+        return {}
+    preset_values(name)  # an unknown name fails here
+    return {k: s.value for k, s in RL_PRESET_AGENT.get(name.strip().lower(), {}).items()}
+
+
 def preset_values(name: str) -> dict[str, Any]:
     """The GRPOConfig fields preset ``name`` sets; ConfigError names the valid presets."""
     key = name.strip().lower()
@@ -427,7 +461,7 @@ def preset_table() -> str:
         "|---|---|---|---|---|",
     ]
     for name, settings in RL_PRESETS.items():
-        for field, s in settings.items():
+        for field, s in {**settings, **RL_PRESET_AGENT.get(name, {})}.items():
             value = _cell(s.value)
             if field == "reward" and s.value in PRESETS:
                 weights = ", ".join(f"{n}:{w:g}" for n, w in PRESETS[s.value]["weights"])
