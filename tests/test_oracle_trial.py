@@ -111,20 +111,27 @@ def test_trial_and_error_is_seeded_and_off_by_default(graph, questions):
         TrajectoryConfig(agent=AgentConfig(toolset="knowcoder"), trial_and_error=1.5)
 
 
-def test_a_multi_topic_walk_explores_its_topics_in_one_step(graph, questions):
+def test_a_multi_topic_walk_explores_each_topic_then_merges(graph, questions):
+    # ISP-KGR App. E.2: each branch on its own (its topic explored, its sub-query run), then
+    # one query joining them
     multi = [q for q in questions if len(q["topic_names"]) == 2]
     assert {q["structure"] for q in multi} >= {"2I"}
     rows, rejected, _ = _oracle(multi, graph, toolset="isp")
     assert rejected == [] and len(rows) == len(multi)
     for q, row in zip(multi, rows, strict=True):
-        first = next(m["content"] for m in row["messages"] if m["role"] == "assistant")
-        turn = parse_turn(first, "isp")
-        assert turn.format_error is None
-        assert [(op.tag, op.text) for op in turn.ops] == [("node", t) for t in q["topic_names"]]
-        obs = row["messages"][3]["content"]
-        for i, t in enumerate(q["topic_names"], 1):
-            assert f'Operation {i} (node "{t}"):\nTemplates of "{t}"' in obs
-        assert row["num_turns"] == 3  # explore both, query, answer
+        said = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        steps = [parse_turn(text, "isp") for text in said[:-1]]
+        assert all(s.format_error is None for s in steps)
+        assert [op.tag for op in steps[0].ops] == ["node", "SPARQL"]
+        explored = {op.text for s in steps for op in s.ops if op.tag == "node"}
+        assert set(q["topic_names"]) <= explored
+        t = q["topic_names"][0]
+        assert (
+            f'Operation 1 (node "{t}"):\n<relation>\nTemplates of "{t}"'
+            in row["messages"][3]["content"]
+        )
+        assert [op.tag for op in steps[-1].ops][-1] == "SPARQL"
+        assert row["num_turns"] == len(steps) + 1
     accepted, _, stats = run_filters(rows, FilterConfig())
     assert accepted.num_rows == len(rows)
     assert stats["format_rows_parsed_one_by_one"] == 0  # ISP's turns take the fast check

@@ -55,7 +55,11 @@ _OPERATION = rf"(?:{NODE_OPEN}{_NAME_BODY}{NODE_CLOSE}|{SPARQL_OPEN}{_QUERY_BODY
 _ISP_THINK = rf"^[^<\\]*{THINK_OPEN}[^<]*{THINK_CLOSE}[^<\\]*"
 _BOX = r"\\boxed\{[^{}<\\]*[\p{L}\p{N}][^{}<\\]*\}"
 FAST_ISP_STEP = rf"{_ISP_THINK}(?:{_OPERATION}[^<\\]*){{1,{MAX_OPERATIONS}}}$"
-FAST_ISP_ANSWER = rf"{_ISP_THINK}(?:{_BOX}[^<\\]*)+$"
+# the boxes inside <answer></answer> (ISP-KGR's Figure 8), or bare as parse_turn also reads them
+FAST_ISP_ANSWER = (
+    rf"{_ISP_THINK}(?:{ANSWER_OPEN}[^<\\]*(?:{_BOX}[^<\\]*)+{ANSWER_CLOSE}[^<\\]*"
+    rf"|(?:{_BOX}[^<\\]*)+)$"
+)
 
 
 def normalized_ids(columns: Sequence[pa.ChunkedArray]) -> tuple[list[np.ndarray], int, int]:
