@@ -29,15 +29,14 @@ is ``--reward f1:0.3,distance:0.6,format:0.1``)::
 - ``format(n)``: +1 when step n broke no rule of the turn protocol (``format_error`` is None),
   -1 when it did (ISP's per-step format score; the flat ``format`` reward is per episode).
 - ``progress(n)``: the weighted turn-level components at step n. For ``distance`` this is
-  kgsynth's per-step progress (:func:`~kgsynth.agent.rewards.distance.distance_progress`): on a
-  query the environment ran, +1 when the entities its observation returned (the call's own
-  subject left out) are fewer hops from the gold answers than anything reached on this path
-  before (the topic entities' distance to start with), 0 when they are not, -1 for a tool
-  error, a format error or a query the path already made; 0 on an answer step. It stands in for
-  ISP's rule (an entity exploration scores 0 when it explores a mentioned entity or a known
-  variable and -1 otherwise; a query +1 when its result comes closer than the exploration
-  before it), which reads ISP's own tags; kgsynth's reads only what the environment returned,
-  so it works with any tool set.
+  the per-step progress of :func:`~kgsynth.agent.rewards.distance.distance_progress`, by the
+  distance's rule: ``previous`` is ISP-KGR's Alg. 2 (App. F.9) with App. F.8's COUNT and
+  superlative handling (:mod:`kgsynth.agent.spaces.isp.progress`: each step against the step
+  before; an exploration of an entity neither mentioned nor returned -1; a query that fails,
+  returns nothing or repeats -1); ``best`` is kgsynth's earlier rule (+1 when the entities a
+  query returned, its own subject left out, come closer to the gold answers than anything
+  reached on this path before, 0 when not, -1 for an error or a repeated query). 0 on an
+  answer step.
 - ``best(n)``: the weighted trajectory-level components (``f1``, ``fbeta`` with its
   curriculum, ``hit``, ``retrieval``...; not ``format``) of each leaf under n, aggregated over
   the subtree by ``max`` (ISP) or ``mean``. A failed branch (tool error, format error, no
