@@ -1,11 +1,14 @@
 """Rollout engines: what samples a turn's tokens for :class:`~kgsynth.agent.rollout.TokenPolicy`.
 
 Token ids in, token ids and their log-probs out; an engine never tokenizes or re-tokenizes text.
-Two engines (``kgsynth train rl --rollout-engine hf|vllm``):
+Three engines (``kgsynth train rl --rollout-engine hf|static|vllm``):
 
 - :class:`HFEngine` (``hf``): batched ``generate`` on the policy module itself (left-padded,
   the torch global RNG), so it always samples from the weights being trained;
   :meth:`~HFEngine.refresh` has nothing to do.
+- :class:`~kgsynth.agent.static_engine.StaticEngine` (``static``): a Llama policy's live
+  weights decoded with a preallocated KV cache and a prefix cache kept across an episode's
+  turns (a turn prefills only its new tokens); sampled as ``hf`` samples. For small policies.
 - :class:`VLLMEngine` (``vllm``): a vLLM ``LLM`` colocated in the training process (one per
   rank, tensor parallel 1, ``gpu_memory_utilization`` of the GPU), built from a saved model
   folder; after each optimizer update :meth:`~VLLMEngine.refresh` loads the policy's current
@@ -35,7 +38,7 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "static", "vllm")
 VLLM_MISSING = (
     "--rollout-engine vllm needs vLLM, an optional extra that needs a CUDA GPU: "
     "pip install kgsynth[vllm] (or use --rollout-engine hf)"
@@ -299,10 +302,19 @@ def _free_port() -> int:
 
 
 def make_engine(name: str, *, model: Any, tokenizer: Any, **vllm_options: Any) -> RolloutEngine:
-    """The engine ``name`` for a policy ``model``; ``vllm`` takes :class:`VLLMEngine`'s
+    """The engine ``name`` for a policy ``model`` (``static`` ignores the vLLM options, and a
+    model it cannot run is :class:`EngineUnavailable`); ``vllm`` takes :class:`VLLMEngine`'s
     options (``model_dir``, ``gpu_memory_utilization``, ``dtype``, ``seed``)."""
     if name == "hf":
         return HFEngine(model, tokenizer)
+    if name == "static":
+        from kgsynth.agent.static_engine import StaticEngine
+        from kgsynth.llm.kv_llama import UnsupportedModel
+
+        try:
+            return StaticEngine(model, tokenizer)
+        except UnsupportedModel as exc:
+            raise EngineUnavailable(f"--rollout-engine static: {exc}") from None
     if name == "vllm":
         engine = VLLMEngine(**vllm_options)
         engine.refresh(model)  # the policy's own weights, whatever folder the engine loaded

@@ -246,9 +246,9 @@ class GRPOConfig:
     )
     rollout_engine: str = option(
         "hf",
-        "What samples the rollouts: hf (batched transformers generate on the policy itself) or "
-        "vllm (a vLLM engine in each training process, its weights loaded from the policy after "
-        "every update, as TRL's colocate mode; pip install kgsynth[vllm], a CUDA GPU, --top-p 1).",
+        "What samples the rollouts: hf (transformers generate on the policy itself), static (a "
+        "Llama policy with a KV cache kept across turns: small policies) or vllm (in-process, "
+        "refreshed after every update; pip install kgsynth[vllm], a CUDA GPU, --top-p 1).",
         panel="Rollouts",
         advanced=True,
     )
@@ -458,7 +458,7 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
     return c
 
 
-LOGPROB_TOLERANCE = {"hf": 0.05, "vllm": 0.2}
+LOGPROB_TOLERANCE = {"hf": 0.05, "static": 0.05, "vllm": 0.2}
 
 
 def logprob_tolerance(cfg: GRPOConfig) -> float:

@@ -1,0 +1,197 @@
+"""A Llama forward over a preallocated KV cache, for batched decoding of small models.
+
+A transformers ``LlamaForCausalLM`` (its live parameters) → :class:`KVLlama`, whose
+:meth:`~KVLlama.forward` runs new tokens of a batch on top of what each row already holds in
+a :class:`KVCache` ``[layers, batch, kv heads, capacity, head dim]``: each row's tokens start
+at slot 0 (no padding gaps; a row's position is its slot), a step writes its keys and values
+at each row's own length and attends over the filled part only. The same function prefills a
+prompt batch (``T`` new tokens per row, right-padded) and decodes (``T`` = 1).
+
+    llama = KVLlama(model)            # refuses other architectures in one line
+    cache = llama.new_cache(batch=64, capacity=1024)
+    logits = llama.forward(cache, ids, start, valid)  # [batch, vocab] at each row's last token
+
+The arithmetic is transformers' own (RMSNorm in float32, rotary tables from the model's own
+rotary module, so ``rope_theta`` and the static scalings match), in the model's dtype.
+Weights are read from the module at every :meth:`~KVLlama.bind`, so they never go stale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# rotary types whose tables depend on the sequence length seen so far: not supported here
+_DYNAMIC_ROPE = ("dynamic", "longrope")
+SUPPORTED = ("llama",)
+
+
+class UnsupportedModel(ValueError):
+    """The model is not one :class:`KVLlama` can run (its architecture, adapters, shards)."""
+
+
+@dataclass
+class KVCache:
+    """Keys and values of ``batch`` rows, ``capacity`` positions each."""
+
+    k: Any  # [layers, batch, kv heads, capacity, head dim]
+    v: Any
+
+    @property
+    def capacity(self) -> int:
+        return int(self.k.shape[3])
+
+
+def check_model(model: Any) -> None:
+    """Raise :class:`UnsupportedModel` (one line: the architecture and the engines that run
+    it) unless ``model`` is a plain, whole transformers Llama causal LM."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", type(model).__name__)
+    if hasattr(model, "peft_config"):
+        raise UnsupportedModel(
+            "the static engine runs plain Llama models, not LoRA-wrapped ones "
+            "(merge the adapter with kgsynth train merge, or use the hf engine)"
+        )
+    if kind not in SUPPORTED or not hasattr(getattr(model, "model", None), "layers"):
+        raise UnsupportedModel(
+            f"the static engine runs Llama-architecture models only (this one is {kind!r}); "
+            "use the hf engine (or vllm on a GPU)"
+        )
+    if any(hasattr(p, "ds_id") for p in model.parameters()):
+        raise UnsupportedModel("the static engine needs whole weights, not DeepSpeed ZeRO-3 shards")
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type")) in _DYNAMIC_ROPE:
+        raise UnsupportedModel(
+            f"the static engine has no {rope.get('rope_type')!r} rotary scaling; use the hf engine"
+        )
+
+
+class KVLlama:
+    """The forward of a Llama module over a :class:`KVCache` (see the module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        from transformers.activations import ACT2FN
+
+        check_model(model)
+        self.model = model
+        c = model.config
+        self.n_layers = int(c.num_hidden_layers)
+        self.n_heads = int(c.num_attention_heads)
+        self.n_kv = int(getattr(c, "num_key_value_heads", None) or self.n_heads)
+        self.head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // self.n_heads)
+        self.eps = float(c.rms_norm_eps)
+        self.act = ACT2FN[c.hidden_act]
+        self.layers: list[dict[str, Any]] = []
+        self._cos: Any = None
+        self._sin: Any = None
+
+    @property
+    def device(self) -> Any:
+        return self.model.model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> Any:
+        return self.model.model.embed_tokens.weight.dtype
+
+    def bind(self, capacity: int) -> None:
+        """Read the module's current weights (fusing q/k/v and gate/up, a few small copies)
+        and the rotary tables for ``capacity`` positions: once per generate call."""
+        import torch
+
+        with torch.no_grad():
+            self.layers = []
+            for layer in self.model.model.layers:
+                a, m = layer.self_attn, layer.mlp
+                bias = None
+                if a.q_proj.bias is not None:
+                    bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+                self.layers.append(
+                    {
+                        "ln1": layer.input_layernorm.weight,
+                        "qkv": torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                        "qkv_bias": bias,
+                        "o": a.o_proj.weight,
+                        "o_bias": a.o_proj.bias,
+                        "ln2": layer.post_attention_layernorm.weight,
+                        "gate_up": torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+                        "down": m.down_proj.weight,
+                        "mlp_bias": None
+                        if m.gate_proj.bias is None
+                        else (torch.cat([m.gate_proj.bias, m.up_proj.bias]), m.down_proj.bias),
+                    }
+                )
+            if self._cos is None or self._cos.shape[0] < capacity:
+                pos = torch.arange(capacity, device=self.device)[None]
+                probe = torch.empty(1, dtype=self.dtype, device=self.device)
+                cos, sin = self.model.model.rotary_emb(probe, pos)
+                self._cos, self._sin = cos[0], sin[0]  # [capacity, head dim]
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        import torch
+
+        shape = (self.n_layers, batch, self.n_kv, capacity, self.head_dim)
+        return KVCache(
+            torch.zeros(shape, dtype=self.dtype, device=self.device),
+            torch.zeros(shape, dtype=self.dtype, device=self.device),
+        )
+
+    def _norm(self, x: Any, w: Any) -> Any:
+        import torch
+
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * h.to(x.dtype)
+
+    def _rope(self, x: Any, cos: Any, sin: Any) -> Any:
+        import torch
+
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def forward(self, cache: KVCache, ids: Any, start: Any, valid: Any) -> Any:
+        """Run ``ids`` ``[B, T]`` (row b's first ``valid[b]`` are real, the rest padding) at
+        positions ``start[b]``…; their keys and values go into ``cache`` there. Returns the
+        logits ``[B, vocab]`` (float32) at each row's last real token. ``start + T`` must fit
+        the cache; a padding token's slot is overwritten by the row's next real token."""
+        import torch
+        import torch.nn.functional as F
+
+        B, T = ids.shape
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        steps = torch.arange(T, device=ids.device)
+        pos = start[:, None] + steps[None]  # [B, T]
+        width = int((start + T).max()) if T > 1 else int(start.max()) + 1
+        # a query sees every key at or before its own position
+        mask = torch.arange(width, device=ids.device)[None, None, :] <= pos[:, :, None]
+        mask = mask[:, None]  # [B, 1, T, width]
+        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, T, D]
+        rows = torch.arange(B, device=ids.device)[:, None].expand(B, T)
+        h = self.model.model.embed_tokens.weight[ids]  # [B, T, hidden]
+        for i, w in enumerate(self.layers):
+            x = self._norm(h, w["ln1"])
+            qkv = F.linear(x, w["qkv"], w["qkv_bias"])
+            q, k, v = qkv.split((H * D, KV * D, KV * D), dim=-1)
+            q = self._rope(q.view(B, T, H, D).transpose(1, 2), cos, sin)
+            k = self._rope(k.view(B, T, KV, D).transpose(1, 2), cos, sin)
+            cache.k[i][rows, :, pos] = k.transpose(1, 2)
+            cache.v[i][rows, :, pos] = v.view(B, T, KV, D)
+            att = F.scaled_dot_product_attention(
+                q,
+                cache.k[i][:, :, :width],
+                cache.v[i][:, :, :width],
+                attn_mask=mask,
+                scale=D**-0.5,
+                enable_gqa=KV != H,
+            )
+            h = h + F.linear(att.transpose(1, 2).reshape(B, T, H * D), w["o"], w["o_bias"])
+            x = self._norm(h, w["ln2"])
+            gb = w["mlp_bias"]
+            gate, up = F.linear(x, w["gate_up"], None if gb is None else gb[0]).chunk(2, dim=-1)
+            h = h + F.linear(self.act(gate) * up, w["down"], None if gb is None else gb[1])
+        last = h[torch.arange(B, device=ids.device), valid - 1]  # [B, hidden]
+        last = self._norm(last, self.model.model.norm.weight)
+        return F.linear(last, self.model.lm_head.weight).float()
+
+
+__all__ = ["SUPPORTED", "KVCache", "KVLlama", "UnsupportedModel", "check_model"]

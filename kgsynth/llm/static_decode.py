@@ -1,0 +1,319 @@
+"""Batched decoding of a small Llama with a preallocated KV cache and a prefix cache.
+
+Token ids in, sampled ids and their log-probs out, as transformers' ``generate`` samples them
+(the same logits processors: temperature, then top-p; one ``torch.multinomial`` over the whole
+batch per step, so a seeded run draws the same random numbers; ``argmax`` at temperature 0),
+but each step is one :meth:`~kgsynth.llm.kv_llama.KVLlama.forward` of fixed shape ``[B, 1]``
+that writes its keys and values in place instead of growing a cache.
+
+The keys and values of every sequence decoded are kept (:class:`PrefixStore`, up to a memory
+budget, least recently used first out): a prompt that begins with a sequence seen before (the
+next turn of an agent episode: its previous prompt, the sampled turn, the observation) starts
+from those keys and values and prefills only its new tokens. A prompt is matched by its
+tokens, never by a name, so what is reused is always exact; the store is emptied whenever
+the model's weights change (an optimizer step, a load), which is read from the parameters'
+version counters at every call.
+
+    decoder = StaticDecoder(model, tokenizer)
+    outs = decoder.generate([[1, 2, 3]], DecodeParams(max_new_tokens=16, temperature=1.0))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kgsynth.llm.kv_llama import KVCache, KVLlama
+
+log = logging.getLogger(__name__)
+
+BLOCK = 16  # prompts are matched to stored sequences a block of tokens at a time
+
+
+@dataclass(frozen=True)
+class DecodeParams:
+    """At most ``max_new_tokens`` at ``temperature`` (0: greedy) with nucleus ``top_p``; a row
+    stops after any of ``stop_ids`` or once its sampled text ends with one of ``stop_strings``."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class Decoded:
+    """One prompt's sampled ids, their log-probs, and the prompt tokens the prefix cache
+    supplied (not prefilled again)."""
+
+    ids: list[int]
+    logprobs: list[float]
+    reused: int = 0
+
+
+@dataclass
+class _Entry:
+    ids: Any  # numpy int64 [n]
+    k: Any  # [layers, kv heads, n, head dim]
+    v: Any
+    hashes: list[int]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.k.element_size() * self.k.nelement() * 2)
+
+
+def _block_hashes(ids: Any, n: int) -> list[int]:
+    """A chained hash of each whole block of ``ids[:n]``: the i-th names the first i+1 blocks."""
+    out, h = [], 0
+    for start in range(0, n - BLOCK + 1, BLOCK):
+        h = hash((h, ids[start : start + BLOCK].tobytes()))
+        out.append(h)
+    return out
+
+
+class PrefixStore:
+    """Keys and values of earlier sequences, found by their longest shared prefix."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
+        self.by_hash: dict[int, dict[int, None]] = {}
+        self.used = 0
+        self._next = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.by_hash.clear()
+        self.used = 0
+
+    def lookup(self, ids: Any) -> tuple[int | None, int]:
+        """The stored entry sharing the longest prefix with ``ids`` and that prefix's length
+        (exact: compared token by token)."""
+        import numpy as np
+
+        best = None
+        for h in _block_hashes(ids, len(ids)):
+            found = self.by_hash.get(h)
+            if not found:
+                break
+            best = next(reversed(found))
+        if best is None:
+            return None, 0
+        stored = self.entries[best].ids
+        m = min(len(stored), len(ids))
+        diff = np.flatnonzero(stored[:m] != ids[:m])
+        self.entries.move_to_end(best)
+        return best, int(diff[0]) if len(diff) else m
+
+    def add(self, ids: Any, k: Any, v: Any) -> None:
+        key, self._next = self._next, self._next + 1
+        entry = _Entry(ids, k, v, _block_hashes(ids, len(ids)))
+        self.entries[key] = entry
+        for h in entry.hashes:
+            self.by_hash.setdefault(h, {})[key] = None
+        self.used += entry.nbytes
+        while self.used > self.budget and self.entries:
+            self.remove(next(iter(self.entries)))
+
+    def remove(self, key: int) -> None:
+        entry = self.entries.pop(key, None)
+        if entry is None:
+            return
+        self.used -= entry.nbytes
+        for h in entry.hashes:
+            found = self.by_hash.get(h)
+            if found is not None:
+                found.pop(key, None)
+                if not found:
+                    del self.by_hash[h]
+
+
+class StaticDecoder:
+    """Batched sampling from a Llama module's live weights (see the module docstring).
+    ``cache_bytes`` bounds the prefix cache (0: none)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, cache_bytes: int = 1 << 30) -> None:
+        self.llama = KVLlama(model)
+        self.model = model
+        self.tok = tokenizer
+        self.store = PrefixStore(cache_bytes)
+        self._signature: Any = None
+        self._candidates: dict[tuple[str, ...], Any] = {}
+        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+
+    def weights_changed(self) -> None:
+        """Forget every stored prefix (its keys and values came from other weights)."""
+        self.store.clear()
+        self._signature = None
+
+    def _check_weights(self) -> None:
+        sig = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if sig != self._signature:
+            self.store.clear()
+            self._signature = sig
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: DecodeParams) -> list[Decoded]:
+        """One completion per prompt, in order; each ends at its first stop (kept) or after
+        ``max_new_tokens``."""
+        import torch
+
+        if params.max_new_tokens < 1 or not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("generate needs non-empty prompts and max_new_tokens >= 1")
+        self._check_weights()
+        with torch.inference_mode():
+            return self._generate(prompts, params)
+
+    def _generate(self, prompts: Sequence[Sequence[int]], params: DecodeParams) -> list[Decoded]:
+        import numpy as np
+        import torch
+
+        device = self.llama.device
+        arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+        found = [self.store.lookup(a) for a in arrays]
+        # at least the last prompt token is run: its logits give the first sample
+        reuse = [min(n, len(a) - 1) for a, (_, n) in zip(arrays, found, strict=True)]
+        new = [len(a) - r for a, r in zip(arrays, reuse, strict=True)]
+        B, T = len(prompts), max(new)
+        capacity = max(reuse) + T + params.max_new_tokens
+        self.llama.bind(capacity)
+        cache = self.llama.new_cache(B, capacity)
+        ids = torch.zeros((B, T), dtype=torch.long)
+        for b, (a, r, (key, _)) in enumerate(zip(arrays, reuse, found, strict=True)):
+            ids[b, : len(a) - r] = torch.from_numpy(a[r:])
+            if r:
+                entry = self.store.entries[key]
+                cache.k[:, b, :, :r] = entry.k[:, :, :r]
+                cache.v[:, b, :, :r] = entry.v[:, :, :r]
+        start = torch.tensor(reuse, device=device)
+        valid = torch.tensor(new, device=device)
+        logits = self.llama.forward(cache, ids.to(device), start, valid)
+        toks, lps, n_out, fed = self._decode(cache, logits, start + valid, params)
+        self._keep(arrays, found, reuse, cache, toks, n_out, fed)
+        self.stats["prompt_tokens"] += sum(len(a) for a in arrays)
+        self.stats["reused_tokens"] += sum(reuse)
+        out = []
+        for b in range(B):
+            n = int(n_out[b])
+            self.stats["generated_tokens"] += n
+            lp = [min(0.0, v) for v in lps[b, :n].tolist()]
+            out.append(Decoded(toks[b, :n].tolist(), lp, reuse[b]))
+        return out
+
+    def _decode(
+        self, cache: KVCache, logits: Any, lens: Any, params: DecodeParams
+    ) -> tuple[Any, Any, Any, int]:
+        """The sampling loop: (tokens [B, steps], log-probs, tokens kept per row, tokens fed
+        back into the cache)."""
+        import torch
+
+        B, device = logits.shape[0], logits.device
+        budget = params.max_new_tokens
+        toks = torch.zeros((B, budget), dtype=torch.long, device=device)
+        lps = torch.zeros((B, budget), dtype=torch.float32, device=device)
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        n_out = torch.zeros(B, dtype=torch.long, device=device)
+        stop_ids = torch.tensor(sorted(params.stop_ids), dtype=torch.long, device=device)
+        candidates = self._stop_candidates(params.stop_strings, logits.shape[1], device)
+        one = torch.ones(B, dtype=torch.long, device=device)
+        fed = 0
+        for step in range(budget):
+            tok, lp = _sample(logits, params.temperature, params.top_p)
+            toks[:, step], lps[:, step] = tok, lp
+            n_out = torch.where(finished, n_out, step + 1)
+            stop = torch.isin(tok, stop_ids) if len(stop_ids) else torch.zeros_like(finished)
+            if candidates is not None:
+                stop |= self._stop_string_rows(toks, step, tok, candidates, finished, params)
+            finished |= stop
+            if step + 1 == budget or bool(finished.all()):
+                break
+            logits = self.llama.forward(cache, tok[:, None], lens, one)
+            lens = lens + 1
+            fed += 1
+        return toks.cpu(), lps.cpu(), n_out.cpu(), fed
+
+    def _stop_candidates(self, stops: tuple[str, ...], vocab: int, device: Any) -> Any:
+        """The ids whose text holds the last character of a stop string: only a row that
+        samples one of them can have just completed one, so only those rows decode text."""
+        import torch
+
+        if not stops:
+            return None
+        if stops not in self._candidates:
+            texts = self.tok.batch_decode([[i] for i in range(vocab)], skip_special_tokens=False)
+            ends = {s[-1] for s in stops}
+            mask = [any(c in t for c in ends) for t in texts]
+            self._candidates[stops] = torch.tensor(mask, dtype=torch.bool, device=device)
+        return self._candidates[stops]
+
+    def _stop_string_rows(
+        self, toks: Any, step: int, tok: Any, candidates: Any, finished: Any, params: DecodeParams
+    ) -> Any:
+        import torch
+
+        hit = torch.zeros_like(finished)
+        rows = (candidates[tok] & ~finished).nonzero().flatten().tolist()
+        width = max(len(s.encode()) for s in params.stop_strings)
+        for b in rows:
+            tail = toks[b, max(0, step + 1 - width) : step + 1].tolist()
+            text = self.tok.decode(tail, skip_special_tokens=False)
+            if any(text.endswith(s) for s in params.stop_strings):
+                hit[b] = True
+        return hit
+
+    def _keep(
+        self,
+        arrays: list[Any],
+        found: list[tuple[int | None, int]],
+        reuse: list[int],
+        cache: KVCache,
+        toks: Any,
+        n_out: Any,
+        fed: int,
+    ) -> None:
+        """Store each row's prompt and the sampled tokens fed back (the last sampled token's
+        keys were never computed); an entry the row extended whole is replaced by it."""
+        import numpy as np
+
+        if self.store.budget <= 0:
+            return
+        for b, a in enumerate(arrays):
+            key, _ = found[b]
+            entry = self.store.entries.get(key) if key is not None else None
+            if entry is not None and reuse[b] == len(entry.ids):
+                self.store.remove(key)  # its keys and values are all in the new one
+            n = len(a) + min(int(n_out[b]), fed)
+            ids = np.concatenate([a, toks[b, : n - len(a)].numpy()])
+            k = cache.k[:, b, :, :n].clone()
+            v = cache.v[:, b, :, :n].clone()
+            self.store.add(ids, k, v)
+
+
+def _sample(logits: Any, temperature: float, top_p: float) -> tuple[Any, Any]:
+    """One token per row as ``generate`` draws it (temperature, then top-p, then one
+    multinomial over the batch; argmax at 0) and its log-prob at ``temperature`` before
+    top-p (at 0: of the raw logits)."""
+    import torch
+
+    if temperature > 0:
+        scores = logits / temperature
+        filtered = scores
+        if top_p < 1.0:
+            ordered, order = torch.sort(scores, descending=False)
+            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+            drop = cumulative <= (1 - top_p)
+            drop[..., -1:] = False
+            filtered = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+        tok = torch.multinomial(torch.softmax(filtered, dim=-1), num_samples=1).squeeze(1)
+    else:
+        scores = logits
+        tok = torch.argmax(scores, dim=-1)
+    lp = torch.log_softmax(scores, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
+    return tok, lp
+
+
+__all__ = ["BLOCK", "DecodeParams", "Decoded", "PrefixStore", "StaticDecoder"]
