@@ -45,7 +45,11 @@ SHIPPED = [  # every packaged file a wheel and an sdist must hold, under kgsynth
     "prompts/agent_system.j2",
     "recipes/metaqa_default.yaml",
     "recipes/sparql_agents.yaml",
-    "recipes/kbqa_r1.yaml",
+    "recipes/kbqa-r1.yaml",
+    "recipes/graphwalker.yaml",
+    "recipes/kg-r1.yaml",
+    "recipes/knowcoder-a1.yaml",
+    "recipes/isp.yaml",
     "deepspeed/ds_zero0.json",
     "deepspeed/ds_zero2.json",
     "deepspeed/ds_zero3.json",
@@ -64,7 +68,9 @@ SHIPPED = [  # every packaged file a wheel and an sdist must hold, under kgsynth
 
 def test_the_packaged_files_are_found_inside_the_package():
     package = CHECKOUT / "kgsynth" / "resources"
-    assert recipe_names() == ["kbqa_r1", "metaqa_default", "sparql_agents"]
+    assert recipe_names() == [
+        "graphwalker", "isp", "kbqa-r1", "kg-r1", "knowcoder-a1", "metaqa_default", "sparql_agents"
+    ]  # fmt: skip
     assert deepspeed_names() == ["zero0", "zero2", "zero3"]
     assert default_kg() == package / "metaqa" / "kb_partial.txt.gz" and default_kg().is_file()
     assert dev_sample().is_file() and dev_check().is_file()
@@ -98,12 +104,13 @@ def test_a_recipe_and_a_deepspeed_config_by_name_by_file_name_or_by_path(tmp_pat
 def test_the_old_checkout_paths_name_the_packaged_files_with_one_note(tmp_path):
     notes: list[str] = []
     old = tmp_path / "pipelines" / "kbqa_r1.yaml"  # no such file there any more
-    assert find_recipe(old, notes.append).name == "kbqa_r1.yaml"
-    assert find_recipe(old, notes.append).name == "kbqa_r1.yaml"
+    assert find_recipe(old, notes.append).name == "kbqa-r1.yaml"  # renamed since
+    assert find_recipe(old, notes.append).name == "kbqa-r1.yaml"
+    assert find_recipe("kbqa_r1", notes.append).name == "kbqa-r1.yaml"  # the earlier name
     zero = tmp_path / "train" / "ds_zero3.json"
     assert find_deepspeed(zero, notes.append).name == "ds_zero3.json"
     assert notes == [
-        f"recipe: {old} is now the packaged recipe 'kbqa_r1' (give the name: kbqa_r1)",
+        f"recipe: {old} is now the packaged recipe 'kbqa-r1' (give the name: kbqa-r1)",
         f"--deepspeed: {zero} is now the packaged DeepSpeed config 'zero3' (give the name: zero3)",
     ]  # once a process each: a config is read several times in a run
 
@@ -112,9 +119,10 @@ def test_the_old_checkout_paths_name_the_packaged_files_with_one_note(tmp_path):
     ("find", "value", "line"),
     [
         (find_recipe, "metaqa", "recipe: metaqa: no packaged recipe of that name; packaged "
-         "recipes: kbqa_r1, metaqa_default, sparql_agents"),
+         "recipes: graphwalker, isp, kbqa-r1, kg-r1, knowcoder-a1, metaqa_default, sparql_agents"),
         (find_recipe, "mine/metaqa_default.yaml", "recipe: mine/metaqa_default.yaml: no such "
-         "file; packaged recipes: kbqa_r1, metaqa_default, sparql_agents"),
+         "file; packaged recipes: graphwalker, isp, kbqa-r1, kg-r1, knowcoder-a1, "
+         "metaqa_default, sparql_agents"),
         (find_deepspeed, "zero1", "--deepspeed: zero1: no packaged DeepSpeed config of that "
          "name; packaged DeepSpeed configs: zero0, zero2, zero3"),
         (find_deepspeed, "train/ds_zero9.json", "--deepspeed: train/ds_zero9.json: no such file; "
@@ -128,7 +136,7 @@ def test_an_unknown_name_is_one_line_listing_the_packaged_names(find, value, lin
 
 
 def test_a_folder_is_not_a_recipe(tmp_path):
-    with pytest.raises(ConfigError, match=r"a folder, not a file; packaged recipes: kbqa_r1"):
+    with pytest.raises(ConfigError, match=r"a folder, not a file; packaged recipes: graphwalker"):
         find_recipe(tmp_path)
 
 

@@ -69,7 +69,7 @@ DEFAULT_OUT = {
 
 PATH_FLAGS = frozenset(
     {"kg", "walks", "questions", "in", "corpus", "init", "model", "select_questions",
-     "select_kg", "cache", "select_cache", "benchmark", "of"}
+     "select_kg", "cache", "select_cache", "benchmark", "of", "phase2_questions"}
 )  # fmt: skip
 """Flags whose values are paths (see the module's resolution rules)."""
 

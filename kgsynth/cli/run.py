@@ -57,7 +57,8 @@ EvalQuestionsOption = Annotated[
     Path | None,
     typer.Option(
         help="Questions to evaluate on (any format eval reads); also the contamination "
-        "guard's benchmark. Without it the evaluations are left out.",
+        "guard's benchmark. Default: the packaged MetaQA dev sample on the shipped KB (no "
+        "--kg); with --kg and without it the evaluations are left out.",
         rich_help_panel=INPUTS,
     ),
 ]
@@ -134,10 +135,12 @@ def run_cmd(
     training, evaluation and report, every path under --out."""
     from kgsynth.cli.recipe import RunOptions, plan
     from kgsynth.kg.open import DEFAULT_KG
-    from kgsynth.resources import find_recipe
+    from kgsynth.resources import dev_sample, find_recipe
 
     try:
         recipe_path = find_recipe(recipe, note=_note)
+        if eval_questions is None and kg is None:
+            eval_questions = dev_sample()  # the shipped KB's own dev questions
         if eval_questions is not None and not eval_questions.is_file():
             raise ConfigError(f"--eval-questions: {eval_questions}: no such file")
         if nproc is not None and nproc < 1:

@@ -30,6 +30,7 @@ RECIPE_SUFFIX = ".yaml"
 DEEPSPEED_PREFIX, DEEPSPEED_SUFFIX = "ds_", ".json"
 OLD_RECIPE_FOLDER = "pipelines"  # where recipes lived in a checkout before they were packaged
 OLD_DEEPSPEED_FOLDER = "train"  # where the DeepSpeed configs lived
+RENAMED_RECIPES = {"kbqa_r1": "kbqa-r1"}  # a recipe's earlier name: its name now
 
 _noted: set[str] = set()  # the old paths a note was given for in this process
 _extracted = contextlib.ExitStack()  # files copied out of a zipped install, removed at exit
@@ -101,17 +102,24 @@ def find_recipe(
     """The recipe ``value`` names: a YAML file, or a packaged recipe by name (``metaqa_default``
     or ``metaqa_default.yaml``); a checkout's old ``pipelines/NAME.yaml`` where no such file
     is names the packaged one (``note`` gets a line saying so). Anything else is a
-    :class:`ConfigError` naming ``flag`` and listing the packaged names."""
+    :class:`ConfigError` naming ``flag`` and listing the packaged names. A recipe's earlier
+    name (:data:`RENAMED_RECIPES`: ``kbqa_r1``) names the recipe by its new name."""
     return _find(
         str(value),
         flag=flag,
         what="recipe",
         names=recipe_names(),
         packaged=lambda name: resource("recipes", name + RECIPE_SUFFIX),
-        short=lambda text: text.removesuffix(RECIPE_SUFFIX),
+        short=_recipe_name,
         old_folder=OLD_RECIPE_FOLDER,
         note=note,
     )
+
+
+def _recipe_name(text: str) -> str:
+    """A recipe file's name as a packaged recipe's name, an earlier name as the name now."""
+    name = text.removesuffix(RECIPE_SUFFIX)
+    return RENAMED_RECIPES.get(name, name)
 
 
 def find_deepspeed(
