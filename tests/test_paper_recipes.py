@@ -133,12 +133,17 @@ def _fake_run(root: Path, name: str, hits: float, *, questions: int = 300) -> Pa
         "ci95": {"hits_at_1": [hits - 0.05, hits + 0.05], "f1": [0.1, 0.2]},
     }
     (run / "eval" / "rl" / "metrics.json").write_text(json.dumps(metrics))
-    manifests = {
+    manifests = {  # the run was made elsewhere: start_from names the folders there
         "stage1/manifest.json": {"stage": "train stage1", "elapsed_s": 100.0,
-                                 "tokens_trained": 1000},
+                                 "tokens_trained": 1000,
+                                 "start_from": {"path": "/elsewhere/stage1/init-tiny"}},
         "stage1/checkpoints/checkpoint-1/manifest.json": {"stage": "train stage1",
                                                           "tokens_trained": 99},
-        "rl/manifest.json": {"stage": "train rl", "elapsed_s": 50.5, "generated_tokens": 300},
+        # trained, but not on the way to the final agent (kg-r1's base): time, no tokens
+        "base/manifest.json": {"stage": "train stage1", "elapsed_s": 5.0,
+                               "tokens_trained": 7},
+        "rl/manifest.json": {"stage": "train rl", "elapsed_s": 50.5, "generated_tokens": 300,
+                             "start_from": {"path": "/elsewhere/stage1"}},
         "walks/walks.manifest.json": {"stage": "walk", "elapsed_s": 2.0},
         "eval/rl/manifest.json": {"stage": "eval", "elapsed_s": 10.0},
     }  # fmt: skip
@@ -154,13 +159,13 @@ def test_the_table_reads_each_runs_final_evaluation_tokens_and_time(tmp_path):
         label="isp", questions=300,
         metrics={"hits_at_1": 0.4, "f1": 0.2, "em_strict": 0.1, "hit": 0.4},
         ci95={"hits_at_1": (0.35000000000000003, 0.45), "f1": (0.1, 0.2)},
-        sft_tokens=1000, rl_tokens=300, wall_s=162.5,
+        sft_tokens=1000, rl_tokens=300, wall_s=167.5,
     )  # fmt: skip
     table = papers_table([row, read_run(_fake_run(tmp_path, "x", 0.2), "kg-r1")])
     lines = table.splitlines()
     assert lines[0].startswith("| recipe | questions | Hits@1 | F1 | EM (strict) | Hit |")
     assert lines[2] == ("| isp | 300 | 0.400 [0.350, 0.450] | 0.200 [0.100, 0.200] | 0.100 | "
-                        "0.400 | Hit, F1 | 1,000 | 300 | 162 |")  # fmt: skip
+                        "0.400 | Hit, F1 | 1,000 | 300 | 168 |")  # fmt: skip
     assert lines[3].startswith("| kg-r1 | 300 | 0.200 [0.150, 0.250] |")
     assert "F1, Hits@1" in lines[3]
     assert "warning" not in table

@@ -3,8 +3,9 @@
 Each folder is a finished ``kgsynth run NAME --out RUN`` of a paper recipe (graphwalker,
 kg-r1, kbqa-r1, knowcoder-a1, isp); its final agent's evaluation (``eval/rl/metrics.json``)
 gives Hits@1, F1, strict EM and Hit with their 95 % intervals, and the stages' manifests give
-the tokens trained (SFT: every token of the batches, copy warm-up included; RL: the tokens the
-policy generated) and the wall time (the stages' own elapsed seconds, summed)::
+the tokens trained into that agent (the SFT stages it came through: every token of their
+batches, copy warm-up included; RL: the tokens the policy generated) and the wall time (every
+stage's own elapsed seconds, summed)::
 
     python -m kgsynth.eval.papers runs/papers/graphwalker runs/papers/kg-r1 ...
 
@@ -53,19 +54,34 @@ class PaperRow:
     wall_s: float
 
 
-def _manifests(run: Path) -> list[dict[str, Any]]:
-    """Every stage manifest of the run (checkpoints' and the comparison's left out)."""
-    found = []
+def _manifests(run: Path) -> dict[Path, dict[str, Any]]:
+    """Every stage manifest of the run by its path (checkpoints' left out)."""
+    found = {}
     for path in sorted(run.rglob("*manifest.json")):
-        if "checkpoints" in path.parts or "init-tiny" in path.parts:
+        if "checkpoints" in path.relative_to(run).parts:
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise InputFileError(path, f"not a readable manifest: {exc}") from None
         if isinstance(data, dict) and data.get("stage"):
-            found.append(data)
+            found[path] = data
     return found
+
+
+def _final_chain(stages: dict[Path, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training stages the final agent came through: ``rl/``, then each folder its
+    manifest's ``start_from`` names (found in this run by its name, wherever the run was made),
+    back to a folder no stage of the run wrote (the untrained model). KG-R1's chain is ``rl``
+    alone: its base model's one SFT step builds the tokenizer and is not trained on."""
+    trained = {p.parent.name: m for p, m in stages.items() if m["stage"].startswith("train ")}
+    chain, name = [], "rl"
+    while name in trained and len(chain) < len(trained):
+        manifest = trained[name]
+        chain.append(manifest)
+        start = (manifest.get("start_from") or {}).get("path")
+        name = Path(start).name if start else ""
+    return chain
 
 
 def _count(value: Any) -> int:
@@ -84,9 +100,10 @@ def read_run(run: str | Path, label: str | None = None) -> PaperRow:
     data = load_metrics(metrics_file)
     overall, ci = data["overall"], data.get("ci95") or {}
     stages = _manifests(run)
-    sft = sum(_count(m.get("tokens_trained")) for m in stages if m["stage"] != "train rl")
-    rl = sum(_count(m.get("generated_tokens")) for m in stages if m["stage"] == "train rl")
-    wall = sum(float(m.get("elapsed_s") or 0.0) for m in stages)
+    chain = _final_chain(stages)
+    sft = sum(_count(m.get("tokens_trained")) for m in chain if m["stage"] != "train rl")
+    rl = sum(_count(m.get("generated_tokens")) for m in chain if m["stage"] == "train rl")
+    wall = sum(float(m.get("elapsed_s") or 0.0) for m in stages.values())
     return PaperRow(
         label=label or run.name,
         questions=int(data["counts"]["questions"]),
@@ -128,9 +145,9 @@ def papers_table(rows: list[PaperRow]) -> str:
         "",
         "Each recipe's final agent (eval/rl) on the same dev questions, greedy; 95 % intervals "
         "in brackets. EM (strict): predicted set = gold set; Hit: some predicted answer is gold; "
-        "Hits@1: the first answer is gold. SFT tokens: every token of the SFT batches (copy "
-        "warm-up included); RL tokens: the tokens the policy generated; wall s: the stages' "
-        "elapsed seconds, summed.",
+        "Hits@1: the first answer is gold. SFT tokens: every token of the SFT batches the final "
+        "agent came through (copy warm-up included); RL tokens: the tokens its policy "
+        "generated; wall s: every stage's elapsed seconds, summed.",
     ]
     return "\n".join(lines) + "\n"
 
