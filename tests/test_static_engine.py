@@ -72,7 +72,7 @@ def params(policy: TokenPolicy, temperature: float, top_p: float = 1.0, strings:
 @pytest.mark.parametrize(("temperature", "top_p"), [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9)])
 def test_static_engine_samples_what_the_hf_engine_samples(tiny, temperature, top_p, strings):
     _, model, tok = tiny
-    static = StaticEngine(model, tok)
+    static = StaticEngine(model, tok, exact_rng=True)
     policies = {"hf": TokenPolicy(model, tok), "static": TokenPolicy(model, tok, static)}
     batch = prompts(policies["hf"])
     kw = dict(max_new_tokens=40, temperature=temperature, top_p=top_p)
@@ -129,7 +129,7 @@ def test_multi_turn_rollouts_reuse_the_cache_and_match_the_hf_engine(tiny):
         )  # fmt: skip
         return rs
 
-    static = StaticEngine(model, tok)
+    static = StaticEngine(model, tok, exact_rng=True)
     want, got = roll(HFEngine(model, tok)), roll(static)
     assert max(len(r.episode.turns) for r in got) >= 2, "no episode took a second turn"
     for w, g in zip(want, got, strict=True):
@@ -232,3 +232,23 @@ def test_grpo_runs_with_the_static_engine_under_the_alignment_check(tiny, tmp_pa
     assert len(rows) == 2 and all(r["generated_tokens"] > 0 for r in rows)
     # the rollout log-probs are the training forward's, the second step's after an update
     assert all(r["logprob_mismatch_mean"] < 1e-4 for r in rows)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_the_draw_follows_the_distribution_and_its_nucleus(exact):
+    from kgsynth.llm.static_decode import _sample
+
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().repeat(20_000, 1) * 0.7  # at temperature 0.7: these probabilities
+    torch.manual_seed(0)
+    tok, lp = _sample(logits, 0.7, 1.0, exact)
+    freq = torch.bincount(tok, minlength=4).float() / len(tok)
+    assert freq.tolist() == pytest.approx(probs.tolist(), abs=0.012)
+    assert lp.tolist() == pytest.approx(probs.log()[tok].tolist(), abs=1e-5)
+    # top-p 0.7: the nucleus is the two likeliest tokens; the log-prob stays before top-p
+    tok, lp = _sample(logits, 0.7, 0.7, exact)
+    freq = torch.bincount(tok, minlength=4).float() / len(tok)
+    assert freq[2:].sum() == 0 and float(freq[0]) == pytest.approx(0.5 / 0.8, abs=0.012)
+    assert lp.tolist() == pytest.approx(probs.log()[tok].tolist(), abs=1e-5)
+    greedy, _ = _sample(logits[:3], 0.0, 1.0, exact)
+    assert greedy.tolist() == [0, 0, 0]

@@ -4,7 +4,8 @@ with a preallocated KV cache and a prefix cache kept across an episode's turns.
 ``kgsynth train rl --rollout-engine static``. It keeps the contract of
 :mod:`kgsynth.agent.engines` (token ids in; ids and their log-probs at the sampling
 temperature out) and samples as the ``hf`` engine does (same processors, same RNG draws), but
-each decode step is one fixed-shape forward that writes into a preallocated cache, and a
+each decode step is one fixed-shape forward that writes into a preallocated cache (and, unless
+``exact_rng``, draws its tokens from the same distribution with other random numbers), and a
 turn's prompt that extends an earlier sequence (the episode so far: prompt, sampled turn,
 observation, next header) prefills only its new tokens
 (:class:`~kgsynth.llm.static_decode.StaticDecoder`). For Llama-architecture policies (the tiny
@@ -25,14 +26,18 @@ from kgsynth.llm.static_decode import DecodeParams, StaticDecoder
 
 
 class StaticEngine:
-    """Batched KV-cache decoding on the policy module's own weights (no copy to refresh)."""
+    """Batched KV-cache decoding on the policy module's own weights (no copy to refresh).
+    ``exact_rng``: draw as ``generate`` draws (``torch.multinomial``: from a seed, the hf
+    engine's very tokens), else a ten times cheaper draw from the same distribution."""
 
     name = "static"
 
-    def __init__(self, model: Any, tokenizer: Any, *, cache_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, cache_bytes: int = 1 << 30, exact_rng: bool = False
+    ) -> None:
         self.model = model
         self.tok = tokenizer
-        self.decoder = StaticDecoder(model, tokenizer, cache_bytes=cache_bytes)
+        self.decoder = StaticDecoder(model, tokenizer, cache_bytes=cache_bytes, exact_rng=exact_rng)
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams

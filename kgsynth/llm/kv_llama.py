@@ -159,14 +159,12 @@ class KVLlama:
 
         B, T = ids.shape
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
-        steps = torch.arange(T, device=ids.device)
-        pos = start[:, None] + steps[None]  # [B, T]
-        width = int((start + T).max()) if T > 1 else int(start.max()) + 1
-        # a query sees every key at or before its own position
-        mask = torch.arange(width, device=ids.device)[None, None, :] <= pos[:, :, None]
-        mask = mask[:, None]  # [B, 1, T, width]
+        pos = start[:, None] + torch.arange(T, device=ids.device)[None]  # [B, T]
         cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, T, D]
-        rows = torch.arange(B, device=ids.device)[:, None].expand(B, T)
+        if T == 1:
+            attend = self._decode_attention(cache, start)
+        else:
+            attend = self._prefill_attention(cache, pos)
         h = self.model.model.embed_tokens.weight[ids]  # [B, T, hidden]
         for i, w in enumerate(self.layers):
             x = self._norm(h, w["ln1"])
@@ -174,16 +172,7 @@ class KVLlama:
             q, k, v = qkv.split((H * D, KV * D, KV * D), dim=-1)
             q = self._rope(q.view(B, T, H, D).transpose(1, 2), cos, sin)
             k = self._rope(k.view(B, T, KV, D).transpose(1, 2), cos, sin)
-            cache.k[i][rows, :, pos] = k.transpose(1, 2)
-            cache.v[i][rows, :, pos] = v.view(B, T, KV, D)
-            att = F.scaled_dot_product_attention(
-                q,
-                cache.k[i][:, :, :width],
-                cache.v[i][:, :, :width],
-                attn_mask=mask,
-                scale=D**-0.5,
-                enable_gqa=KV != H,
-            )
+            att = attend(i, q, k, v.view(B, T, KV, D).transpose(1, 2))
             h = h + F.linear(att.transpose(1, 2).reshape(B, T, H * D), w["o"], w["o_bias"])
             x = self._norm(h, w["ln2"])
             gb = w["mlp_bias"]
@@ -192,6 +181,60 @@ class KVLlama:
         last = h[torch.arange(B, device=ids.device), valid - 1]  # [B, hidden]
         last = self._norm(last, self.model.model.norm.weight)
         return F.linear(last, self.model.lm_head.weight).float()
+
+    def _prefill_attention(self, cache: KVCache, pos: Any) -> Any:
+        """Attention of ``T`` new tokens a row over the filled part of the cache."""
+        import torch
+        import torch.nn.functional as F
+
+        B, T = pos.shape
+        width = int(pos[:, -1].max()) + 1
+        # a query sees every key at or before its own position (an additive mask, built once
+        # for every layer)
+        later = torch.arange(width, device=pos.device)[None, None, :] > pos[:, :, None]
+        bias = torch.zeros(later.shape, dtype=self.dtype, device=pos.device)
+        bias = bias.masked_fill_(later, -float("inf"))[:, None]
+        rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
+
+        def attend(i: int, q: Any, k: Any, v: Any) -> Any:
+            cache.k[i][rows, :, pos] = k.transpose(1, 2)
+            cache.v[i][rows, :, pos] = v.transpose(1, 2)
+            return F.scaled_dot_product_attention(
+                q,
+                cache.k[i][:, :, :width],
+                cache.v[i][:, :, :width],
+                attn_mask=bias,
+                scale=self.head_dim**-0.5,
+                enable_gqa=self.n_kv != self.n_heads,
+            )
+
+        return attend
+
+    def _decode_attention(self, cache: KVCache, start: Any) -> Any:
+        """Attention of one new token a row over the whole cache (a fixed shape, contiguous:
+        faster on a CPU than a slice of it), the empty slots masked out."""
+        import torch
+
+        B, KV, cap, D = cache.k.shape[1:]
+        group = self.n_heads // KV
+        slots = torch.arange(cap, device=start.device)
+        bias = torch.zeros((B, 1, 1, cap), dtype=self.dtype, device=start.device)
+        bias.masked_fill_(slots[None, None, None, :] > start[:, None, None, None], -float("inf"))
+        # the new key's row in the cache seen as [B * KV * cap, D]
+        rows = torch.arange(B * KV, device=start.device).view(B, KV) * cap + start[:, None]
+        rows = rows.flatten()
+        scale = D**-0.5
+
+        def attend(i: int, q: Any, k: Any, v: Any) -> Any:
+            cache.k[i].view(-1, D).index_copy_(0, rows, k.reshape(B * KV, D))
+            cache.v[i].view(-1, D).index_copy_(0, rows, v.reshape(B * KV, D))
+            # a group's query heads as the rows of one product with their key-value head
+            qg = q.reshape(B, KV, group, D) * scale
+            scores = torch.matmul(qg, cache.k[i].transpose(-1, -2)).add_(bias)
+            out = torch.matmul(torch.softmax(scores, dim=-1), cache.v[i])  # [B, KV, group, D]
+            return out.reshape(B, self.n_heads, 1, D)
+
+        return attend
 
 
 __all__ = ["SUPPORTED", "KVCache", "KVLlama", "UnsupportedModel", "check_model"]

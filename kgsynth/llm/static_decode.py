@@ -1,9 +1,9 @@
 """Batched decoding of a small Llama with a preallocated KV cache and a prefix cache.
 
 Token ids in, sampled ids and their log-probs out, as transformers' ``generate`` samples them
-(the same logits processors: temperature, then top-p; one ``torch.multinomial`` over the whole
-batch per step, so a seeded run draws the same random numbers; ``argmax`` at temperature 0),
-but each step is one :meth:`~kgsynth.llm.kv_llama.KVLlama.forward` of fixed shape ``[B, 1]``
+(the same logits processors: temperature, then top-p; ``argmax`` at temperature 0; with
+``exact_rng`` also the same ``torch.multinomial`` draw over the whole batch per step, so a
+seeded run samples the very tokens ``generate`` samples), but each step is one :meth:`~kgsynth.llm.kv_llama.KVLlama.forward` of fixed shape ``[B, 1]``
 that writes its keys and values in place instead of growing a cache.
 
 The keys and values of every sequence decoded are kept (:class:`PrefixStore`, up to a memory
@@ -135,10 +135,15 @@ class PrefixStore:
 
 class StaticDecoder:
     """Batched sampling from a Llama module's live weights (see the module docstring).
-    ``cache_bytes`` bounds the prefix cache (0: none)."""
+    ``cache_bytes`` bounds the prefix cache (0: none); ``exact_rng`` draws each token with
+    ``torch.multinomial`` as ``generate`` does (the same tokens from the same seed), else
+    with a cheaper draw from the same distribution (:func:`_sample`)."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, cache_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, cache_bytes: int = 1 << 30, exact_rng: bool = False
+    ) -> None:
         self.llama = KVLlama(model)
+        self.exact_rng = exact_rng
         self.model = model
         self.tok = tokenizer
         self.store = PrefixStore(cache_bytes)
@@ -170,19 +175,37 @@ class StaticDecoder:
 
     def _generate(self, prompts: Sequence[Sequence[int]], params: DecodeParams) -> list[Decoded]:
         import numpy as np
+
+        arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+        self._share_prefix(arrays)
+        found, reuse, cache, logits, lens = self._prefill(arrays, params.max_new_tokens)
+        toks, lps, n_out, fed = self._decode(cache, logits, lens, params)
+        self._keep(arrays, found, reuse, cache, toks, n_out, fed)
+        self.stats["prompt_tokens"] += sum(len(a) for a in arrays)
+        self.stats["reused_tokens"] += sum(reuse)
+        out = []
+        for b in range(len(arrays)):
+            n = int(n_out[b])
+            self.stats["generated_tokens"] += n
+            lp = [min(0.0, v) for v in lps[b, :n].tolist()]
+            out.append(Decoded(toks[b, :n].tolist(), lp, reuse[b]))
+        return out
+
+    def _prefill(self, arrays: list[Any], room: int) -> tuple[list, list[int], KVCache, Any, Any]:
+        """Each prompt's longest stored prefix copied into a new cache with ``room`` free
+        slots a row, the rest of it run: (store matches, tokens reused, the cache, the logits
+        at each prompt's last token, each row's length)."""
         import torch
 
         device = self.llama.device
-        arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
         found = [self.store.lookup(a) for a in arrays]
         # at least the last prompt token is run: its logits give the first sample
         reuse = [min(n, len(a) - 1) for a, (_, n) in zip(arrays, found, strict=True)]
         new = [len(a) - r for a, r in zip(arrays, reuse, strict=True)]
-        B, T = len(prompts), max(new)
-        capacity = max(reuse) + T + params.max_new_tokens
+        capacity = max(reuse) + max(new) + room
         self.llama.bind(capacity)
-        cache = self.llama.new_cache(B, capacity)
-        ids = torch.zeros((B, T), dtype=torch.long)
+        cache = self.llama.new_cache(len(arrays), capacity)
+        ids = torch.zeros((len(arrays), max(new)), dtype=torch.long)
         for b, (a, r, (key, _)) in enumerate(zip(arrays, reuse, found, strict=True)):
             ids[b, : len(a) - r] = torch.from_numpy(a[r:])
             if r:
@@ -192,17 +215,26 @@ class StaticDecoder:
         start = torch.tensor(reuse, device=device)
         valid = torch.tensor(new, device=device)
         logits = self.llama.forward(cache, ids.to(device), start, valid)
-        toks, lps, n_out, fed = self._decode(cache, logits, start + valid, params)
-        self._keep(arrays, found, reuse, cache, toks, n_out, fed)
-        self.stats["prompt_tokens"] += sum(len(a) for a in arrays)
-        self.stats["reused_tokens"] += sum(reuse)
-        out = []
-        for b in range(B):
-            n = int(n_out[b])
-            self.stats["generated_tokens"] += n
-            lp = [min(0.0, v) for v in lps[b, :n].tolist()]
-            out.append(Decoded(toks[b, :n].tolist(), lp, reuse[b]))
-        return out
+        return found, reuse, cache, logits, start + valid
+
+    def _share_prefix(self, arrays: list[Any]) -> None:
+        """Prompts that begin alike (an episode's first turn: the system prompt) and are not
+        stored: their shared beginning is run once, as one row, and stored, so each prompt
+        prefills only what follows it."""
+        import torch
+
+        if len(arrays) < 2 or self.store.budget <= 0:
+            return
+        first, n = arrays[0], min(len(a) for a in arrays) - 1
+        for a in arrays[1:]:
+            diff = (a[:n] != first[:n]).nonzero()[0]
+            n = int(diff[0]) if len(diff) else n
+        if n < 2 * BLOCK or n - self.store.lookup(first[:n])[1] < 2 * BLOCK:
+            return
+        shared = [first[:n]]
+        found, reuse, cache, _, _ = self._prefill(shared, 0)
+        empty = torch.zeros((1, 0), dtype=torch.long)
+        self._keep(shared, found, reuse, cache, empty, torch.zeros(1, dtype=torch.long), 0)
 
     def _decode(
         self, cache: KVCache, logits: Any, lens: Any, params: DecodeParams
@@ -222,7 +254,7 @@ class StaticDecoder:
         one = torch.ones(B, dtype=torch.long, device=device)
         fed = 0
         for step in range(budget):
-            tok, lp = _sample(logits, params.temperature, params.top_p)
+            tok, lp = _sample(logits, params.temperature, params.top_p, self.exact_rng)
             toks[:, step], lps[:, step] = tok, lp
             n_out = torch.where(finished, n_out, step + 1)
             stop = torch.isin(tok, stop_ids) if len(stop_ids) else torch.zeros_like(finished)
@@ -293,10 +325,13 @@ class StaticDecoder:
             self.store.add(ids, k, v)
 
 
-def _sample(logits: Any, temperature: float, top_p: float) -> tuple[Any, Any]:
-    """One token per row as ``generate`` draws it (temperature, then top-p, then one
-    multinomial over the batch; argmax at 0) and its log-prob at ``temperature`` before
-    top-p (at 0: of the raw logits)."""
+def _sample(logits: Any, temperature: float, top_p: float, exact: bool) -> tuple[Any, Any]:
+    """One token per row as ``generate`` draws it (temperature, then top-p, then one draw
+    from each row's distribution; argmax at 0) and its log-prob at ``temperature`` before
+    top-p (at 0: of the raw logits). ``exact``: the draw is ``torch.multinomial``'s own (an
+    exponential race over ``exponential_`` variates, as ``generate`` draws); else the same
+    race over ``-log(rand)`` variates: the same distribution, ten times cheaper on a CPU,
+    other random numbers."""
     import torch
 
     if temperature > 0:
@@ -308,7 +343,12 @@ def _sample(logits: Any, temperature: float, top_p: float) -> tuple[Any, Any]:
             drop = cumulative <= (1 - top_p)
             drop[..., -1:] = False
             filtered = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
-        tok = torch.multinomial(torch.softmax(filtered, dim=-1), num_samples=1).squeeze(1)
+        probs = torch.softmax(filtered, dim=-1)
+        if exact:
+            tok = torch.multinomial(probs, num_samples=1).squeeze(1)
+        else:
+            race = torch.rand_like(probs).clamp_(min=1e-30).log_().neg_()
+            tok = torch.argmax(probs / race, dim=-1)
     else:
         scores = logits
         tok = torch.argmax(scores, dim=-1)
