@@ -453,7 +453,7 @@ def test_copy_drills_of_a_sexpr_corpus_copy_its_results_in_its_syntax(kg, questi
     from kgsynth.train.drills import copy_drills
 
     rows, _, _ = _oracle(questions[:12], KGGraph(kg))
-    drills = copy_drills([r["messages"] for r in rows], 9, seed=0)
+    drills = copy_drills([r["messages"] for r in rows], 9, seed=0, toolset="sexpr")
     assert len(drills) == 9
     replies = [d[2]["content"] for d in drills]
     calls = [r for r in replies if r.startswith("<kg-query>")]

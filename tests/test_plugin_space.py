@@ -3,11 +3,14 @@ the filter and eval like the five built in, with nothing outside this file knowi
 
 The toy space ``hops`` has one tool, ``follow("Entity", "relation")``: the entities one relation
 reaches from an entity, either direction, shown by name through the environment's triple list.
-Its oracle follows each hop of a chain walk with one call."""
+Its oracle follows each hop of a chain walk with one call, each after a thought of its own
+(the template backend writes it unchanged), and its copy drills call ``follow``."""
 
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pyarrow.parquet as pq
@@ -28,6 +31,7 @@ from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
+from kgsynth.train.drills import copy_drills
 from kgsynth.walk import WalkConfig, run_walks
 from tests.kgfixtures import generated_movie_facts, movie_ntriples
 from tests.test_trajectories import ScriptedPolicy
@@ -61,6 +65,14 @@ class Hops(ActionSpace):
             cur = hop["entity"]
         return calls
 
+    def thought(self, kind: str, entity: str, hop: Any, *args: Any) -> str:
+        if kind == "triples":
+            return f"One hop: {hop['relation']} from {entity}."
+        return super().thought(kind, entity, hop, *args)
+
+    def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
+        return f"follow({json.dumps(topic)}, {json.dumps(rng.choice(relations))})"
+
     def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[Any, Any]]:
         steps = []
         for c in self.oracle_calls(row):
@@ -93,9 +105,15 @@ def test_a_plugin_space_runs_oracle_filter_and_eval(hops_space, tmp_path):
     first = rows[0]["messages"]
     assert 'follow("' in first[0]["content"]  # the space's tools in its system prompt
     assert first[2]["content"].startswith("<think>") and "<kg-query>follow(" in first[2]["content"]
+    # the space's own thoughts, and the answer's default one
+    assert first[2]["content"].startswith("<think>One hop: ")
+    assert first[-1]["content"].startswith("<think>The facts I found answer the question.")
     accepted, _, stats = run_filters(rows, FilterConfig())
     corpus = accepted.to_pylist()
     assert stats["accepted"] == len(corpus) >= 5, stats
+    drills = copy_drills([r["messages"] for r in corpus], 9, toolset="hops")
+    calls = [d[2]["content"] for d in drills if d[2]["content"].startswith("<kg-query>")]
+    assert len(calls) == 3 and all(c.startswith("<kg-query>follow(") for c in calls)
     records = [
         QARecord(
             r["question"],

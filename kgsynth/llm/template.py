@@ -3,8 +3,9 @@
 It does not read the prompt; it writes from the structured row each task passes along
 (``Request.task`` / ``Request.context``): questions from a walk's shape and relation names
 (:mod:`kgsynth.llm.rule_questions`, paraphrase families seeded per walk), a short thought before
-each oracle action (:func:`template_thought`), and a word-overlap order for a relation rerank
-(:func:`rule_relation_order`). Every manifest of a corpus made this way says
+each oracle action (the action space's own, ``ActionSpace.thought``, which the oracle passes in
+the request's context: this layer knows no space), and a word-overlap order for a relation
+rerank (:func:`rule_relation_order`). Every manifest of a corpus made this way says
 ``backend: template`` — these are templates, not a language model.
 """
 
@@ -61,77 +62,6 @@ def rule_relation_order(question: str, relations: Sequence[str]) -> list[int]:
     return [i + 1 for i in ranked]
 
 
-def template_thought(
-    kind: str,
-    entity: str,
-    hop: dict[str, Any] | None,
-    answers: Sequence[str],
-    relations: Sequence[str] = (),
-    mistake: dict[str, str] | None = None,
-) -> str:
-    """The template backend's thought before an oracle action, for the trajectory synthesis of
-    :mod:`kgsynth.synthesize.trajectories`. ``kind``: relations or triples (graphwalker,
-    kgr1); types, patterns, execute or retry (knowcoder); node or sparql (isp); one of
-    :data:`SEXPR_THOUGHTS` (sexpr); answer.
-    ``relations``: the walk's relations, for a step that covers them all (a query, a pattern
-    search); ``entity`` is the type name for ``types``; ``mistake`` (kind ``retry``, knowcoder
-    trial and error): what the query before got wrong (kind, wrong and right relation, rows)."""
-    # Short on purpose: every token of a thought is trained on, and a thought names only what
-    # the next action uses (the entity it starts from, the relation it follows).
-    if kind in ("relations", "check"):  # check: graphwalker's look-ahead (same action)
-        return f"I list the relations of {entity}."
-    if kind == "triples" and hop is not None:
-        words = relation_words(hop["relation"])
-        return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
-    if kind in SEXPR_THOUGHTS:  # KBQA-R1's actions (the sexpr tool set's oracle)
-        return sexpr_thought(kind, entity, hop or {})
-    words = " and ".join(dict.fromkeys(relation_words(r) for r in relations)) or "the question"
-    if kind == "types":
-        return f"The answers are of type {entity}: I look it up among the KG's types."
-    if kind == "patterns":
-        return f"I look for graph patterns around {entity} that match {words}."
-    if kind == "node":
-        return f"I explore the relations around {entity}."
-    if kind in ("execute", "sparql"):
-        return f"I query the KG from {entity}, following {', '.join(relations)}."
-    if kind == "retry" and mistake:
-        seen = "The query returned no rows" if mistake["rows"] == "0" else "Those rows do not fit"
-        if mistake["kind"] == "direction":
-            return f"{seen}: {mistake['right']} runs the other way. I reverse it and query again."
-        return (
-            f"{seen}: {mistake['wrong']} is the wrong relation. I query {mistake['right']} instead."
-        )
-    return "The facts I found answer the question."
-
-
-SEXPR_THOUGHTS = {
-    "find_relation": "The question asks for {words}: I follow {relation} from {entity}.",
-    "merge": "Both conditions must hold: I keep what {entity} have in common.",
-    "order": "The question asks for the {extreme} {words}: I order {entity} by {relation}.",
-    "compare": "The question asks for {words} {comparison} {value}: I compare {relation} with "
-    "{value}.",
-    "time_constraint": "The question is about {value}: I keep the members of {entity} whose "
-    "{words} falls in {value}.",
-    "count": "The question asks how many: I count the members of {entity}.",
-}
-_COMPARISON_WORDS = {"lt": "below", "le": "at most", "gt": "above", "ge": "at least"}
-
-
-def sexpr_thought(kind: str, entity: str, hop: dict[str, Any]) -> str:
-    """The thought before one of KBQA-R1's actions (:data:`SEXPR_THOUGHTS`); ``hop`` holds
-    the action's relation, ``op`` (argmax/argmin, lt/le/gt/ge) and ``value``."""
-    relation = str(hop.get("relation") or "")
-    op = str(hop.get("op") or "")
-    return SEXPR_THOUGHTS[kind].format(
-        entity=entity,
-        relation=relation,
-        words=relation_words(relation) if relation else "",
-        extreme="largest" if op == "argmax" else "smallest",
-        comparison=_COMPARISON_WORDS.get(op, op),
-        value=hop.get("value", ""),
-    )
-
-
 class TemplateLLM(LLM):
     backend = "template"
     model = "rules-v3"
@@ -150,15 +80,12 @@ class TemplateLLM(LLM):
             rng = walk_rng(request.params.seed, str(ctx["walk_id"]))
             return f"<question>{question_from_walk(ctx, rng)}</question>"
         if request.task == "thought":
-            thought = template_thought(
-                ctx["kind"],
-                ctx["entity"],
-                ctx.get("hop"),
-                ctx.get("answers", []),
-                ctx.get("relations", ()),
-                ctx.get("mistake"),
-            )
-            return f"<think>{thought}</think>"
+            if not isinstance(ctx.get("thought"), str):
+                raise ValueError(
+                    "a thought request's context carries no 'thought' (the oracle passes the "
+                    "action space's: ActionSpace.thought)"
+                )
+            return f"<think>{ctx['thought']}</think>"
         if request.task == "rerank_relations":
             return f"<order>{json.dumps(rule_relation_order(ctx['question'], ctx['relations']))}</order>"
         raise ValueError(f"the template backend has no rule for task {request.task!r}")
@@ -196,6 +123,5 @@ __all__ = [
     "relation_words",
     "rule_relation_order",
     "shared_forms",
-    "template_thought",
     "walk_rng",
 ]

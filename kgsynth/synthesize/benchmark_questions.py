@@ -83,14 +83,14 @@ def benchmark_question_rows(
             left_out["no_answer"] += 1
             continue
         base = _base_row(rec, names, ids)
-        oracle_from = space(toolset).oracle_from
-        if mode == "free" or (oracle_from == "sexpr" and rec.sexpr):
+        actions = space(toolset)
+        if mode == "free" or (actions.reads_sexpr and rec.sexpr):
             if not names and mode == "free":
                 left_out["no_topic_entity"] += 1
                 continue
             rows.append(base)
             continue
-        if oracle_from not in ("walk", "sexpr"):
+        if not (actions.oracle_from == "walk" or actions.reads_sexpr):
             left_out["no_reference"] += 1
             continue
         try:

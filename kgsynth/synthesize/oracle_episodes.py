@@ -63,7 +63,8 @@ def _thought_requests(
     requests: list[Request] = []
     owner: list[int] = []
     tparams = GenerationParams(temperature=0.0, max_tokens=128, seed=cfg.seed)
-    turns = space(cfg.agent.toolset).turns
+    the_space = space(cfg.agent.toolset)
+    turns = the_space.turns
     for p, (_, row, steps) in enumerate(plans):
         history: list[dict[str, str]] = [{}, {}]
         answer = turns.answer_action(row["answer_names"])
@@ -81,6 +82,10 @@ def _thought_requests(
                 context["relations"] = list(relations)
             if s < len(steps) and steps[s][0].mistake:  # a trial-and-error correction
                 context["mistake"] = dict(steps[s][0].mistake)
+            # the template backend writes the space's thought (the LLM layer knows no space)
+            context["thought"] = the_space.thought(
+                kind, entity, hop, relations, context.get("mistake")
+            )
             requests.append(
                 Request.make(
                     [{"role": "user", "content": content}], tparams, task="thought", context=context

@@ -22,71 +22,54 @@ that copies (look up where the current token occurred before, emit what followed
 the trajectories alone take many minutes to form. Drills carry their own system line (``DRILL_SYSTEM``), so they never pose as agent episodes and
 the checkpoint's stored agent prompt stays the trajectories' one. Only the corpus is read: no
 evaluation question or answer is involved.
+
+What an observation shows and how a drill's observation and tool call read are the corpus's
+action space's (``ActionSpace.observed``, ``drill_observation``, ``drill_call``): the space
+its trajectories were made in, as the corpus's manifests carry it (:func:`corpus_toolset`).
 """
 
 from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from kgsynth.agent.protocol import (
-    ANSWER,
-    INFO_CLOSE,
-    INFO_OPEN,
-    KG_QUERY,
-    render_observation,
-    tagged,
-)
-from kgsynth.agent.toolkit import unmarked
+from kgsynth.agent.protocol import ANSWER, KG_QUERY, render_observation, tagged
+from kgsynth.agent.spaces.registry import space
 
 DRILL_SYSTEM = "Copy the names exactly as they are written."
-_TRIPLE = re.compile(r"^\((.+), ([^\s,()]+), (.+)\)$")
-# the sexpr tool set's observations: "2 results: Juarez; Kismet", "Relations of expression1 …: r"
-_RESULTS = re.compile(r"^\d+ results?(?:, the first \d+)?: (.+)$")
-_SEXPR_RELATIONS = re.compile(r"^Relations of expression\d+ \([^)]*\): (.+)$")
 
 
-def _observed_triples(
-    conversations: Sequence[Sequence[dict[str, str]]],
+def corpus_toolset(corpus: str | Path, init: str | Path | None = None) -> str | None:
+    """The tool set the trajectories of ``corpus`` were made in, as its manifests (or, where
+    they say nothing, ``init``'s agent settings) carry it
+    (:func:`kgsynth.agent.carried.sft_agent`); None where nothing says."""
+    from kgsynth.agent.carried import sft_agent
+
+    carried = sft_agent(corpus, init)
+    return carried.values.get("toolset") if carried is not None else None
+
+
+def observed_names(
+    conversations: Sequence[Sequence[dict[str, str]]], toolset: str | None = None
 ) -> tuple[list[str], list[str]]:
-    """Entity names and relations of the triples shown in the corpus's observations, and the
-    names in the rows of the query results they show (``ExecuteSPARQL``, ``sparql``: a header
-    line of ``?variables``, then one tab-separated row a line) and in the sexpr tool set's result
-    lines (``2 results: Juarez; Kismet``; its relation lists give the relations), each in
-    first-seen order (``?``
-    placeholders and names a drill could not quote are left out)."""
+    """The entity names and relations the corpus's observations show, as the action space
+    ``toolset`` reads them (``ActionSpace.observed``; None: the default space's), each in
+    first-seen order (``?`` placeholders and names a drill could not quote are left out)."""
+    actions = space(toolset)
     names: dict[str, None] = {}
     relations: dict[str, None] = {}
-
-    def add(name: str) -> None:
-        if name and name != "?" and '"' not in name and name.strip() == name:
-            names.setdefault(name, None)
-
     for conv in conversations:
         for m in conv:
             if m["role"] != "tool":
                 continue
-            lines = m["content"].replace(INFO_OPEN, "").replace(INFO_CLOSE, "").splitlines()
-            table = bool(lines) and lines[0].startswith("?")
-            for i, line in enumerate(lines):
-                if table and i and not line.startswith("[..."):
-                    for cell in line.split("\t"):
-                        add(cell)
-                found = _RESULTS.match(line.strip())
-                for name in found.group(1).split("; ") if found else ():
-                    add(name)
-                listed = _SEXPR_RELATIONS.match(line.strip())
-                for rel in listed.group(1).split(", ") if listed else ():
-                    relations.setdefault(rel, None)
-                t = _TRIPLE.match(unmarked(line.strip()))  # the focus ranking's marks off
-                if not t:
-                    continue
-                relations.setdefault(t.group(2), None)
-                add(t.group(1))
-                add(t.group(3))
+            seen = actions.observed(m["content"])
+            for name in seen.names:
+                if name and name != "?" and '"' not in name and name.strip() == name:
+                    names.setdefault(name, None)
+            relations.update(dict.fromkeys(seen.relations))
     return list(names), list(relations)
 
 
@@ -95,19 +78,19 @@ def _q(names: Sequence[str]) -> str:
 
 
 def copy_drills(
-    conversations: Sequence[Sequence[dict[str, str]]], n: int, seed: int = 0
+    conversations: Sequence[Sequence[dict[str, str]]],
+    n: int,
+    seed: int = 0,
+    toolset: str | None = None,
 ) -> list[list[dict[str, str]]]:
     """``n`` drill conversations built from the corpus's own entity names (none if it shows
-    fewer than two names)."""
-    names, rels = _observed_triples(conversations)
+    fewer than two names), its observations read and its drills written as the action space
+    ``toolset`` (the corpus's: :func:`corpus_toolset`; None: the default space) reads and
+    writes them."""
+    names, rels = observed_names(conversations, toolset)
     if n <= 0 or len(names) < 2:
         return []
-    # a corpus in the sexpr tool set's action space gets its tool-call drills in that syntax
-    sexpr = any(
-        m["role"] == "tool" and re.match(r"<information>expression\d+ = ", m["content"])
-        for conv in conversations
-        for m in conv
-    )
+    actions = space(toolset)
     rels = rels or ["related_to"]
     rng = random.Random(f"copy-drills|{seed}")
     out = []
@@ -121,22 +104,12 @@ def copy_drills(
             head = rng.choice(names)
             rel = rng.choice(rels)
             tails = rng.sample(names, min(len(names), rng.randint(1, 4)))
-            lines = "\n".join(f"({head}, {rel}, {t})" for t in tails)
-            if sexpr:  # an expression's results, as the sexpr tool set shows them
-                lines = f"{len(tails)} result{'s' * (len(tails) > 1)}: {'; '.join(tails)}"
-            user = render_observation(lines)
+            user = render_observation(actions.drill_observation(head, rel, tails))
             reply = tagged(ANSWER, _q(tails))
         else:
             topic = rng.choice(names)
             user = f"Topic entities: {topic}"
-            if sexpr:  # KBQA-R1's actions (the sexpr tool set)
-                reply = tagged(KG_QUERY, f"Find_relation [ {topic} | {rng.choice(rels)} ]")
-            elif rng.random() < 0.5:
-                reply = tagged(KG_QUERY, f"get_relations({json.dumps(topic, ensure_ascii=False)})")
-            else:
-                rel = rng.choice(rels)
-                call = f"get_triples({json.dumps(topic, ensure_ascii=False)}, {_q([rel])})"
-                reply = tagged(KG_QUERY, call)
+            reply = tagged(KG_QUERY, actions.drill_call(topic, rels, rng))
         out.append(
             [
                 {"role": "system", "content": DRILL_SYSTEM},

@@ -67,7 +67,7 @@ from kgsynth.train.core import (
     store_system_prompt,
     write_json_atomic,
 )
-from kgsynth.train.drills import copy_drills
+from kgsynth.train.drills import copy_drills, corpus_toolset
 from kgsynth.train.plots import loss_curve_png
 from kgsynth.train.probe import copy_loss
 from kgsynth.train.sft_config import (
@@ -157,7 +157,8 @@ def _training_data(spec: RunSpec, tokenizer: Any, zero3: bool) -> dict[str, Any]
     probe_rows = [] if zero3 else _probe_split(len(conversations), cfg.seed)
     held = set(probe_rows)
     train = [c for i, c in enumerate(conversations) if i not in held] if held else conversations
-    drills = copy_drills(train, int(cfg.copy_drills or 0), cfg.seed)
+    toolset = corpus_toolset(spec.corpus, cfg.init)  # drills in the corpus's action space
+    drills = copy_drills(train, int(cfg.copy_drills or 0), cfg.seed, toolset)
     samples, stats = build_samples(tokenizer, [*train, *drills], cfg.max_length)
     if not samples:
         raise InputFileError(
@@ -178,6 +179,7 @@ def _training_data(spec: RunSpec, tokenizer: Any, zero3: bool) -> dict[str, Any]
         "train": train,
         "probe": [conversations[i] for i in probe_rows],
         "drills": drills,
+        "toolset": toolset,
         "rows": rows,
         "stats": stats,
     }
@@ -199,7 +201,7 @@ def _copy_warm_up(
 
     assert cfg.copy_warmup_steps  # only called for a warm-up
     n = cfg.copy_warmup_steps * cfg.copy_warmup_batch_size
-    drills = copy_drills(data["train"], n, cfg.seed)
+    drills = copy_drills(data["train"], n, cfg.seed, data.get("toolset"))
     if not drills:  # the observations show fewer than two names a drill can copy
         log.warning("copy warm-up skipped: the corpus's observations show no names to drill on")
         return {"steps": 0, "skipped": "the corpus's observations show no names to drill on"}
@@ -209,7 +211,7 @@ def _copy_warm_up(
     for attempt in range(tries):
         if attempt:  # the warm-up before missed the target: start again from the same weights
             model.load_state_dict(initial)
-            drills = copy_drills(data["train"], n, cfg.seed + attempt)
+            drills = copy_drills(data["train"], n, cfg.seed + attempt, data.get("toolset"))
         stats = warm_up(
             model,
             tokenizer,

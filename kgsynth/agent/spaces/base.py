@@ -5,18 +5,27 @@ outside the space's package asks the space instead of testing its name."""
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kgsynth.agent.protocol import TaggedFormat, Turn
+from kgsynth.agent.spaces.observed import Observed, read_observation, triple_line
 from kgsynth.agent.spaces.sparql import ToolTable
 from kgsynth.agent.toolcall import ToolCall, parse_tool_call
+from kgsynth.llm.relation_forms import relation_words
 from kgsynth.prompts import render
 
 if TYPE_CHECKING:
+    import random
+
     from kgsynth.agent.toolkit import ToolResult
     from kgsynth.agent.tools import ToolEnvironment
     from kgsynth.kg.graph import KGGraph
+
+ANSWER_THOUGHT = "The facts I found answer the question."
+"""The template thought before an answer (and any step a space has no thought for)."""
 
 
 class ActionSpace(ABC):
@@ -87,3 +96,60 @@ class ActionSpace(ABC):
         """How many gold actions an episode has made, so per-step guidance shows the next one:
         its turns whose tool call ran without an error."""
         return sum(1 for t in episode.turns if t.query is not None and t.tool_error is None)
+
+    @property
+    def reads_sexpr(self) -> bool:
+        """The oracle writes its actions from an S-expression: a walk's, or the one a benchmark
+        question (GrailQA's, GraphQuestions') carries itself."""
+        return self.oracle_from == "sexpr"
+
+    def thought(
+        self,
+        kind: str,
+        entity: str,
+        hop: dict[str, Any] | None,
+        relations: Sequence[str] = (),
+        mistake: dict[str, str] | None = None,
+    ) -> str:
+        """The template thought before an oracle action of ``kind`` (an ``OracleCall``'s, or
+        ``answer``), about ``entity`` along ``hop``; ``relations``: the walk's, for a step that
+        covers them all; ``mistake``: what a corrected try got wrong. The template backend
+        writes it (:mod:`kgsynth.synthesize.oracle_episodes` passes it along). By default the
+        path spaces' kinds: ``relations`` (and ``check``, a look-ahead), ``triples``; anything
+        else reads as the answer's."""
+        # Short on purpose: every token of a thought is trained on, and a thought names only
+        # what the next action uses (the entity it starts from, the relation it follows).
+        if kind in ("relations", "check"):
+            return f"I list the relations of {entity}."
+        if kind == "triples" and hop is not None:
+            words = relation_words(hop["relation"])
+            return f"The question asks for {words}: I follow {hop['relation']} from {entity}."
+        return ANSWER_THOUGHT
+
+    # --- what copy drills read and write (kgsynth.train.drills) -----------------------
+
+    def observed(self, text: str) -> Observed:
+        """What one observation of this space's tools shows (its triples, names and relations,
+        in order), read back from its text: a result table's rows, then each line as
+        :meth:`observed_line` reads it."""
+        return read_observation(text, self.observed_line)
+
+    def observed_line(self, line: str, seen: Observed) -> None:
+        """What one (stripped) line of an observation shows, added to ``seen``: by default a
+        ``(head, relation, tail)`` triple."""
+        triple_line(line, seen)
+
+    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
+        """A copy drill's observation text showing ``tails`` reached from ``head`` along
+        ``relation``: by default one ``(head, relation, tail)`` line each."""
+        return "\n".join(f"({head}, {relation}, {t})" for t in tails)
+
+    def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
+        """A copy drill's tool call about ``topic`` (a relation drawn from ``relations`` where
+        it names one), drawn with ``rng``: by default ``get_relations`` or ``get_triples``,
+        half and half."""
+        q = json.dumps(topic, ensure_ascii=False)
+        if rng.random() < 0.5:
+            return f"get_relations({q})"
+        rel = json.dumps([rng.choice(relations)], ensure_ascii=False)
+        return f"get_triples({q}, {rel})"

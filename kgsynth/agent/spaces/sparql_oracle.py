@@ -27,6 +27,7 @@ answers in the order the query's observation shows them (:func:`query_answers`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.agent.protocol import (
@@ -155,6 +156,12 @@ def query_answers(result: ToolResult) -> list[str]:
             if cell in names:
                 shown.setdefault(cell, None)
     return list(shown)
+
+
+def query_thought(entity: str, relations: Sequence[str]) -> str:
+    """The template thought before a query from ``entity`` along the walk's ``relations``
+    (knowcoder's ``ExecuteSPARQL``, isp's ``<SPARQL>``)."""
+    return f"I query the KG from {entity}, following {', '.join(relations)}."
 
 
 class SparqlSpace:

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
-from kgsynth.agent.spaces.graphwalker import paper
+from kgsynth.agent.spaces.graphwalker import drills, paper
+from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.paths import PathSpace
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -105,6 +106,11 @@ class GraphWalker(PathSpace, ActionSpace):
     def look_ahead_call(self, entity: str) -> OracleCall:
         q = json.dumps(entity, ensure_ascii=False)
         return OracleCall("check", f"get_relations({q})", entity, None)
+
+    def observed_line(self, line: str, seen: Observed) -> None:
+        """A kgsynth-style ``(h, r, t)`` line or a paper-style line of ``[h, r, t]`` triples
+        (:mod:`.drills`)."""
+        drills.observed_line(line, seen)
 
 
 SPACE = GraphWalker()

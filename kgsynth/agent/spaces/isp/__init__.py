@@ -6,11 +6,13 @@ compositional steps, each exploring a node and running a sub-query, the last the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kgsynth.agent.protocol import MAX_OPERATIONS, IspFormat, Turn
 from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.isp.oracle import decomposed_calls
+from kgsynth.agent.spaces.isp.thoughts import isp_thought
 from kgsynth.agent.spaces.isp.tools import TOOL_HELP, make_tools, run_step
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -40,6 +42,18 @@ class Isp(SparqlSpace, ActionSpace):
 
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         return run_step(env, isp_operations(call))
+
+    def thought(
+        self,
+        kind: str,
+        entity: str,
+        hop: dict[str, Any] | None,
+        relations: Sequence[str] = (),
+        mistake: dict[str, str] | None = None,
+    ) -> str:
+        """Before a step that explores a node or one that queries (:mod:`.thoughts`)."""
+        own = isp_thought(kind, entity, relations)
+        return own if own is not None else super().thought(kind, entity, hop, relations, mistake)
 
 
 SPACE = Isp()

@@ -14,12 +14,16 @@ the paper writes them, comma-separated (:mod:`.answers`). The oracle is the path
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.kgr1 import drills
 from kgsynth.agent.spaces.kgr1.answers import Kgr1Format
 from kgsynth.agent.spaces.kgr1.observe import SIDES, entities_one_way, relations_one_way
 from kgsynth.agent.spaces.kgr1.subgraph import QuestionSubgraph, WholeKG
+from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.paths import PathSpace
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -75,6 +79,19 @@ class KgR1(PathSpace, ActionSpace):
             OracleCall("relations", f"get_{side}_relations({q})", entity, hop),
             OracleCall("triples", f"get_{side}_entities({q}, {rel})", entity, hop),
         )
+
+    # --- copy drills (kgsynth.train.drills) ------------------------------------------------
+
+    def observed_line(self, line: str, seen: Observed) -> None:
+        """The flat lists' triples and relations, or a triple line (:mod:`.drills`)."""
+        drills.observed_line(line, seen)
+
+    def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
+        """``get_tail_relations`` or ``get_tail_entities``, half and half."""
+        q = json.dumps(topic, ensure_ascii=False)
+        if rng.random() < 0.5:
+            return f"get_tail_relations({q})"
+        return f"get_tail_entities({q}, {json.dumps(rng.choice(relations), ensure_ascii=False)})"
 
     # --- the path oracle reading the flat lists ----------------------------------------------
 

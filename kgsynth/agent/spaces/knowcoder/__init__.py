@@ -9,11 +9,13 @@ pattern and runs the walk's SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`); 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.knowcoder.oracle import answer_type, values_sketch
+from kgsynth.agent.spaces.knowcoder.thoughts import knowcoder_thought
 from kgsynth.agent.spaces.knowcoder.tools import TOOL_HELP, make_tools
 from kgsynth.agent.spaces.knowcoder.turns import KnowCoderFormat
 from kgsynth.agent.spaces.oracle_call import OracleCall
@@ -51,6 +53,18 @@ class KnowCoder(SparqlSpace, ActionSpace):
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         check_syntax(call)
         return env.execute(call.call)
+
+    def thought(
+        self,
+        kind: str,
+        entity: str,
+        hop: dict[str, Any] | None,
+        relations: Sequence[str] = (),
+        mistake: dict[str, str] | None = None,
+    ) -> str:
+        """Before a type search, a pattern search, a query or a correction (:mod:`.thoughts`)."""
+        own = knowcoder_thought(kind, entity, relations, mistake)
+        return own if own is not None else super().thought(kind, entity, hop, relations, mistake)
 
 
 SPACE = KnowCoder()

@@ -16,7 +16,7 @@ answer set (no rows, or other entities); a walk none of whose mistakes does so g
 trial-and-error trajectory. Only hops written as one triple pattern (not a flattened CVT hop)
 are changed. The correcting step is an :class:`OracleCall` of kind ``retry`` whose
 ``mistake`` says what went wrong (its thought names it: see
-:func:`~kgsynth.llm.template.template_thought`). Such trajectories are written with
+:mod:`.thoughts`). Such trajectories are written with
 ``mode`` :data:`TRIAL_MODE`, so they can be counted and filtered apart.
 """
 

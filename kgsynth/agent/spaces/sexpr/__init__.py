@@ -6,13 +6,18 @@ oracle builds the actions from the question's S-expression (:mod:`.oracle`)."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kgsynth.agent.protocol import Turn
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sexpr import drills
 from kgsynth.agent.spaces.sexpr.oracle import replay_sexpr, sexpr_oracle_calls, sexpr_reference
 from kgsynth.agent.spaces.sexpr.syntax import TOOL_HELP, parse_action
+from kgsynth.agent.spaces.sexpr.thoughts import SEXPR_THOUGHTS, sexpr_thought
 from kgsynth.agent.spaces.sexpr.tools import make_tools
 from kgsynth.agent.spaces.sexpr.turns import SEXPR_FORMAT, run_actions
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -54,6 +59,29 @@ class SExpr(ActionSpace):
 
     def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
         return replay_sexpr(row, env)
+
+    def thought(
+        self,
+        kind: str,
+        entity: str,
+        hop: dict[str, Any] | None,
+        relations: Sequence[str] = (),
+        mistake: dict[str, str] | None = None,
+    ) -> str:
+        """Before one of KBQA-R1's actions (:mod:`.thoughts`)."""
+        if kind in SEXPR_THOUGHTS:
+            return sexpr_thought(kind, entity, hop or {})
+        return super().thought(kind, entity, hop, relations, mistake)
+
+    def observed_line(self, line: str, seen: Observed) -> None:
+        """An expression's results, a relation list, a triple (:mod:`.drills`)."""
+        drills.observed_line(line, seen)
+
+    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
+        return drills.drill_observation(tails)
+
+    def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
+        return drills.drill_call(topic, relations, rng)
 
 
 SPACE = SExpr()

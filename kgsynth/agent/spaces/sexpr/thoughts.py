@@ -1,0 +1,35 @@
+"""KBQA-R1's template thoughts (:meth:`~kgsynth.agent.spaces.base.ActionSpace.thought`): one
+per action of the sexpr tool set's oracle (:data:`SEXPR_THOUGHTS`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kgsynth.llm.relation_forms import relation_words
+
+SEXPR_THOUGHTS = {
+    "find_relation": "The question asks for {words}: I follow {relation} from {entity}.",
+    "merge": "Both conditions must hold: I keep what {entity} have in common.",
+    "order": "The question asks for the {extreme} {words}: I order {entity} by {relation}.",
+    "compare": "The question asks for {words} {comparison} {value}: I compare {relation} with "
+    "{value}.",
+    "time_constraint": "The question is about {value}: I keep the members of {entity} whose "
+    "{words} falls in {value}.",
+    "count": "The question asks how many: I count the members of {entity}.",
+}
+_COMPARISON_WORDS = {"lt": "below", "le": "at most", "gt": "above", "ge": "at least"}
+
+
+def sexpr_thought(kind: str, entity: str, hop: dict[str, Any]) -> str:
+    """The thought before one of KBQA-R1's actions (:data:`SEXPR_THOUGHTS`); ``hop`` holds
+    the action's relation, ``op`` (argmax/argmin, lt/le/gt/ge) and ``value``."""
+    relation = str(hop.get("relation") or "")
+    op = str(hop.get("op") or "")
+    return SEXPR_THOUGHTS[kind].format(
+        entity=entity,
+        relation=relation,
+        words=relation_words(relation) if relation else "",
+        extreme="largest" if op == "argmax" else "smallest",
+        comparison=_COMPARISON_WORDS.get(op, op),
+        value=hop.get("value", ""),
+    )
