@@ -1,11 +1,12 @@
 """The one agent turn loop, shared by trajectory synthesis, eval and RL rollouts.
 
 For each episode: the policy generates until ``</kg-query>`` or ``</answer>`` (an isp step:
-until its turn ends); the turn is
-applied (:func:`kgsynth.agent.episode.step`: parsed, a query run through the tool environment
-and its ``<information>`` observation appended); repeat. At the turn limit the policy is asked
-once for a final answer. Live episodes are stepped together, a batch per ``generate`` call, so
-API and local backends batch.
+until its turn ends); the turn is applied by :func:`advance`, the one per-turn code the flat
+loop and the tree rollouts (:mod:`kgsynth.agent.tree`) share: parsed, its action run through
+the action space (:func:`kgsynth.agent.episode.step`) and its ``<information>`` observation
+appended, the episode's end detected, else the reply handed to the policy; repeat. At the turn
+limit the policy is asked once for a final answer. Live episodes are stepped together, a batch
+per ``generate`` call, so API and local backends batch.
 
 What generates a turn is a :class:`TurnPolicy`:
 
@@ -52,6 +53,12 @@ from kgsynth.agent.render import for_template
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.llm.base import LLM, GenerationParams, Request
+
+# why a turn ended its episode (advance's answer; a tree's leaves keep it)
+ANSWERED = "answered"
+FAILED = "failed"  # a step the caller ends on (a tree's failed branch)
+FINAL = "final"  # ended without an answer: the forced final turn, or the backend gave no text
+TIMEOUT = "timeout"
 
 
 @dataclass
@@ -126,18 +133,26 @@ def run_turns(
         for start in range(0, len(active), size):
             chunk = active[start : start + size]
             for s, gen in zip(chunk, policy.generate(chunk, turn), strict=True):
-                _advance(policy, s, gen, turn, final, timeout_s)
+                advance(policy, s, gen, turn, final=final, timeout_s=timeout_s)
     return live
 
 
-def _advance(
+def advance(
     policy: TurnPolicy,
     s: LiveEpisode,
     gen: Generated,
     turn: int,
+    *,
     final: bool,
-    timeout_s: float | None,
-) -> None:
+    timeout_s: float | None = None,
+    ends: Callable[[TurnRecord], bool] | None = None,
+) -> str | None:
+    """Apply one generated turn to a live episode: parsed and its action run through the
+    action space (:func:`~kgsynth.agent.episode.step`), then either the episode ends and this
+    says why (:data:`ANSWERED`; :data:`FINAL` without an answer; :data:`TIMEOUT` past
+    ``timeout_s``; :data:`FAILED` where ``ends(turn record)`` says the step ends it, as a
+    tree's failed branch does), or the environment's reply goes to the policy
+    (``policy.observe``) and None comes back."""
     ep = s.episode
     n_messages = len(ep.messages)
     step(ep, s.env, gen.text, gen.error, final=final, completion_tokens=gen.completion_tokens)
@@ -145,12 +160,16 @@ def _advance(
         ep.timed_out = True
         ep.done = True
     if ep.done:
-        return
+        return TIMEOUT if ep.timed_out else ANSWERED if ep.answered else FINAL
+    if ends is not None and ends(ep.turns[-1]):
+        ep.done = True
+        return FAILED
     # the environment's reply (an observation, or the hint after a turn without an action)
     if len(ep.messages) <= n_messages + 1:
         ep.done = True
-        return
+        return FINAL
     policy.observe(s, gen, ep.messages[-1], turn)
+    return None
 
 
 class TextPolicy:
@@ -283,9 +302,13 @@ def run_episodes(
 
 
 __all__ = [
+    "ANSWERED",
+    "FAILED",
+    "FINAL",
     "FINAL_ANSWER_PROMPT",
     "PROMPT_STYLES",
     "SYSTEM_PROMPT_FILE",
+    "TIMEOUT",
     "Episode",
     "EpisodeTask",
     "Generated",
@@ -293,6 +316,7 @@ __all__ = [
     "TextPolicy",
     "TurnPolicy",
     "TurnRecord",
+    "advance",
     "episode_summary",
     "run_episodes",
     "run_turns",

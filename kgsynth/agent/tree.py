@@ -8,9 +8,10 @@ whose nodes are agent steps::
     trees = run_tree_rollouts(policy, tasks, make_env, cfg, branches=3, max_live=8, seed=0)
 
 At each step every live node is continued ``branches`` (K) times, all the trees' samples in
-batched ``generate`` calls. Each continuation is applied with the same turn code as the flat
-loop (:func:`kgsynth.agent.episode.step`, then :class:`~kgsynth.agent.rollout.TokenTurns`
-appends the observation's tokens), so a tree speaks whatever action format the tool set does.
+batched ``generate`` calls. Each continuation is applied by the flat loop's own per-turn code
+(:func:`kgsynth.agent.loop.advance`: the turn parsed and run through the action space, its end
+detected, else :class:`~kgsynth.agent.rollout.TokenTurns` appends the observation's tokens), so
+a tree speaks whatever action format the tool set does.
 Pruning (``prune``, ``--tree-prune``) keeps the first of equivalent branches
 (:func:`branch_key`). ``tree`` is ISP-KGR's (App. F.3, F.5, Alg. 1): one state cache per
 question tree, so a branch whose successful observation (its lines normalised and sorted) any
@@ -43,18 +44,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgsynth.agent.episode import Episode, EpisodeTask, ask_final_answer, start_episode, step
-from kgsynth.agent.loop import Generated, LiveEpisode
+from kgsynth.agent.episode import Episode, EpisodeTask, TurnRecord, ask_final_answer, start_episode
+from kgsynth.agent.loop import ANSWERED, FAILED, FINAL, TIMEOUT, Generated, LiveEpisode, advance
 from kgsynth.agent.prompt import agent_system_prompt
 from kgsynth.agent.rollout import Rollout, RolloutConfig, TokenPolicy, TokenTurns
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.metrics import normalize_answer
 
-# why a leaf ended
-ANSWERED = "answered"
-FAILED = "failed"  # a tool error, a format error, or a turn without an action
-FINAL = "final"  # the forced final turn gave no answer
-TIMEOUT = "timeout"
+# why a leaf ended (kgsynth.agent.loop's reasons): ANSWERED; FAILED, a tool error, a format
+# error or a turn without an action (:func:`failed_step`); FINAL, the forced final turn gave no
+# answer; TIMEOUT
 
 
 @dataclass
@@ -192,6 +191,22 @@ def _fork(r: Rollout) -> Rollout:
     )
 
 
+def failed_step(end_empty: bool) -> Callable[[TurnRecord], bool]:
+    """What ends a branch as a failed leaf though the flat loop would go on: a format or tool
+    error, a turn without an action (no observation) and, with ``end_empty``, an observation
+    that names no entity (ISP-KGR's empty result)."""
+
+    def failed(t: TurnRecord) -> bool:
+        return bool(
+            t.format_error
+            or t.tool_error
+            or t.observation is None
+            or (end_empty and not t.entities)
+        )
+
+    return failed
+
+
 def _child(
     turns: TokenTurns,
     tree: QuestionTree,
@@ -209,25 +224,12 @@ def _child(
     start = len(r.ids)
     r.append(toks, lps, turn)
     node = TreeNode(len(tree.nodes), parent.index, parent.depth + 1, r, (start, len(r.ids)))
-    ep = r.episode
     text = turns.policy.tok.decode(toks, skip_special_tokens=True)
     tree.env.restore(parent.env_state)  # this branch's own state, not its last sibling's
-    step(ep, tree.env, text, None, final=final, completion_tokens=len(toks))
-    node.env_state = tree.env.snapshot()
-    last = ep.turns[-1]
-    if ep.done:
-        node.end = ANSWERED if ep.answered else FINAL
-    elif (
-        last.format_error
-        or last.tool_error
-        or last.observation is None
-        or (end_empty and not last.entities)
-    ):
-        ep.done = True
-        node.end = FAILED
-    else:
-        generated = Generated(text, None, len(toks), sampled=eos_end)
-        turns.observe(LiveEpisode(ep, tree.env, r), generated, ep.messages[-1], turn)
+    generated = Generated(text, None, len(toks), sampled=eos_end)
+    live = LiveEpisode(r.episode, tree.env, r)
+    node.end = advance(turns, live, generated, turn, final=final, ends=failed_step(end_empty))
+    node.env_state = tree.env.snapshot()  # observing adds tokens, never environment state
     return node
 
 
@@ -324,6 +326,7 @@ __all__ = [
     "TreeNode",
     "branch_counts",
     "branch_key",
+    "failed_step",
     "run_tree_rollouts",
     "state_key",
 ]
