@@ -73,7 +73,8 @@ def test_quiet_then_verbose_in_one_process(
     assert os.environ[quiet.VERBOSE_ENV] == "1"  # for the processes it starts
     assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ  # set by the quiet call: gone
     assert os.environ["TRANSFORMERS_VERBOSITY"] == "info"
-    assert logging.getLogger("transformers").level == logging.NOTSET
+    # its warnings show: NOTSET, or transformers' own default (WARNING) once it is imported
+    assert logging.getLogger("transformers").level in (logging.NOTSET, logging.WARNING)
     assert deepspeed.filter(warning)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
