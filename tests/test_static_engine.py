@@ -146,6 +146,65 @@ def test_multi_turn_rollouts_reuse_the_cache_and_match_the_hf_engine(tiny):
     assert prefilled <= first + env + turns < stats["prompt_tokens"] / 2
 
 
+def test_fast_engine_rollouts_are_greedy_equal_and_their_log_probs_a_full_forwards(tiny):
+    """The default engine (its own draw, rows reordered by length, finished rows dropped
+    mid-turn): at temperature 0 the hf engine's rollouts; sampled, every log-prob is a full
+    forward's over the whole episode."""
+    _, model, tok = tiny
+    graph = KGGraph(movie_kg())
+    tasks = [EpisodeTask(q, ["Kismet"]) for q in ("who directed Kismet?", "Kismet year?")] * 5
+
+    def roll(engine, temperature):
+        cfg = RolloutConfig(
+            max_turns=3, max_turn_tokens=24, max_obs_tokens=64, temperature=temperature
+        )
+        return run_rollouts(
+            TokenPolicy(model, tok, engine), tasks,
+            lambda t: ToolEnvironment(graph, t.question, ToolConfig()), cfg, seed=3, batch_size=10,
+        )  # fmt: skip
+
+    static = StaticEngine(model, tok)
+    for want, got in zip(roll(HFEngine(model, tok), 0.0), roll(static, 0.0), strict=True):
+        assert (got.ids, got.mask) == (want.ids, want.mask)
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    rollouts = roll(static, 1.0)
+    for r in rollouts:
+        full = torch.tensor([r.ids])
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, full, torch.ones_like(full), 1.0)
+        sampled = [i for i, m in enumerate(r.mask) if m]
+        assert [r.logprobs[i] for i in sampled] == pytest.approx(
+            [float(lp[0, i]) for i in sampled], abs=1e-4
+        )
+
+
+def test_finished_rows_leave_the_batch_and_their_keys_are_kept(tiny):
+    _, model, tok = tiny
+    policy = TokenPolicy(model, tok)
+    batch = prompts(policy) * 2  # 12 rows
+    hf, static = HFEngine(model, tok), StaticEngine(model, tok)
+    sp = params(policy, 0.0)
+    said = hf.generate(batch, sp)
+    # rows 0 and 2 (and their copies, 8 of 12 rows) stop at their third token
+    sp = SamplingParams(
+        **{**sp.__dict__, "stop_ids": sp.stop_ids | {said[0].ids[2], said[2].ids[2]}}
+    )
+    want, got = hf.generate(batch, sp), static.generate(batch, sp)
+    assert [len(c.ids) for c in got].count(40) <= 4
+    for w, g in zip(want, got, strict=True):
+        assert g.ids == w.ids and g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+    stats = static.decoder.stats
+    assert stats["row_steps"] < 12 * stats["decode_steps"]  # the batch shrank
+    # every row's keys were kept: the same prompts extended now prefill only the new tokens
+    info = policy.encode("<information>x</information>")
+    again = [p + c.ids + info for p, c in zip(batch, got, strict=True)]
+    before = stats["reused_tokens"]
+    static.generate(again, sp)
+    assert stats["reused_tokens"] - before >= sum(
+        len(p) + len(c.ids) - 1 for p, c in zip(batch, got, strict=True)
+    )
+
+
 def test_a_weight_update_is_never_served_stale_keys(tiny):
     from transformers import AutoModelForCausalLM
 

@@ -20,6 +20,7 @@ version counters at every call.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -65,6 +66,30 @@ class _Entry:
     @property
     def nbytes(self) -> int:
         return int(self.k.element_size() * self.k.nelement() * 2)
+
+
+class _Run:
+    """One generate call's rows while they decode: the prompts, their store matches, the
+    cache (whose row i is the call's row ``rows[i]``) and what each row sampled."""
+
+    def __init__(
+        self,
+        arrays: list[Any],
+        found: list,
+        reuse: list[int],
+        cache: KVCache,
+        room: int,
+        device: Any,
+    ) -> None:
+        import torch
+
+        B = len(arrays)
+        self.arrays, self.found, self.reuse, self.cache = arrays, found, reuse, cache
+        self.rows = torch.arange(B, device=device)
+        self.toks = torch.zeros((B, room), dtype=torch.long, device=device)
+        self.lps = torch.zeros((B, room), dtype=torch.float32, device=device)
+        self.n_out = torch.zeros(B, dtype=torch.long, device=device)
+        self.fed = 0  # tokens a live row has fed back into the cache
 
 
 def _block_hashes(ids: Any, n: int) -> list[int]:
@@ -149,7 +174,10 @@ class StaticDecoder:
         self.store = PrefixStore(cache_bytes)
         self._signature: Any = None
         self._candidates: dict[tuple[str, ...], Any] = {}
-        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+        # decode_steps: forwards of one token a row; row_steps: the rows they ran
+        self.stats = dict.fromkeys(
+            ("prompt_tokens", "reused_tokens", "generated_tokens", "decode_steps", "row_steps"), 0
+        )
 
     def weights_changed(self) -> None:
         """Forget every stored prefix (its keys and values came from other weights)."""
@@ -178,23 +206,22 @@ class StaticDecoder:
 
         arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
         self._share_prefix(arrays)
-        found, reuse, cache, logits, lens = self._prefill(arrays, params.max_new_tokens)
-        toks, lps, n_out, fed = self._decode(cache, logits, lens, params)
-        self._keep(arrays, found, reuse, cache, toks, n_out, fed)
+        run, logits, lens = self._prefill(arrays, params.max_new_tokens)
+        self._decode(run, logits, lens, params)
         self.stats["prompt_tokens"] += sum(len(a) for a in arrays)
-        self.stats["reused_tokens"] += sum(reuse)
-        out = []
-        for b in range(len(arrays)):
-            n = int(n_out[b])
-            self.stats["generated_tokens"] += n
-            lp = [min(0.0, v) for v in lps[b, :n].tolist()]
-            out.append(Decoded(toks[b, :n].tolist(), lp, reuse[b]))
-        return out
+        self.stats["reused_tokens"] += sum(run.reuse)
+        toks, lps, n_out = run.toks.cpu(), run.lps.cpu(), run.n_out.tolist()
+        self.stats["generated_tokens"] += sum(n_out)
+        return [
+            Decoded(toks[b, :n].tolist(), [min(0.0, v) for v in lps[b, :n].tolist()], r)
+            for b, (n, r) in enumerate(zip(n_out, run.reuse, strict=True))
+        ]
 
-    def _prefill(self, arrays: list[Any], room: int) -> tuple[list, list[int], KVCache, Any, Any]:
+    def _prefill(self, arrays: list[Any], room: int) -> tuple[_Run, Any, Any]:
         """Each prompt's longest stored prefix copied into a new cache with ``room`` free
-        slots a row, the rest of it run: (store matches, tokens reused, the cache, the logits
-        at each prompt's last token, each row's length)."""
+        slots a row, the rest of it run: the call's rows, the logits at each prompt's last
+        token and each row's length. Rows are ordered by the tokens they run, longest first,
+        and run in groups of similar length when that saves padding."""
         import torch
 
         device = self.llama.device
@@ -202,27 +229,35 @@ class StaticDecoder:
         # at least the last prompt token is run: its logits give the first sample
         reuse = [min(n, len(a) - 1) for a, (_, n) in zip(arrays, found, strict=True)]
         new = [len(a) - r for a, r in zip(arrays, reuse, strict=True)]
+        # exact_rng draws over the rows in the caller's order: no reordering then
+        order = sorted(range(len(arrays)), key=lambda b: 0 if self.exact_rng else -new[b])
         capacity = max(reuse) + max(new) + room
         self.llama.bind(capacity)
-        cache = self.llama.new_cache(len(arrays), capacity)
+        run = _Run(arrays, found, reuse, self.llama.new_cache(len(arrays), capacity), room, device)
+        run.rows = torch.tensor(order, device=device)
         ids = torch.zeros((len(arrays), max(new)), dtype=torch.long)
-        for b, (a, r, (key, _)) in enumerate(zip(arrays, reuse, found, strict=True)):
-            ids[b, : len(a) - r] = torch.from_numpy(a[r:])
+        for i, b in enumerate(order):
+            a, r, (key, _) = arrays[b], reuse[b], found[b]
+            ids[i, : len(a) - r] = torch.from_numpy(a[r:])
             if r:
                 entry = self.store.entries[key]
-                cache.k[:, b, :, :r] = entry.k[:, :, :r]
-                cache.v[:, b, :, :r] = entry.v[:, :, :r]
-        start = torch.tensor(reuse, device=device)
-        valid = torch.tensor(new, device=device)
-        logits = self.llama.forward(cache, ids.to(device), start, valid)
-        return found, reuse, cache, logits, start + valid
+                run.cache.k[:, i, :, :r] = entry.k[:, :, :r]
+                run.cache.v[:, i, :, :r] = entry.v[:, :, :r]
+        start = torch.tensor([reuse[b] for b in order], device=device)
+        valid = torch.tensor([new[b] for b in order], device=device)
+        ids = ids.to(device)
+        logits = []
+        groups = [(0, len(order))] if self.exact_rng else _groups(valid.tolist(), start.tolist())
+        for g0, g1 in groups:
+            part = KVCache(run.cache.k[:, g0:g1], run.cache.v[:, g0:g1])
+            width = int(valid[g0:g1].max())
+            logits.append(self.llama.forward(part, ids[g0:g1, :width], start[g0:g1], valid[g0:g1]))
+        return run, torch.cat(logits), start + valid
 
     def _share_prefix(self, arrays: list[Any]) -> None:
         """Prompts that begin alike (an episode's first turn: the system prompt) and are not
         stored: their shared beginning is run once, as one row, and stored, so each prompt
         prefills only what follows it."""
-        import torch
-
         if len(arrays) < 2 or self.store.budget <= 0:
             return
         first, n = arrays[0], min(len(a) for a in arrays) - 1
@@ -231,42 +266,45 @@ class StaticDecoder:
             n = int(diff[0]) if len(diff) else n
         if n < 2 * BLOCK or n - self.store.lookup(first[:n])[1] < 2 * BLOCK:
             return
-        shared = [first[:n]]
-        found, reuse, cache, _, _ = self._prefill(shared, 0)
-        empty = torch.zeros((1, 0), dtype=torch.long)
-        self._keep(shared, found, reuse, cache, empty, torch.zeros(1, dtype=torch.long), 0)
+        run, _, _ = self._prefill([first[:n]], 0)
+        self._retire(run, list(range(len(run.rows))))
 
-    def _decode(
-        self, cache: KVCache, logits: Any, lens: Any, params: DecodeParams
-    ) -> tuple[Any, Any, Any, int]:
-        """The sampling loop: (tokens [B, steps], log-probs, tokens kept per row, tokens fed
-        back into the cache)."""
+    def _decode(self, run: _Run, logits: Any, lens: Any, params: DecodeParams) -> None:
+        """The sampling loop, filling ``run``'s tokens. Unless the draws must be generate's
+        own (``exact_rng``: one draw over the whole batch a step), a batch whose rows are
+        half finished drops them (their keys and values go to the prefix store first)."""
         import torch
 
-        B, device = logits.shape[0], logits.device
-        budget = params.max_new_tokens
-        toks = torch.zeros((B, budget), dtype=torch.long, device=device)
-        lps = torch.zeros((B, budget), dtype=torch.float32, device=device)
-        finished = torch.zeros(B, dtype=torch.bool, device=device)
-        n_out = torch.zeros(B, dtype=torch.long, device=device)
+        device = logits.device
+        finished = torch.zeros(len(run.rows), dtype=torch.bool, device=device)
         stop_ids = torch.tensor(sorted(params.stop_ids), dtype=torch.long, device=device)
         candidates = self._stop_candidates(params.stop_strings, logits.shape[1], device)
-        one = torch.ones(B, dtype=torch.long, device=device)
-        fed = 0
-        for step in range(budget):
+        for step in range(params.max_new_tokens):
             tok, lp = _sample(logits, params.temperature, params.top_p, self.exact_rng)
-            toks[:, step], lps[:, step] = tok, lp
-            n_out = torch.where(finished, n_out, step + 1)
+            run.toks[run.rows, step], run.lps[run.rows, step] = tok, lp
+            run.n_out[run.rows] = torch.where(finished, run.n_out[run.rows], step + 1)
             stop = torch.isin(tok, stop_ids) if len(stop_ids) else torch.zeros_like(finished)
             if candidates is not None:
-                stop |= self._stop_string_rows(toks, step, tok, candidates, finished, params)
+                stop |= self._stop_string_rows(run, step, tok, candidates, finished, params)
             finished |= stop
-            if step + 1 == budget or bool(finished.all()):
+            if step + 1 == params.max_new_tokens or bool(finished.all()):
                 break
-            logits = self.llama.forward(cache, tok[:, None], lens, one)
+            live = (~finished).nonzero().flatten()
+            if not self.exact_rng and len(finished) >= 8 and 2 * len(live) <= len(finished):
+                self._retire(run, finished.nonzero().flatten().tolist())
+                run.cache = KVCache(run.cache.k[:, live], run.cache.v[:, live])
+                run.rows, tok, lens, finished = (
+                    run.rows[live],
+                    tok[live],
+                    lens[live],
+                    finished[live],
+                )
+            logits = self.llama.forward(run.cache, tok[:, None], lens, torch.ones_like(lens))
             lens = lens + 1
-            fed += 1
-        return toks.cpu(), lps.cpu(), n_out.cpu(), fed
+            run.fed += 1
+            self.stats["decode_steps"] += 1
+            self.stats["row_steps"] += len(run.rows)
+        self._retire(run, list(range(len(run.rows))))
 
     def _stop_candidates(self, stops: tuple[str, ...], vocab: int, device: Any) -> Any:
         """The ids whose text holds the last character of a stop string: only a row that
@@ -283,46 +321,57 @@ class StaticDecoder:
         return self._candidates[stops]
 
     def _stop_string_rows(
-        self, toks: Any, step: int, tok: Any, candidates: Any, finished: Any, params: DecodeParams
+        self, run: _Run, step: int, tok: Any, candidates: Any, finished: Any, params: DecodeParams
     ) -> Any:
         import torch
 
         hit = torch.zeros_like(finished)
         rows = (candidates[tok] & ~finished).nonzero().flatten().tolist()
         width = max(len(s.encode()) for s in params.stop_strings)
-        for b in rows:
-            tail = toks[b, max(0, step + 1 - width) : step + 1].tolist()
+        for i in rows:
+            tail = run.toks[int(run.rows[i]), max(0, step + 1 - width) : step + 1].tolist()
             text = self.tok.decode(tail, skip_special_tokens=False)
             if any(text.endswith(s) for s in params.stop_strings):
-                hit[b] = True
+                hit[i] = True
         return hit
 
-    def _keep(
-        self,
-        arrays: list[Any],
-        found: list[tuple[int | None, int]],
-        reuse: list[int],
-        cache: KVCache,
-        toks: Any,
-        n_out: Any,
-        fed: int,
-    ) -> None:
-        """Store each row's prompt and the sampled tokens fed back (the last sampled token's
-        keys were never computed); an entry the row extended whole is replaced by it."""
+    def _retire(self, run: _Run, cache_rows: list[int]) -> None:
+        """Store these cache rows: each prompt and the sampled tokens fed back so far (the
+        last sampled token's keys were never computed); an entry a row extended whole is
+        replaced by it."""
         import numpy as np
 
         if self.store.budget <= 0:
             return
-        for b, a in enumerate(arrays):
-            key, _ = found[b]
+        for i in cache_rows:
+            b = int(run.rows[i])
+            a, (key, _) = run.arrays[b], run.found[b]
             entry = self.store.entries.get(key) if key is not None else None
-            if entry is not None and reuse[b] == len(entry.ids):
+            if entry is not None and run.reuse[b] == len(entry.ids):
                 self.store.remove(key)  # its keys and values are all in the new one
-            n = len(a) + min(int(n_out[b]), fed)
-            ids = np.concatenate([a, toks[b, : n - len(a)].numpy()])
-            k = cache.k[:, b, :, :n].clone()
-            v = cache.v[:, b, :, :n].clone()
+            n = len(a) + min(int(run.n_out[b]), run.fed)
+            ids = np.concatenate([a, run.toks[b, : n - len(a)].cpu().numpy()])
+            k = run.cache.k[:, i, :, :n].clone()
+            v = run.cache.v[:, i, :, :n].clone()
             self.store.add(ids, k, v)
+
+
+def _groups(new: list[int], start: list[int], overhead: int = 4096) -> list[tuple[int, int]]:
+    """Row ranges ``[g0, g1)`` to prefill apart (``new`` sorted longest first): one group, or
+    the sorted rows cut into 2, 4 or 8 equal parts, whichever does the least attention work
+    (rows x tokens x width), counting ``overhead`` for each further forward."""
+    n, best, best_cost = len(new), [(0, len(new))], None
+    for parts in (1, 2, 4, 8):
+        if parts > n:
+            break
+        cuts = [round(n * k / parts) for k in range(parts + 1)]
+        ranges = [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+        cost = sum(
+            (b - a) * new[a] * max(s + new[a] for s in start[a:b]) + overhead for a, b in ranges
+        )
+        if best_cost is None or cost < best_cost:
+            best, best_cost = ranges, cost
+    return best
 
 
 def _sample(logits: Any, temperature: float, top_p: float, exact: bool) -> tuple[Any, Any]:
