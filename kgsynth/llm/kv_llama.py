@@ -137,7 +137,10 @@ class KVLlama:
 
     def _norm(self, x: Any, w: Any) -> Any:
         import torch
+        import torch.nn.functional as F
 
+        if x.dtype == torch.float32:  # one fused op, the same arithmetic
+            return F.rms_norm(x, (x.shape[-1],), w, self.eps)
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * h.to(x.dtype)
@@ -160,7 +163,7 @@ class KVLlama:
         B, T = ids.shape
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
         pos = start[:, None] + torch.arange(T, device=ids.device)[None]  # [B, T]
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, T, D]
+        cos, sin = self._cos[pos][:, :, None], self._sin[pos][:, :, None]  # [B, T, 1, D]
         if T == 1:
             attend = self._decode_attention(cache, start)
         else:
@@ -169,10 +172,11 @@ class KVLlama:
         for i, w in enumerate(self.layers):
             x = self._norm(h, w["ln1"])
             qkv = F.linear(x, w["qkv"], w["qkv_bias"])
-            q, k, v = qkv.split((H * D, KV * D, KV * D), dim=-1)
-            q = self._rope(q.view(B, T, H, D).transpose(1, 2), cos, sin)
-            k = self._rope(k.view(B, T, KV, D).transpose(1, 2), cos, sin)
-            att = attend(i, q, k, v.view(B, T, KV, D).transpose(1, 2))
+            # queries and keys rotated together
+            qk = self._rope(qkv[..., : (H + KV) * D].view(B, T, H + KV, D), cos, sin)
+            q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
+            v = qkv[..., (H + KV) * D :].view(B, T, KV, D).transpose(1, 2)
+            att = attend(i, q, k, v)
             h = h + F.linear(att.transpose(1, 2).reshape(B, T, H * D), w["o"], w["o_bias"])
             x = self._norm(h, w["ln2"])
             gb = w["mlp_bias"]

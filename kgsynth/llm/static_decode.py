@@ -384,7 +384,7 @@ def _sample(logits: Any, temperature: float, top_p: float, exact: bool) -> tuple
     import torch
 
     if temperature > 0:
-        scores = logits / temperature
+        scores = logits / temperature if temperature != 1.0 else logits
         filtered = scores
         if top_p < 1.0:
             ordered, order = torch.sort(scores, descending=False)
