@@ -295,19 +295,63 @@ def test_grpo_runs_with_the_static_engine_under_the_alignment_check(tiny, tmp_pa
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_the_draw_follows_the_distribution_and_its_nucleus(exact):
-    from kgsynth.llm.static_decode import _sample
+    from kgsynth.llm.static_decode import DecodeParams, _sample
+
+    def draw(logits, temperature, top_p, exact, top_k=0):
+        params = DecodeParams(1, temperature, top_p=top_p, top_k=top_k)
+        return _sample(logits, params, exact)
 
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = probs.log().repeat(20_000, 1) * 0.7  # at temperature 0.7: these probabilities
     torch.manual_seed(0)
-    tok, lp = _sample(logits, 0.7, 1.0, exact)
+    tok, lp = draw(logits, 0.7, 1.0, exact)
     freq = torch.bincount(tok, minlength=4).float() / len(tok)
     assert freq.tolist() == pytest.approx(probs.tolist(), abs=0.012)
     assert lp.tolist() == pytest.approx(probs.log()[tok].tolist(), abs=1e-5)
     # top-p 0.7: the nucleus is the two likeliest tokens; the log-prob stays before top-p
-    tok, lp = _sample(logits, 0.7, 0.7, exact)
+    tok, lp = draw(logits, 0.7, 0.7, exact)
     freq = torch.bincount(tok, minlength=4).float() / len(tok)
     assert freq[2:].sum() == 0 and float(freq[0]) == pytest.approx(0.5 / 0.8, abs=0.012)
     assert lp.tolist() == pytest.approx(probs.log()[tok].tolist(), abs=1e-5)
-    greedy, _ = _sample(logits[:3], 0.0, 1.0, exact)
+    # top-k 3 then top-p 0.9: of 0.5, 0.3, 0.15 the nucleus is all three (0.8 < 0.9)
+    tok, _ = draw(logits, 0.7, 0.9, exact, top_k=3)
+    freq = torch.bincount(tok, minlength=4).float() / len(tok)
+    assert float(freq[3]) == 0 and float(freq[2]) == pytest.approx(0.15 / 0.95, abs=0.012)
+    greedy, _ = draw(logits[:3], 0.0, 1.0, exact)
     assert greedy.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize(("temperature", "seed"), [(0.0, None), (0.8, 7)])
+def test_the_hf_backend_answers_through_the_static_engine_as_generate_does(tiny, temperature, seed):
+    """Eval, free rollouts and the early stopping ask the hf backend: on a CPU it decodes a
+    Llama with the static engine (engine auto) and gives generate's completions (same text,
+    token counts, finish reasons), top-k 50 and stop strings included; a later turn's prompt
+    starts from the keys its first turn left."""
+    from kgsynth.llm.base import GenerationParams, Request
+    from kgsynth.llm.hf_backend import HFLLM
+
+    path = str(tiny[0])
+    params = GenerationParams(temperature=temperature, max_tokens=30, stop=STOPS, seed=seed)
+    system = {"role": "system", "content": "answer with <answer>[...]</answer>"}
+    questions = ("who directed Kismet?", "a", "when was Juarez released?", "who is b?")
+    reqs = [Request.make([system, {"role": "user", "content": q}], params) for q in questions * 2]
+    auto, hf = HFLLM(path, device="cpu", batch_size=4), HFLLM(path, engine="hf", batch_size=4)
+    want, got = hf.generate_batch(reqs), auto.generate_batch(reqs)
+    assert auto._decoder and hf._decoder is None  # the static engine answered
+    for w, g in zip(want, got, strict=True):
+        assert (g.text, g.finish_reason, g.prompt_tokens, g.completion_tokens) == (
+            w.text, w.finish_reason, w.prompt_tokens, w.completion_tokens
+        )  # fmt: skip
+    # the next turn: the conversation so far and an observation
+    later = [
+        Request.make([*r.message_dicts(), {"role": "assistant", "content": c.text},
+                      {"role": "user", "content": "<information>x</information>"}], params)
+        for r, c in zip(reqs, got, strict=True)
+    ]  # fmt: skip
+    before = auto._decoder.stats["reused_tokens"]
+    assert [c.text for c in auto.generate_batch(later)] == [
+        c.text for c in hf.generate_batch(later)
+    ]
+    assert auto._decoder.stats["reused_tokens"] - before > sum(c.prompt_tokens for c in got) / 2
+    with pytest.raises(Exception, match="engine must be one of"):
+        HFLLM(path, engine="fast")

@@ -2,6 +2,14 @@
 
 A model trained by ``kgsynth train`` (a ``save_pretrained`` folder) can itself generate data.
 
+A Llama-architecture checkpoint (the tiny policy) generates through
+:class:`~kgsynth.llm.static_decode.StaticDecoder` (``engine="auto"``, the default, on a CPU;
+``"static"`` anywhere): batched decoding over a preallocated KV cache, drawing as ``generate`` draws
+(``exact_rng``: the same tokens from the same seed), and a prefix cache, so an episode's next
+turn prefills only what the last one added. Any other model, a LoRA adapter, or a generation
+config asking for what the decoder does not do (a repetition penalty, beams, …) uses
+``generate`` (``engine="hf"`` always does).
+
 On CPU, ``workers=N`` generates in N processes, each holding the model and an equal share of
 the CPU threads: a call's batches (``batch_size`` requests each, formed exactly as in one
 process) are handed out to them, so the completions are the same as with one process, only
@@ -52,6 +60,18 @@ def check_device(device: str) -> None:
         raise ConfigError(f"--device: {device}: this machine has {count} {parsed.type} device(s)")
 
 
+ENGINES = ("auto", "static", "hf")
+# generation settings the static decoder has no processor for, with their no-op values
+_UNSUPPORTED = {
+    "repetition_penalty": (None, 1.0), "num_beams": (None, 1), "no_repeat_ngram_size": (None, 0),
+    "min_length": (None, 0), "min_new_tokens": (None,), "typical_p": (None, 1.0),
+    "min_p": (None,), "top_h": (None,), "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0),
+    "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "sequence_bias": (None,),
+    "renormalize_logits": (None, False), "encoder_repetition_penalty": (None, 1.0),
+}  # fmt: skip
+
+
 class HFLLM(LLM):
     backend = "hf"
 
@@ -63,8 +83,13 @@ class HFLLM(LLM):
         batch_size: int = 8,
         workers: int = 1,
         base_model: str | None = None,
+        engine: str = "auto",
     ) -> None:
         super().__init__()
+        if engine not in ENGINES:
+            raise ConfigError(f"the hf backend's engine must be one of {', '.join(ENGINES)}")
+        self.engine = engine
+        self._decoder: Any = None
         path = Path(model)
         if not is_model_folder(path):
             raise ConfigError(
@@ -174,8 +199,72 @@ class HFLLM(LLM):
             )
         return results
 
+    def _static(self) -> Any:
+        """The static decoder for this model, or None where ``generate`` must run."""
+        # auto: on a CPU only (its prefix cache takes memory a GPU's generate may need)
+        wanted = self.engine == "static" or self._resolve_device() == "cpu"
+        if self._decoder is None and self.engine != "hf" and wanted:
+            from kgsynth.llm.kv_llama import UnsupportedModel
+            from kgsynth.llm.static_decode import StaticDecoder
+
+            gen = self._model.generation_config
+            odd = [k for k, ok in _UNSUPPORTED.items() if getattr(gen, k, None) not in ok]
+            try:
+                if odd:
+                    raise UnsupportedModel(f"its generation config sets {', '.join(odd)}")
+                self._decoder = StaticDecoder(self._model, self._tok, exact_rng=True)
+            except UnsupportedModel as exc:
+                if self.engine == "static":
+                    raise ConfigError(f"the static engine cannot run {self.model}: {exc}") from None
+                log.info("hf backend: generate, not the static engine (%s)", exc)
+                self._decoder = False
+        return self._decoder or None
+
+    def _generate_static(self, decoder: Any, reqs: Sequence[Request]) -> list[Completion]:
+        """``_generate_group`` through the static decoder: the same prompts, processors, stop
+        tokens and seed as ``generate``, so the same completions."""
+        import torch
+
+        from kgsynth.llm.static_decode import DecodeParams
+
+        p = reqs[0].params
+        gen = self._model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else self._tok.eos_token_id
+        sampling = p.temperature > 0
+        params = DecodeParams(
+            max_new_tokens=p.max_tokens,
+            temperature=p.temperature if sampling else 0.0,
+            top_p=p.top_p if sampling and p.top_p is not None else 1.0,
+            top_k=(50 if gen.top_k is None else gen.top_k) if sampling else 0,
+            stop_ids=frozenset([eos] if isinstance(eos, int) else (eos or [])),
+            stop_strings=tuple(p.stop),
+        )
+        prompts = [self._tok(self._prompt(r), add_special_tokens=False)["input_ids"] for r in reqs]
+        if p.seed is not None:
+            torch.manual_seed(p.seed)
+        results = []
+        for ids, out in zip(prompts, decoder.generate(prompts, params), strict=True):
+            text = self._tok.decode(out.ids, skip_special_tokens=True)
+            for stop in p.stop:  # keep the stop string, drop anything after it
+                cut = text.find(stop)
+                if cut >= 0:
+                    text = text[: cut + len(stop)]
+            n_new = len(out.ids)
+            results.append(
+                Completion(
+                    clean_text(text),
+                    finish_reason="stop" if n_new < p.max_tokens else "length",
+                    prompt_tokens=len(ids),
+                    completion_tokens=n_new,
+                )
+            )
+        return results
+
     def _generate_safe(self, reqs: Sequence[Request]) -> list[Completion]:
+        decoder = self._static()
         try:
+            if decoder is not None:
+                return self._generate_static(decoder, reqs)
             return self._generate_group(reqs)
         except (RuntimeError, ValueError) as exc:
             return [Completion("", error=f"hf generate failed: {exc}"[:500])] * len(reqs)

@@ -36,12 +36,14 @@ BLOCK = 16  # prompts are matched to stored sequences a block of tokens at a tim
 
 @dataclass(frozen=True)
 class DecodeParams:
-    """At most ``max_new_tokens`` at ``temperature`` (0: greedy) with nucleus ``top_p``; a row
+    """At most ``max_new_tokens`` at ``temperature`` (0: greedy), the ``top_k`` likeliest
+    tokens (0: all) and nucleus ``top_p``; a row
     stops after any of ``stop_ids`` or once its sampled text ends with one of ``stop_strings``."""
 
     max_new_tokens: int
     temperature: float
     top_p: float = 1.0
+    top_k: int = 0  # 0: off
     stop_ids: frozenset[int] = field(default_factory=frozenset)
     stop_strings: tuple[str, ...] = ()
 
@@ -280,7 +282,7 @@ class StaticDecoder:
         stop_ids = torch.tensor(sorted(params.stop_ids), dtype=torch.long, device=device)
         candidates = self._stop_candidates(params.stop_strings, logits.shape[1], device)
         for step in range(params.max_new_tokens):
-            tok, lp = _sample(logits, params.temperature, params.top_p, self.exact_rng)
+            tok, lp = _sample(logits, params, self.exact_rng)
             run.toks[run.rows, step], run.lps[run.rows, step] = tok, lp
             run.n_out[run.rows] = torch.where(finished, run.n_out[run.rows], step + 1)
             stop = torch.isin(tok, stop_ids) if len(stop_ids) else torch.zeros_like(finished)
@@ -374,24 +376,28 @@ def _groups(new: list[int], start: list[int], overhead: int = 4096) -> list[tupl
     return best
 
 
-def _sample(logits: Any, temperature: float, top_p: float, exact: bool) -> tuple[Any, Any]:
-    """One token per row as ``generate`` draws it (temperature, then top-p, then one draw
-    from each row's distribution; argmax at 0) and its log-prob at ``temperature`` before
-    top-p (at 0: of the raw logits). ``exact``: the draw is ``torch.multinomial``'s own (an
-    exponential race over ``exponential_`` variates, as ``generate`` draws); else the same
-    race over ``-log(rand)`` variates: the same distribution, ten times cheaper on a CPU,
-    other random numbers."""
+def _sample(logits: Any, params: DecodeParams, exact: bool) -> tuple[Any, Any]:
+    """One token per row as ``generate`` draws it (temperature, then top-k, then top-p, then
+    one draw from each row's distribution; argmax at 0) and its log-prob at the temperature
+    before top-k and top-p (at 0: of the raw logits). ``exact``: the draw is
+    ``torch.multinomial``'s own (an exponential race over ``exponential_`` variates, as
+    ``generate`` draws); else the same race over ``-log(rand)`` variates: the same
+    distribution, ten times cheaper on a CPU, other random numbers."""
     import torch
 
+    temperature = params.temperature
     if temperature > 0:
         scores = logits / temperature if temperature != 1.0 else logits
         filtered = scores
-        if top_p < 1.0:
-            ordered, order = torch.sort(scores, descending=False)
+        if 0 < params.top_k < scores.shape[-1]:
+            kth = torch.topk(scores, params.top_k)[0][..., -1:]
+            filtered = filtered.masked_fill(scores < kth, -float("inf"))
+        if params.top_p < 1.0:
+            ordered, order = torch.sort(filtered, descending=False)
             cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-            drop = cumulative <= (1 - top_p)
+            drop = cumulative <= (1 - params.top_p)
             drop[..., -1:] = False
-            filtered = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+            filtered = filtered.masked_fill(drop.scatter(1, order, drop), -float("inf"))
         probs = torch.softmax(filtered, dim=-1)
         if exact:
             tok = torch.multinomial(probs, num_samples=1).squeeze(1)
