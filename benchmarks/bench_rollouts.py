@@ -26,6 +26,7 @@ tokens/s over hf tokens/s, the median of the rounds).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -149,9 +150,11 @@ def roll(engine: Any, model: Any, tok: Any, tasks: list, graph: Any, cfg: Any, b
     tokens = sum(r.generated_tokens for r in rollouts)
     # the context each sampled token was sampled at
     positions = [i for r in rollouts for i, m in enumerate(r.mask) if m]
-    # what must be prefilled at least: each distinct first prompt once, every environment token
+    # what must be prefilled at least: the first prompts' distinct tokens (sorted, each shares
+    # a prefix with the one before), every environment token
     env = sum(r.mask[r.prompt_len :].count(0) for r in rollouts)
-    firsts = sum(len(p) for p in {tuple(r.ids[: r.prompt_len]) for r in rollouts})
+    prompts = sorted({tuple(r.ids[: r.prompt_len]) for r in rollouts})
+    firsts = len(prompts[0]) + sum(len(b) - _shared(a, b) for a, b in itertools.pairwise(prompts))
     calls = sum(1 for r in rollouts for t in r.episode.turns if t.tool and not t.tool_error)
     return {"tokens": tokens, "episodes": len(rollouts), "wall_s": wall,
             "generate_s": spent["s"], "context": statistics.mean(positions or [0]),
@@ -205,6 +208,16 @@ def summarize(runs: dict[str, list[dict]], model: Any, args: argparse.Namespace)
         summary[name]["share_of_bound"] = round(summary[name]["tokens_per_s"] / cap, 3)
     summary["same_tokens"] = len({x["digest"] for rs in runs.values() for x in rs}) == 1
     return summary
+
+
+def _shared(a: tuple, b: tuple) -> int:
+    """The length of the prefix two token sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def main() -> None:
