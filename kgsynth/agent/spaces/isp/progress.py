@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kgsynth.agent.protocol import NODE, OPERATION_RE, SPARQL
 from kgsynth.metrics import answer_set, normalize_answer
@@ -49,9 +49,18 @@ from kgsynth.metrics import answer_set, normalize_answer
 if TYPE_CHECKING:
     from kgsynth.agent.loop import Episode
     from kgsynth.agent.rewards.components import Gold
-    from kgsynth.agent.rewards.distance import GraphDistance
 
 log = logging.getLogger(__name__)
+
+
+class GraphDistance(Protocol):
+    """What the progress rule needs of :class:`kgsynth.agent.rewards.distance.GraphDistance`
+    (which calls this module): the KG, and hops between two sets of names."""
+
+    graph: Any
+
+    def distance(self, names: Sequence[str], answers: Any) -> int | None: ...
+
 
 # SELECT (COUNT(DISTINCT ?x) AS ?n): the counted variable, or * for COUNT(*)
 _COUNT_RE = re.compile(

@@ -15,8 +15,14 @@ from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.knowcoder.oracle import answer_type, values_sketch
+from kgsynth.agent.spaces.knowcoder.patterns import search_variable_patterns
 from kgsynth.agent.spaces.knowcoder.thoughts import knowcoder_thought
-from kgsynth.agent.spaces.knowcoder.tools import TOOL_HELP, make_tools
+from kgsynth.agent.spaces.knowcoder.tools import (
+    TOOL_HELP,
+    execute_sparql,
+    search_graph_patterns,
+    search_types,
+)
 from kgsynth.agent.spaces.knowcoder.turns import KnowCoderFormat
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -39,7 +45,17 @@ class KnowCoder(SparqlSpace, ActionSpace):
     prompt = "knowcoder_system"
 
     def make_tools(self, env: Any) -> ToolTable:
-        return make_tools(env)
+        """The tool table over ``env``; ``SearchGraphPatterns`` as the agent's
+        ``knowcoder_patterns`` says (``variable``: :mod:`.patterns`, the paper's; ``entities``:
+        :func:`.tools.search_graph_patterns`)."""
+        patterns = search_graph_patterns
+        if getattr(env.config, "knowcoder_patterns", "variable") == "variable":
+            patterns = search_variable_patterns
+        return {
+            "SearchTypes": (1, lambda text: search_types(env, text)),
+            "SearchGraphPatterns": (2, lambda sketch, hint: patterns(env, sketch, hint)),
+            "ExecuteSPARQL": (1, lambda query: execute_sparql(env, query)),
+        }
 
     def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
         """Without ``graph`` the ``SearchTypes`` step is left out (it needs the KG)."""

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from rank_bm25 import BM25Okapi
 
-from kgsynth.agent.spaces.sparql import ToolTable, sparql_result
+from kgsynth.agent.spaces.sparql import sparql_result
 from kgsynth.agent.toolkit import ErrorType, ToolFailure, ToolResult, relation_words, tokenize
 from kgsynth.core.errors import RowLimitError
 from kgsynth.kg import sparql
@@ -76,22 +76,6 @@ _HELP = {  # name: (usage, what it shows)
 }
 USAGE = {name: usage for name, (usage, _) in _HELP.items()}
 TOOL_HELP = [{"usage": usage, "description": text} for usage, text in _HELP.values()]
-
-
-def make_tools(env: ToolHost) -> ToolTable:
-    """KnowCoder-A1's tool table over ``env``; ``SearchGraphPatterns`` as the agent's
-    ``knowcoder_patterns`` says (``variable``: :mod:`.patterns`, the paper's; ``entities``:
-    :func:`search_graph_patterns`)."""
-    patterns: Callable[..., ToolResult] = search_graph_patterns
-    if getattr(env.config, "knowcoder_patterns", "variable") == "variable":
-        from kgsynth.agent.spaces.knowcoder.patterns import search_variable_patterns
-
-        patterns = search_variable_patterns
-    return {
-        "SearchTypes": (1, lambda text: search_types(env, text)),
-        "SearchGraphPatterns": (2, lambda sketch, hint: patterns(env, sketch, hint)),
-        "ExecuteSPARQL": (1, lambda query: execute_sparql(env, query)),
-    }
 
 
 def _wrong(tool: str) -> ToolFailure:
