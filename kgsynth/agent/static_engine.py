@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kgsynth.agent.engines import Completion, SamplingParams
+from kgsynth.agent.engine_api import Completion, SamplingParams
 from kgsynth.llm.static_decode import DecodeParams, StaticDecoder
 
 
