@@ -569,9 +569,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kgsynth.train.tiny import build_tiny_model
     from kgsynth.train.data import build_samples, corpus_texts, read_corpus
     from kgsynth.train.sft import SFTConfig, resolve_config
+    from kgsynth.train.tiny import build_tiny_model
 
     machine = machine_info()
     started = time.perf_counter()
