@@ -5,6 +5,7 @@ the reason of every row, the shared inputs, the seconds of each step and the ext
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class FilterRun:
         self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - started, 4)
 
 
-class Filter:
+class Filter(ABC):
     """One filter: the rows it rejects (:meth:`rejects`) get ``name`` as their ``reject_reason``.
 
     It runs when ``name`` is among :meth:`FilterConfig.enabled`'s reasons and sees only the
@@ -73,9 +74,9 @@ class Filter:
         """Whether it reads its phase's shared input with ``cfg``."""
         return False
 
+    @abstractmethod
     def rejects(self, run: FilterRun) -> np.ndarray:
         """A bool mask over all rows: True where the row fails this filter."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
