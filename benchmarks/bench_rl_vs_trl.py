@@ -47,12 +47,13 @@ def _reset() -> None:
 
 
 def run_kgsynth(model_dir: str, kg: str, questions: str, steps: int, out: Path) -> float:
+    from kgsynth.agent.config import AgentConfig
     from kgsynth.train.grpo import GRPOConfig, RLSpec, resolve_config, train_grpo
 
+    agent = AgentConfig(max_turns=1, max_turn_tokens=64)
     cfg = resolve_config(
         GRPOConfig(init=model_dir, lr=1e-5, group_size=8, questions_per_step=4, max_steps=steps,
-                   max_turns=1, max_turn_tokens=64, temperature=1.0, kl_coef=0.0,
-                   save_steps=10_000)
+                   agent=agent, temperature=1.0, kl_coef=0.0, save_steps=10_000)
     )  # fmt: skip
     _reset()
     train_grpo(RLSpec(questions, kg, None, str(out), cfg))

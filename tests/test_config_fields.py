@@ -147,7 +147,7 @@ filter:
 
 def test_a_recipe_level_agent_block_reaches_every_step_with_agent_settings(tmp_path):
     """The recipe's top-level agent: block is read by each section whose config has agent
-    settings (nested, or declared as the agent's by rl and SFT); a section's own agent:
+    settings (each nests an AgentConfig); a section's own agent:
     mapping adds to it and wins; a config field that only shares a name with an agent setting
     (the filter's max_turns) is not touched."""
     from kgsynth.eval.config import EvalConfig
@@ -163,7 +163,7 @@ def test_a_recipe_level_agent_block_reaches_every_step_with_agent_settings(tmp_p
     ev = build_config(EvalConfig, path, {}, section="eval")
     assert (ev.agent.max_turns, ev.agent.relation_ranking, ev.limit) == (6, "focus", 3)
     rl = build_config(GRPOConfig, path, {}, section="rl")
-    assert (rl.max_turns, rl.relation_ranking) == (6, "focus")
+    assert (rl.agent.max_turns, rl.agent.relation_ranking) == (6, "focus")
     flt = build_config(FilterConfig, path, {}, section="filter")
     assert flt.max_turns is None and flt.outcome == "hit"
     # a flag wins over both

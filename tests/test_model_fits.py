@@ -85,13 +85,13 @@ def test_the_limit_comes_from_the_config_else_a_real_tokenizer_limit(model_512, 
 
 
 def test_rl_turn_and_observation_caps_fit_the_model(model_512, caplog):
+    from kgsynth.agent.config import AgentConfig
     from kgsynth.train.grpo_config import GRPOConfig, resolve_config
 
+    agent = AgentConfig(max_turn_tokens=1024)
     with caplog.at_level(logging.WARNING, logger="kgsynth.core.modelio"):
-        cfg = resolve_config(
-            GRPOConfig(init=str(model_512), max_turn_tokens=1024, max_obs_tokens=2048)
-        )
-    assert cfg.max_turn_tokens == 512 and cfg.max_obs_tokens == 512
+        cfg = resolve_config(GRPOConfig(init=str(model_512), agent=agent, max_obs_tokens=2048))
+    assert cfg.agent.max_turn_tokens == 512 and cfg.max_obs_tokens == 512
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines
     assert lines[0].startswith("max_turn_tokens 1024 is more than the model's 512 positions")

@@ -453,7 +453,7 @@ def test_entity_matching_reaches_every_stage_config():
         TrajectoryConfig(agent=ToolConfig(entity_matching="near")).tool_config().entity_matching
         == "near"
     )
-    assert GRPOConfig(entity_matching="near").agent.entity_matching == "near"
+    assert GRPOConfig(agent=ToolConfig(entity_matching="near")).agent.entity_matching == "near"
     assert EvalConfig().tool_config().entity_matching == "exact"
 
 

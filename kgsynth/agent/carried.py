@@ -141,18 +141,6 @@ def model_agent(model: str | Path | None) -> CarriedAgent | None:
     return CarriedAgent(values, f"the model {model}") if values else None
 
 
-def undeclared_values(
-    model: str | Path | None, stage_config: Any, fill: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The settings ``model`` carries that ``stage_config`` (a dataclass that declares some
-    agent fields flat, as GRPO's) has no option for: they come from the checkpoint, and those
-    it does not carry from ``fill`` (a preset's) when given."""
-    declared = {f.name for f in dataclasses.fields(stage_config)}
-    values = read_agent_file(model) if model and Path(model).is_dir() else None
-    merged = {**(fill or {}), **(values or {})}
-    return {k: v for k, v in merged.items() if k not in declared}
-
-
 # -- provenance of a corpus
 
 
@@ -394,6 +382,5 @@ __all__ = [
     "read_agent_file",
     "sft_agent",
     "shown",
-    "undeclared_values",
     "write_agent_file",
 ]

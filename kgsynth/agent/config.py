@@ -7,16 +7,16 @@ tool environment reads (``ToolConfig`` is another name for it) and that RL's
 documents itself (``kgsynth.core.config.option``): its help text is its ``--flag``'s, and older flag
 names still work, with a deprecation line (``--tools``, ``--max-tokens``, ``--max-triples``).
 
-Synthesis and eval nest it (their ``agent`` field). GRPO and SFT's early stopping declare the
-settings they take as their own fields (:func:`agent_option`, marked as the agent's) and get
-their agent with :func:`agent_config_of`.
+Every stage that runs the agent nests it as its ``agent`` field (synthesis, eval, RL, and SFT's
+early stopping and carried settings); a recipe gives its settings in one ``agent:`` block and
+flags name them by their own names (:func:`kgsynth.core.config.flat_fields`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from kgsynth.agent.spaces.registry import BUILTIN
 from kgsynth.agent.spaces.registry import names as space_names
@@ -62,9 +62,9 @@ class AgentConfig:
     max_turns: int = option(
         10, "Assistant turns before the agent is asked for a final answer", panel="Agent"
     )
-    max_turn_tokens: int = option(
+    max_turn_tokens: int | None = option(
         512,
-        "Tokens the policy generates per assistant turn",
+        "Tokens the policy generates per assistant turn (rl: null takes its training recipe's)",
         aliases=("--max-tokens",),
         panel="Agent",
         advanced=True,
@@ -256,7 +256,8 @@ class AgentConfig:
         known = space_names()
         need(self.toolset in known, "toolset", f"{', '.join(known[:-1])} or {known[-1]}")
         need(self.max_turns >= 1, "max_turns", ">= 1")
-        need(self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
+        # None only where a stage fills it before it runs (rl's recipe: train.grpo_config)
+        need(self.max_turn_tokens is None or self.max_turn_tokens >= 1, "max_turn_tokens", ">= 1")
         need(self.resample_cut_turns >= 0, "resample_cut_turns", ">= 0")
         need(self.resample_temperature > 0, "resample_temperature", "> 0")
         need(self.system_prompt in PROMPT_STYLES, "system_prompt", " or ".join(PROMPT_STYLES))
@@ -310,28 +311,13 @@ class AgentConfig:
             f"below gate_high ({self.gate_high}; --gate-high), tau_low < tau_high",
         )
 
+    def check_turn_tokens(self) -> None:
+        """A stage that runs the agent as configured (eval, synthesis) needs a turn-token cap;
+        only rl leaves it null, for its recipe to fill."""
+        if self.max_turn_tokens is None:
+            raise AgentConfigError(
+                "max_turn_tokens must be a number of tokens (null is rl's: its recipe fills it)"
+            )
+
 
 AGENT_FIELDS = tuple(f.name for f in dataclasses.fields(AgentConfig))
-
-
-def agent_config_of(stage_config: Any, **overrides: Any) -> AgentConfig:
-    """The :class:`AgentConfig` a stage config's own agent fields describe (those named as
-    AgentConfig's); ``overrides`` win (e.g. GRPO's ``max_turn_tokens`` once its recipe
-    resolved it)."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(stage_config):
-        if f.name in AGENT_FIELDS:
-            values[f.name] = getattr(stage_config, f.name)
-    return AgentConfig(**{**values, **overrides})
-
-
-def agent_option(name: str, **changes: Any) -> Any:
-    """An :class:`AgentConfig` option declared by a stage config that keeps it as its own
-    field (GRPO, whose recipe fills the turn-token budget after the config is built): the
-    agent's default, help and aliases, with ``changes`` (``default=``, ``help=``) on top, so
-    that the option is documented once. The stage derives its ``AgentConfig`` with
-    :func:`agent_config_of`."""
-    f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
-    meta = {**f.metadata, **changes, "agent": True}
-    default = meta.pop("default", f.default)
-    return option(default, **meta)

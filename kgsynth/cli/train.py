@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from kgsynth.agent.carried import CarriedAgent
+from kgsynth.agent.config import AGENT_FIELDS
 from kgsynth.cli.common import fail, progress_bar, stderr, stdout
 from kgsynth.cli.fields import config_command, field_params
 from kgsynth.cli.options import ConfigOption, KGOption, ProfileOption
@@ -27,7 +28,7 @@ from kgsynth.cli.panels import INPUTS, LAUNCH, MODEL, OPTIMIZATION, OUTPUT, comm
 from kgsynth.core.errors import KGSynthError
 from kgsynth.train.grpo_config import GRPOConfig
 from kgsynth.train.launch import LaunchConfig
-from kgsynth.train.sft_config import SELECT_AGENT_FIELDS, SELECT_FIELDS, SFTConfig
+from kgsynth.train.sft_config import SELECT_FIELDS, SFTConfig
 
 train_app = typer.Typer(
     help="Train the agent: stage1 and stage2 (SFT on synthetic, then expert trajectories), rl "
@@ -120,7 +121,7 @@ def _sft_command(stage: str, skip: tuple[str, ...], doc: str) -> Callable[..., A
 stage1_cmd = command(train_app, "stage1")(
     _sft_command(
         "stage1",
-        ("init", *SELECT_FIELDS, *SELECT_AGENT_FIELDS),
+        ("init", *SELECT_FIELDS, *AGENT_FIELDS),
         "Stage 1 SFT: from --model (a checkpoint folder or 'tiny') on synthetic trajectories.",
     )
 )
@@ -223,7 +224,7 @@ def _print_selection(stage: str, manifest: dict[str, Any]) -> None:
 def _preset_layer(given: dict[str, Any], config: Path | None, section: str | None) -> dict:
     from kgsynth.train.stages import preset_base
 
-    return preset_base(given["preset"], config, section)
+    return preset_base(given["preset"], config, section, init=given.get("init"))
 
 
 def _init_carries(given: dict[str, Any], params: dict[str, Any]) -> CarriedAgent | None:

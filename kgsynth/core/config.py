@@ -171,7 +171,7 @@ def section_values(
     values: dict[str, Any] = {}
     shared = whole.get(AGENT_BLOCK) if sectioned else None
     if isinstance(shared, dict):
-        agents = {n for n, (owner, f, _) in flat_fields(cls).items() if _is_agent(owner, f)}
+        agents = {n for n, (owner, _, _) in flat_fields(cls).items() if owner == AGENT_BLOCK}
         known = agents | {a for a, n in alias_names(cls).items() if n in agents}
         values.update({k: v for k, v in shared.items() if str(k).replace("-", "_") in known})
     for key, value in part.items():
@@ -180,12 +180,6 @@ def section_values(
         else:
             values[key] = value
     return values
-
-
-def _is_agent(owner: str | None, f: dataclasses.Field) -> bool:
-    """Whether option ``f`` is an agent setting: a field of the nested ``agent`` config, or
-    one a stage config declares as the agent's (``metadata["agent"]``)."""
-    return owner == AGENT_BLOCK or bool(f.metadata.get("agent"))
 
 
 def file_options(cls: type, config_file: str | Path, section: str | None = None) -> dict[str, Any]:
@@ -239,24 +233,35 @@ def build_config(
         if problem:
             raise ConfigError(f"--{name.replace('_', '-')} {problem} (got {value!r})")
         values[name] = value
-    outer: dict[str, Any] = {}
-    inner: dict[str, dict[str, Any]] = {name: {} for name in nested_configs(cls)}
-    for name, value in values.items():
-        owner = fields[name][0] if name in fields else None
-        (inner[owner] if owner else outer)[name] = value
     try:
-        defaults = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        for owner, kwargs in inner.items():
-            f = defaults[owner]
-            if f.default_factory is not dataclasses.MISSING:
-                outer[owner] = dataclasses.replace(f.default_factory(), **kwargs)
-            elif f.default is not dataclasses.MISSING:
-                outer[owner] = dataclasses.replace(f.default, **kwargs)
-            else:
-                outer[owner] = nested_configs(cls)[owner](**kwargs)
-        return cls(**outer)
+        return _assemble(cls, values)
     except TypeError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def _assemble(cls: type[C], values: dict[str, Any]) -> C:
+    """``cls`` from option values by their one names (a nested config's, or a mapping under a
+    nested config's field), each nested config built over the default the outer one sets."""
+    fields = flat_fields(cls)
+    nested = nested_configs(cls)
+    outer: dict[str, Any] = {}
+    inner: dict[str, dict[str, Any]] = {name: {} for name in nested}
+    for name, value in values.items():
+        if name in nested and isinstance(value, dict):
+            inner[name].update(value)
+            continue
+        owner = fields[name][0] if name in fields else None
+        (inner[owner] if owner else outer)[name] = value
+    defaults = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for owner, kwargs in inner.items():
+        f = defaults[owner]
+        if f.default_factory is not dataclasses.MISSING:
+            outer[owner] = dataclasses.replace(f.default_factory(), **kwargs)
+        elif f.default is not dataclasses.MISSING:
+            outer[owner] = dataclasses.replace(f.default, **kwargs)
+        else:
+            outer[owner] = nested[owner](**kwargs)
+    return cls(**outer)
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", **meta: Any) -> Any:
@@ -306,3 +311,37 @@ def config_record(cfg: Any) -> dict[str, Any]:
         elif f.metadata.get("record", True):
             record[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
     return record
+
+
+def config_from_record(cls: type[C], record: dict[str, Any]) -> C:
+    """``cls`` from what :func:`config_record` wrote (a spec or resume file): a nested config's
+    options by their one names, or (as ``dataclasses.asdict`` writes them) as a mapping under
+    its field. A key ``cls`` does not know is a :class:`ConfigError` naming it."""
+    known = set(flat_fields(cls)) | set(nested_configs(cls))
+    unknown = sorted(set(record) - known)
+    if unknown:
+        raise ConfigError(f"unknown option(s) for {cls.__name__}: {', '.join(unknown)}")
+    return _assemble(cls, record)
+
+
+def option_value(cfg: Any, name: str) -> Any:
+    """Option ``name`` of ``cfg`` by its one name (a nested config's too: ``max_turns`` of a
+    config nesting an ``agent``)."""
+    owner = flat_fields(type(cfg))[name][0]
+    return getattr(getattr(cfg, owner) if owner else cfg, name)
+
+
+def replace_options(cfg: C, **values: Any) -> C:
+    """``dataclasses.replace`` by option names: a nested config's options are replaced in it."""
+    fields = flat_fields(type(cfg))
+    outer: dict[str, Any] = {}
+    inner: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        owner = fields[name][0]
+        if owner:
+            inner.setdefault(owner, {})[name] = value
+        else:
+            outer[name] = value
+    for owner, kwargs in inner.items():
+        outer[owner] = dataclasses.replace(getattr(cfg, owner), **kwargs)
+    return dataclasses.replace(cfg, **outer)  # type: ignore[type-var]

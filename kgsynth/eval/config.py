@@ -125,6 +125,7 @@ class EvalConfig:
         check_report_to(self.report_to)
         if self.agent.top_k_relations < 1 or self.agent.max_triples_per_relation < 1:
             raise ConfigError("--top-k-relations and --max-triples-per-relation must be >= 1")
+        self.agent.check_turn_tokens()
 
     @property
     def greedy_repeats(self) -> bool:

@@ -136,6 +136,7 @@ class TrajectoryConfig:
             raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {self.heldout_fraction})")
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
+        self.agent.check_turn_tokens()
         if self.reflection and self.mode == "oracle":
             raise ConfigError(
                 "--reflection applies to sampled trajectories (--mode free or referenced); "

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kgsynth.core.config import option_value
 from kgsynth.core.errors import ConfigError
 
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -44,7 +45,8 @@ def fill_recipe(cfg: Any, recipes: Mapping[str, Mapping[str, Any]], recipe: str)
     if recipe not in recipes:
         raise ConfigError(f"recipe must be one of {', '.join(recipes)} (got {recipe!r})")
     return {
-        k: (v if getattr(cfg, k) is None else getattr(cfg, k)) for k, v in recipes[recipe].items()
+        k: (v if option_value(cfg, k) is None else option_value(cfg, k))
+        for k, v in recipes[recipe].items()
     }
 
 

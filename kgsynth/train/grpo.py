@@ -60,6 +60,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kgsynth.core.config import config_record
 from kgsynth.core.errors import ConfigError
 from kgsynth.train.core import deepspeed_env, rank_and_world, resolve_precision
 from kgsynth.train.grpo_config import (
@@ -239,7 +240,7 @@ def _train(
         from kgsynth.core.tracking import Tracker
 
         metrics_path.unlink(missing_ok=True)
-        tracker = Tracker(cfg.report_to, out, name="rl", config=dataclasses.asdict(cfg))
+        tracker = Tracker(cfg.report_to, out, name="rl", config=config_record(cfg))
     st = LoopState(qs=qs, rng=rng, reward_state=RewardState(step=0), order=list(range(len(qs))))
     rng.shuffle(st.order)
     if cfg.question_curriculum == "difficulty":  # ISP-KGR: easy, then medium, then hard

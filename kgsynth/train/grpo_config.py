@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.carried import ALLOW_TOOLSET_CHANGE_HELP
-from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
+from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.engines import ENGINES
-from kgsynth.core.config import option
+from kgsynth.core.config import option, option_value, replace_options
 from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.core.modelio import (
     MERGE_FIX,
@@ -227,9 +227,10 @@ class GRPOConfig:
         panel="Rollouts",
         advanced=True,
     )
-    max_turns: int = agent_option("max_turns")
-    max_turn_tokens: int | None = option(
-        None, f"Generated tokens per turn. {_RECIPES}", panel="Agent", advanced=True, agent=True
+    # the agent that rolls out (its options by their own names; the turn-token cap None until
+    # the recipe fills it); the CLI layers what --init carries under the preset, file and flags
+    agent: AgentConfig = dataclasses.field(
+        default_factory=lambda: AgentConfig(max_turn_tokens=None)
     )
     max_obs_tokens: int = option(
         512, "Observation tokens kept per call.", panel="Agent", advanced=True
@@ -267,14 +268,7 @@ class GRPOConfig:
         panel="Rollouts",
         advanced=True,
     )
-    toolset: str = agent_option("toolset")
     allow_toolset_change: bool = option(False, ALLOW_TOOLSET_CHANGE_HELP, panel="Agent")
-    relation_ranking: str = agent_option("relation_ranking")
-    entity_matching: str = agent_option("entity_matching")
-    answer_matching: str = agent_option("answer_matching")
-    conjunction_hints: bool = agent_option("conjunction_hints")
-    first_hop_fallback: str = agent_option("first_hop_fallback")
-    later_hop_fallback: str = agent_option("later_hop_fallback")
     report_to: str = option("none", HELP["report_to"], panel="Output")
     lora_r: int = option(
         0,
@@ -285,22 +279,6 @@ class GRPOConfig:
     lora_alpha: float = option(16.0, HELP["lora_alpha"], panel="Model", advanced=True)
     lora_dropout: float = option(0.05, HELP["lora_dropout"], panel="Model", advanced=True)
     lora_target: str = option("all-linear", HELP["lora_target"], panel="Model", advanced=True)
-    top_k_relations: int = agent_option("top_k_relations")
-    max_triples_per_relation: int = agent_option("max_triples_per_relation")
-    gate_high: float = agent_option("gate_high")
-    gate_low: float = agent_option("gate_low")
-    resample_cut_turns: int = agent_option(
-        "resample_cut_turns",
-        help="--select-questions' agent: a turn cut at the token cap before it closes its "
-        "action is sampled again at --resample-temperature, at most N times in an episode "
-        "(GRPO's own rollouts keep every turn as sampled)",
-        panel="Early stopping",
-        advanced=True,
-    )
-    resample_temperature: float = agent_option(
-        "resample_temperature", panel="Early stopping", advanced=True
-    )
-    query_timeout_s: float = agent_option("query_timeout_s")
     distance_max_depth: int = option(
         3,
         "The distance reward's search depth (hops from the topic entities).",
@@ -366,10 +344,6 @@ class GRPOConfig:
         need(c.max_grad_norm > 0, f"max_grad_norm must be > 0 (got {c.max_grad_norm})")
         need(c.temperature > 0, f"temperature must be > 0 for sampling (got {c.temperature})")
         need(0 < c.top_p <= 1, f"top_p must be in (0, 1] (got {c.top_p})")
-        need(
-            c.max_turn_tokens is None or c.max_turn_tokens >= 1,
-            f"max_turn_tokens must be >= 1 (got {c.max_turn_tokens})",
-        )
         need(c.max_obs_tokens >= 8, f"max_obs_tokens must be >= 8 (got {c.max_obs_tokens})")
         need(
             c.rollout_engine in ENGINES,
@@ -392,7 +366,6 @@ class GRPOConfig:
                 "(kgsynth train merge) or use --rollout-engine hf",
             )
         need(c.rollout_timeout_s > 0, f"rollout_timeout_s must be > 0 (got {c.rollout_timeout_s})")
-        agent_config_of(c, max_turn_tokens=c.max_turn_tokens or 64)  # AgentConfig's checks
         need(c.save_steps >= 1, f"save_steps must be >= 1 (got {c.save_steps})")
         need(c.logging_steps >= 1, f"logging_steps must be >= 1 (got {c.logging_steps})")
         need(
@@ -405,19 +378,6 @@ class GRPOConfig:
             c.phase2_questions is None or "fbeta" in rewards.components,
             "phase2_questions needs the fbeta reward (its switch starts the second phase)",
         )
-
-    @property
-    def agent(self) -> AgentConfig:
-        """The agent these options describe (the turn-token budget as the recipe filled it;
-        64 until it is), and for the settings rl has no option for (the system prompt style,
-        the observation caps, the neighbour order, …) what ``init`` carries
-        (:mod:`kgsynth.agent.carried`), else the preset's: the rollouts keep the environment
-        the model was trained in. The run saves this agent with its weights."""
-        from kgsynth.agent.carried import undeclared_values
-        from kgsynth.train.presets import preset_agent_values
-
-        carried = undeclared_values(self.init, self, preset_agent_values(self.preset))
-        return agent_config_of(self, **carried, max_turn_tokens=self.max_turn_tokens or 64)
 
 
 def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
@@ -436,11 +396,11 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
     else:  # what the init folder was trained with: tiny, or anything else (the default)
         recorded = recorded_recipe(cfg.init, (SFT_SPEC, RL_CONFIG))
         recipe = "tiny" if recorded == "tiny" else "default"
-    c = dataclasses.replace(cfg, recipe=recipe, **fill_recipe(cfg, RECIPES, recipe))
+    c = replace_options(cfg, recipe=recipe, **fill_recipe(cfg, RECIPES, recipe))
     # a turn or an observation longer than the model's positions cannot be held in its context
-    c = dataclasses.replace(
+    c = replace_options(
         c,
-        max_turn_tokens=fit_to_model("max_turn_tokens", c.max_turn_tokens, c.init),
+        max_turn_tokens=fit_to_model("max_turn_tokens", option_value(c, "max_turn_tokens"), c.init),
         max_obs_tokens=fit_to_model("max_obs_tokens", c.max_obs_tokens, c.init),
     )
     check_selection_inputs(c)

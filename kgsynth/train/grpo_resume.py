@@ -25,7 +25,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from kgsynth.core.errors import ConfigError
+from kgsynth.core.config import config_from_record, config_record
+from kgsynth.core.errors import ConfigError, KGSynthError
 from kgsynth.train.grpo_config import RESUME_STATE
 from kgsynth.train.grpo_dist import barrier
 from kgsynth.train.grpo_run import RLQuestion, save_model, save_resume_state
@@ -73,7 +74,7 @@ def resume_state(run: Run, st: LoopState, step_i: int) -> dict[str, Any]:
     checkpoint, partitioned by rank)."""
     cfg, policy = run.cfg, run.policy
     return {
-        "step": step_i, "config": dataclasses.asdict(cfg), "world_size": run.world,
+        "step": step_i, "config": config_record(cfg), "world_size": run.world,
         # the weights are the folder's; a LoRA run's adapter is kept here
         "adapter": {n: p.detach().cpu() for n, p in
                     policy.module.named_parameters() if p.requires_grad}
@@ -117,7 +118,7 @@ def resume(run: Run, st: LoopState, folder: Path, phase2: list[RLQuestion] | Non
 
     cfg, policy = run.cfg, run.policy
     saved = torch.load(folder / RESUME_STATE, map_location=run.device, weights_only=False)
-    if saved["config"] != dataclasses.asdict(cfg):
+    if _recorded(saved["config"]) != config_record(cfg):
         raise ConfigError(
             f"{run.spec.out} holds an interrupted RL run with another configuration; pass "
             "--overwrite to start again, or rerun it with its own options"
@@ -155,3 +156,14 @@ def resume(run: Run, st: LoopState, folder: Path, phase2: list[RLQuestion] | Non
     if rng.is_file():  # checkpoints written before the RNG states were kept have none
         set_rng_states(torch.load(rng, weights_only=False))
     log.info("resuming RL from %s (step %d, rank %d)", folder, saved["step"], run.rank)
+
+
+def _recorded(config: Any) -> dict[str, Any] | None:
+    """A resume state's config as :func:`config_record` writes it, from either layout (flat,
+    or the agent nested as ``dataclasses.asdict`` writes it); None when it is no config."""
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    try:
+        return config_record(config_from_record(GRPOConfig, config))
+    except (KGSynthError, TypeError, AttributeError):
+        return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kgsynth.agent.rewards import Gold
+from kgsynth.core.config import config_from_record, config_record
 from kgsynth.core.errors import InputFileError
 from kgsynth.core.modelio import record_adapter_base
 from kgsynth.train.core import store_system_prompt
@@ -115,7 +116,7 @@ class RLSpec:
 
     def write(self, path: str | Path) -> None:
         """``OUT/rl_spec.json``: what every launched worker reads (``kind: rl``)."""
-        data = {"kind": "rl", **dataclasses.asdict(self)}
+        data = {"kind": "rl", **dataclasses.asdict(self), "config": config_record(self.config)}
         Path(path).write_text(json.dumps(data, indent=2))
 
     @classmethod
@@ -123,7 +124,7 @@ class RLSpec:
         data = json.loads(Path(path).read_text())
         return cls(
             data["questions"], data["kg"], data["profile"], data["out"],
-            GRPOConfig(**data["config"]),
+            config_from_record(GRPOConfig, data["config"]),
         )  # fmt: skip
 
 
@@ -204,7 +205,7 @@ def write_run_files(spec: RLSpec, history: Sequence[dict[str, Any]], summary: di
     cfg, out = spec.config, Path(spec.out)
     (out / RL_CONFIG).write_text(
         json.dumps(
-            {"config": dataclasses.asdict(cfg), "questions": spec.questions, "kg": spec.kg},
+            {"config": config_record(cfg), "questions": spec.questions, "kg": spec.kg},
             indent=2,
         )
     )

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kgsynth.agent.config import AgentConfig, agent_config_of, agent_option
+from kgsynth.agent.config import AGENT_FIELDS, AgentConfig
 from kgsynth.core.config import option
 from kgsynth.core.errors import ConfigError
 from kgsynth.core.modelio import (
@@ -79,34 +79,11 @@ METRICS = "metrics.jsonl"
 LOSS_PNG = "loss.png"
 # stage 2's early stopping (--select-questions) and the agent that answers its questions
 SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha", "select_cache")
-SELECT_AGENT_FIELDS = (
-    "relation_ranking",
-    "first_hop_fallback",
-    "later_hop_fallback",
-    "entity_matching",
-    "answer_matching",
-    "conjunction_hints",
-    "max_turns",
-    "max_turn_tokens",
-    "resample_cut_turns",
-    "resample_temperature",
-)
 # Changing these between an interrupted run and its resumption keeps it the same run.
 RESUMABLE_CHANGES = frozenset(
-    {"max_steps", "epochs", "logging_steps", "save_steps", *SELECT_FIELDS, *SELECT_AGENT_FIELDS}
+    {"max_steps", "epochs", "logging_steps", "save_steps", *SELECT_FIELDS, *AGENT_FIELDS}
 )
 _RECIPES = "\\[default: recipe's]"
-
-
-def _select_agent_option(name: str) -> Any:
-    """An agent option of the agent that answers --select-questions' questions."""
-    f = next(f for f in dataclasses.fields(AgentConfig) if f.name == name)
-    return agent_option(
-        name,
-        help="--select-questions' agent: " + f.metadata["help"],
-        panel="Early stopping",
-        advanced=True,
-    )
 
 
 @dataclass(frozen=True)
@@ -244,22 +221,9 @@ class SFTConfig:
     select_cache: str | None = option(
         None, HELP["select_cache"], panel="Early stopping", advanced=True
     )
-    relation_ranking: str = _select_agent_option("relation_ranking")
-    first_hop_fallback: str = _select_agent_option("first_hop_fallback")
-    later_hop_fallback: str = _select_agent_option("later_hop_fallback")
-    entity_matching: str = _select_agent_option("entity_matching")
-    answer_matching: str = _select_agent_option("answer_matching")
-    conjunction_hints: bool = _select_agent_option("conjunction_hints")
-    max_turns: int = _select_agent_option("max_turns")
-    max_turn_tokens: int = _select_agent_option("max_turn_tokens")
-    resample_cut_turns: int = _select_agent_option("resample_cut_turns")
-    resample_temperature: float = _select_agent_option("resample_temperature")
-
-    @property
-    def agent(self) -> AgentConfig:
-        """The agent that answers the validation questions of --select-questions (as
-        ``kgsynth eval`` would with the same options)."""
-        return agent_config_of(self)
+    # the agent the run trains for: its corpus's settings (the CLI layers them first), the
+    # recipe's and the flags' over them; it answers --select-questions (stage 2)
+    agent: AgentConfig = dataclasses.field(default_factory=AgentConfig)
 
     def __post_init__(self) -> None:
         """Every check of the values; one reading a recipe field waits until it is filled."""
@@ -319,7 +283,6 @@ class SFTConfig:
         self._check_tiny_and_copy()
         check_tracking_and_lora(c)
         check_selection(c)
-        agent_config_of(c)  # AgentConfig's own checks of the agent options
 
     def _check_tiny_and_copy(self) -> None:
         c = self

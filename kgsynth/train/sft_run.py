@@ -7,7 +7,6 @@ then reads the same :class:`RunSpec`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgsynth.core.config import config_from_record, config_record
 from kgsynth.core.errors import ConfigError, InputFileError
 from kgsynth.train.sft_config import (
     RESUMABLE_CHANGES,
@@ -49,7 +49,7 @@ class RunSpec:
                 "stage": self.stage,
                 "corpus": self.corpus,
                 "out": self.out,
-                "config": dataclasses.asdict(self.config),
+                "config": config_record(self.config),
             },
             indent=2,
         )
@@ -57,7 +57,12 @@ class RunSpec:
     @classmethod
     def read(cls, path: str | Path) -> RunSpec:
         data = json.loads(Path(path).read_text())
-        return cls(data["stage"], data["corpus"], data["out"], SFTConfig(**data["config"]))
+        return cls(
+            data["stage"],
+            data["corpus"],
+            data["out"],
+            config_from_record(SFTConfig, data["config"]),
+        )
 
 
 def prepare_run(
@@ -124,7 +129,7 @@ def prepare_run(
 
 def _changed_fields(before: RunSpec, now: RunSpec) -> list[str]:
     changed = [k for k in ("stage", "corpus") if getattr(before, k) != getattr(now, k)]
-    a, b = dataclasses.asdict(before.config), dataclasses.asdict(now.config)
+    a, b = config_record(before.config), config_record(now.config)
     changed += [k for k in a if a[k] != b.get(k) and k not in RESUMABLE_CHANGES]
     return changed
 

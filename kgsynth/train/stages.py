@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kgsynth.core.config import config_record
 from kgsynth.core.errors import KGSynthError
 from kgsynth.train.core import SFT_SPEC, free_port
 from kgsynth.train.grpo_config import RL_SPEC
@@ -66,16 +67,16 @@ def sft_agent(cfg: Any, carried: CarriedAgent | None) -> tuple[dict[str, Any], s
     run's own agent options over it (stage 2's early stopping's, from its ``--config`` section
     or flags, which the CLI layered over ``carried``). None where nothing says what the corpus
     was made with: the run then carries no settings, as runs did before they were kept."""
+    from kgsynth.agent.carried import SAVED_FIELDS
     from kgsynth.agent.config import AgentConfig
-    from kgsynth.train.sft_config import SELECT_AGENT_FIELDS
 
     if carried is None:
         return None
     # the run's options where they hold a carried setting or were given (a default of its own
     # is no setting the corpus was made with: an oracle corpus carries no turn-token cap)
     own = {
-        name: getattr(cfg, name)
-        for name in SELECT_AGENT_FIELDS
+        name: getattr(cfg.agent, name)
+        for name in SAVED_FIELDS
         if name in carried.values or name in carried.given
     }
     values = {**carried.values, **own}
@@ -99,7 +100,7 @@ def sft_dry_run(
         "stage": stage,
         "corpus": str(corpus),
         "out": str(out_dir),
-        "config": dataclasses.asdict(resolve_config(cfg, stage)),
+        "config": config_record(resolve_config(cfg, stage)),
         "agent": trained[0] if trained else None,
         "launcher": p.launcher,
         "world_size": p.launch.world_size,
@@ -262,7 +263,7 @@ def _sft_manifest(
     return write_manifest(
         run_dir / "manifest.json",
         stage=f"train {spec.stage}",
-        config=dataclasses.asdict(spec.config),
+        config=config_record(spec.config),
         launch={
             **dataclasses.asdict(p.launch),
             "launcher": p.launcher,
@@ -287,12 +288,15 @@ def _sft_manifest(
 
 
 def preset_base(
-    preset: str | None, config: Path | None, section: str | None = "rl"
+    preset: str | None, config: Path | None, section: str | None = "rl", init: str | None = None
 ) -> dict[str, Any]:
-    """The GRPOConfig fields of the preset named by --preset or the config file's ``preset``
-    (in its ``section``)."""
+    """The GRPOConfig options of the preset named by --preset or the config file's ``preset``
+    (in its ``section``), with the agent settings of its environment that the model ``init``
+    does not carry (:data:`kgsynth.train.presets.RL_PRESET_AGENT`: a model keeps the
+    environment it was trained in)."""
+    from kgsynth.agent.carried import model_agent
     from kgsynth.core.config import load_yaml
-    from kgsynth.train.presets import preset_values
+    from kgsynth.train.presets import preset_agent_values, preset_values
 
     name = preset
     if name is None and config is not None:
@@ -301,7 +305,10 @@ def preset_base(
         return {}
     if not isinstance(name, str):
         raise KGSynthError(f"--config: {config}: preset must be a name (got {name!r})")
-    return preset_values(name)
+    carried = model_agent(init)
+    held = carried.values if carried is not None else {}
+    agent = {k: v for k, v in preset_agent_values(name).items() if k not in held}
+    return {**preset_values(name), **agent}
 
 
 def rl_dry_run(questions: Path, kg: str | None, cfg: Any, out_dir: Path, p: Plan) -> dict:
@@ -311,7 +318,7 @@ def rl_dry_run(questions: Path, kg: str | None, cfg: Any, out_dir: Path, p: Plan
         "questions": str(questions),
         "kg": kg,
         "out": str(out_dir),
-        "config": dataclasses.asdict(cfg),
+        "config": config_record(cfg),
         "launcher": p.launcher,
         "world_size": p.launch.world_size,
         "command": shlex.join(command) if command else None,
