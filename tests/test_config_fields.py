@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 
 import pytest
 import typer
@@ -177,3 +178,41 @@ def test_a_recipe_agent_block_with_an_unknown_setting_is_a_one_line_error(tmp_pa
     path.write_text(RECIPE.replace("relation_ranking: focus", "relation_rankin: focus"))
     with pytest.raises(ConfigError, match="agent: unknown setting 'relation_rankin'"):
         load_recipe(path)
+
+
+@pytest.mark.parametrize("stage", ["synthesize", "eval", "sft", "rl"])
+def test_every_stage_that_runs_the_agent_nests_one_agent_config(stage):
+    """Issue 45 item 3: the agent's settings are declared once (AgentConfig) and nested as
+    ``agent`` in each stage config; no stage declares a copy of one under its own name."""
+    from kgsynth.agent.config import AGENT_FIELDS, AgentConfig
+    from kgsynth.eval.config import EvalConfig
+    from kgsynth.synthesize.trajectory_config import TrajectoryConfig
+    from kgsynth.train.grpo_config import GRPOConfig
+    from kgsynth.train.sft_config import SFTConfig
+
+    cls = {"synthesize": TrajectoryConfig, "eval": EvalConfig, "sft": SFTConfig,
+           "rl": GRPOConfig}[stage]  # fmt: skip
+    hints = typing.get_type_hints(cls)
+    assert hints["agent"] is AgentConfig
+    own = {f.name for f in dataclasses.fields(cls)}
+    assert not own & set(AGENT_FIELDS), own & set(AGENT_FIELDS)
+    assert {n for n, (owner, _, _) in flat_fields(cls).items() if owner} == set(AGENT_FIELDS)
+
+
+def test_a_stage_config_round_trips_through_its_record_in_either_layout():
+    """Spec and resume files record the nested agent's options among the stage's own (flat,
+    as manifests always did); they read back to the same config, and so does the nested
+    layout ``dataclasses.asdict`` writes. An unknown key is named."""
+    from kgsynth.agent.config import AgentConfig
+    from kgsynth.core.config import config_from_record, config_record
+    from kgsynth.core.errors import ConfigError
+    from kgsynth.train.grpo_config import GRPOConfig
+
+    cfg = GRPOConfig(init="x", lr=0.5, agent=AgentConfig(toolset="kgr1", max_turns=3))
+    record = config_record(cfg)
+    assert record["toolset"] == "kgr1" and record["lr"] == 0.5 and "agent" not in record
+    assert config_from_record(GRPOConfig, record) == cfg
+    assert config_from_record(GRPOConfig, dataclasses.asdict(cfg)) == cfg
+    assert GRPOConfig().agent.max_turn_tokens is None  # rl's recipe fills it
+    with pytest.raises(ConfigError, match="max_turnz"):
+        config_from_record(GRPOConfig, {**record, "max_turnz": 3})
