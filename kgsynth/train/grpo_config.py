@@ -121,6 +121,16 @@ class GRPOConfig:
     clip_low: float = option(0.2, "Ratio clip below: 1 - clip_low.", advanced=True)
     clip_high: float = option(0.28, "Ratio clip above: 1 + clip_high (DAPO).", advanced=True)
     scale_rewards: bool = option(True, "Divide advantages by the group std.", advanced=True)
+    dynamic_sampling: bool = option(
+        False,
+        "DAPO's dynamic sampling: a group whose rewards all tie is replaced by the group of a "
+        "question drawn next, in refill rounds, until the step trains on --questions-per-step "
+        "groups with a reward spread (or --dynamic-sampling-rounds run out).",
+        advanced=True,
+    )
+    dynamic_sampling_rounds: int = option(
+        4, "Dynamic sampling: refill rounds per step at most.", advanced=True
+    )
     turn_advantage: bool = option(
         False,
         "KG-R1's turn-wise advantage: each turn's tokens get G_t = r_t + lambda R (turn rewards "
@@ -321,6 +331,14 @@ class GRPOConfig:
         need(0 <= c.clip_low < 1, f"clip_low must be in [0, 1) (got {c.clip_low})")
         need(c.clip_high >= 0, f"clip_high must be >= 0 (got {c.clip_high})")
         need(c.rollout in ROLLOUTS, f"rollout must be flat or tree (got {c.rollout!r})")
+        need(
+            c.dynamic_sampling_rounds >= 1,
+            f"dynamic_sampling_rounds must be >= 1 (got {c.dynamic_sampling_rounds})",
+        )
+        need(
+            not (c.dynamic_sampling and c.rollout == "tree"),
+            "dynamic_sampling applies to flat rollouts (a tree's sibling groups are its own)",
+        )
         need(c.branches >= 2, f"branches must be >= 2 (got {c.branches})")
         # below --branches it caps the root's branches too (--preset isp --max-tree-nodes 8)
         need(c.max_tree_nodes >= 2, f"max_tree_nodes must be >= 2 (got {c.max_tree_nodes})")

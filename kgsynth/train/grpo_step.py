@@ -5,7 +5,9 @@ step's metrics row (:func:`step_row`). :class:`Run` is what stays fixed over a r
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,8 +74,13 @@ def draw_questions(run: Run, st: LoopState, phase2: list[RLQuestion] | None) -> 
         st.order = list(range(len(st.qs)))
         st.rng.shuffle(st.order)
         st.cursor = 0
+    return next_questions(st, int(run.cfg.questions_per_step or 1))
+
+
+def next_questions(st: LoopState, n: int) -> list[RLQuestion]:
+    """The next ``n`` questions in the shuffled order, reshuffled after each pass."""
     batch: list[RLQuestion] = []
-    for _ in range(int(run.cfg.questions_per_step or 1)):
+    for _ in range(n):
         if st.cursor == len(st.order):
             st.rng.shuffle(st.order)
             st.cursor = 0
@@ -82,23 +89,52 @@ def draw_questions(run: Run, st: LoopState, phase2: list[RLQuestion] | None) -> 
     return batch
 
 
-def rollout_and_update(
-    run: Run, st: LoopState, step_i: int, batch: Sequence[RLQuestion]
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """This rank's groups of the step rolled out, scored and trained on: its share of the
-    step's facts (for the metrics) and the update's statistics."""
+def refill_size(missing: int, sampled: int, informative: int, step: int) -> int:
+    """How many questions a dynamic-sampling round draws: enough that, at the share of groups
+    with a reward spread seen so far in the step, ``missing`` more are expected; at least
+    ``missing``, at most a step's worth (``step``)."""
+    expected = math.ceil(missing * sampled / informative) if informative else step
+    return max(missing, min(expected, step))
+
+
+@dataclass
+class Sampled:
+    """This rank's scored rollouts of one step, over every dynamic-sampling round; a group
+    is numbered among all the step sampled, on every rank."""
+
+    rollouts: list[Any] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
+    adv: list[list[float] | None] = field(default_factory=list)  # None: the group tied
+    group_of: list[int] = field(default_factory=list)  # each rollout's group
+    groups: int = 0  # sampled, over all ranks
+    skipped: int = 0  # this rank's groups whose rewards tie
+    group_std: list[float] = field(default_factory=list)  # each of this rank's groups' spread
+    rollout_s: float = 0.0
+
+
+def sample_groups(
+    run: Run,
+    st: LoopState,
+    step_i: int,
+    questions: Sequence[RLQuestion],
+    out: Sampled,
+    round_i: int,
+) -> list[int]:
+    """One round: this rank's groups of ``questions`` (numbered on from the groups ``out``
+    holds) rolled out, scored and given advantages, added to ``out``. Returns the groups with
+    a reward spread, of every rank, in order."""
     from kgsynth.agent.loop import EpisodeTask
     from kgsynth.agent.rollout import check_alignment, run_rollouts
     from kgsynth.agent.tools import ToolEnvironment
 
     cfg = run.cfg
-    t0 = time.perf_counter()
     g = int(cfg.group_size or 2)
+    first = out.groups
     # data parallel: each rank rolls out whole groups (group gi on rank gi % world)
-    mine = [gi for gi in range(len(batch)) if gi % run.world == run.rank]
-    tasks = [
-        EpisodeTask(batch[gi].question, batch[gi].topic_names) for gi in mine for _ in range(g)
-    ]
+    mine = [first + j for j in range(len(questions)) if (first + j) % run.world == run.rank]
+    qs = [questions[gi - first] for gi in mine]
+    tasks = [EpisodeTask(q.question, q.topic_names) for q in qs for _ in range(g)]
+    t0 = time.perf_counter()
     with run.autocast:
         rollouts = run_rollouts(
             run.sampler,
@@ -107,37 +143,76 @@ def rollout_and_update(
                 run.graph, task.question, run.tool_cfg, topics=task.topic_names
             ),
             run.rcfg,
-            seed=cfg.seed * 100_003 + step_i + 7_919 * run.rank,
+            seed=cfg.seed * 100_003 + step_i + 7_919 * run.rank + 1_000_003 * round_i,
             batch_size=cfg.rollout_batch_size,
         )
-    t_roll = time.perf_counter() - t0
+    out.rollout_s += time.perf_counter() - t0
     for r in rollouts:
         check_alignment(r)
     # rewards (reward_state.step = step_i - 1: the steps done before this one)
-    results = []
-    for k, r in enumerate(rollouts):
-        q = batch[mine[k // g]]
-        gold = q.gold()
-        results.append(run.rspec.score(r.episode, gold, st.reward_state, distance=run.distance))
-    per_token_adv, skipped = step_advantages(
+    results = [
+        run.rspec.score(r.episode, qs[k // g].gold(), st.reward_state, distance=run.distance)
+        for k, r in enumerate(rollouts)
+    ]
+    adv, skipped = step_advantages(
         rollouts, results, g, turn_advantage=cfg.turn_advantage,
         turn_lambda=cfg.turn_lambda, scale=cfg.scale_rewards,
     )  # fmt: skip
-    keep = [i for i, a in enumerate(per_token_adv) if a is not None]
-    question_of = [mine[k // g] for k in range(len(rollouts))]  # the step's question index
+    out.rollouts += rollouts
+    out.results += results
+    out.adv += adv
+    out.group_of += [mine[k // g] for k in range(len(rollouts))]
+    out.groups += len(questions)
+    out.skipped += skipped
+    out.group_std += [
+        statistics.pstdev(res.total for res in results[j * g : (j + 1) * g]) for j in range(len(qs))
+    ]
+    spread = [gi for j, gi in enumerate(mine) if adv[j * g] is not None]
+    return sorted(gi for part in all_gather(spread) for gi in part)
+
+
+def rollout_and_update(
+    run: Run, st: LoopState, step_i: int, batch: Sequence[RLQuestion]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """This rank's groups of the step rolled out, scored and trained on: its share of the
+    step's facts (for the metrics) and the update's statistics. With ``dynamic_sampling``
+    (DAPO) the groups whose rewards tie are replaced by groups of questions drawn next,
+    round after round, until ``len(batch)`` groups with a spread are found or the rounds run
+    out; the first ``len(batch)`` found are trained on, the rest only counted."""
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    sampled = Sampled()
+    spread = sample_groups(run, st, step_i, batch, sampled, 0)
+    rounds = 0
+    while (
+        cfg.dynamic_sampling and len(spread) < len(batch) and rounds < cfg.dynamic_sampling_rounds
+    ):
+        rounds += 1
+        n = refill_size(len(batch) - len(spread), sampled.groups, len(spread), len(batch))
+        spread += sample_groups(run, st, step_i, next_questions(st, n), sampled, rounds)
+    # a trained group's place among the step's questions, for the PPO mini-batches
+    place = {gi: k for k, gi in enumerate(spread[: len(batch)])}
+    keep = [i for i, gi in enumerate(sampled.group_of) if gi in place]
+    question_of = [place.get(gi, 0) for gi in sampled.group_of]
+    if not cfg.dynamic_sampling:
+        question_of = list(sampled.group_of)
     upd = update(
-        run.policy, run.ref, rollouts, per_token_adv, keep, cfg, run.device, run.autocast,
+        run.policy, run.ref, sampled.rollouts, sampled.adv, keep, cfg, run.device, run.autocast,
         question_of=question_of,
     )  # fmt: skip
     t_step = time.perf_counter() - t0
-    eps = [r.episode for r in rollouts]
+    eps = [r.episode for r in sampled.rollouts]
     share = {
-        **scored_share(results, eps),
-        "timed_out": sum(r.timed_out for r in rollouts),
-        "truncated": sum(r.truncated_observations for r in rollouts),
-        "generated_tokens": sum(r.generated_tokens for r in rollouts),
-        "skipped": skipped,
-        "rollout_s": t_roll,
+        **scored_share(sampled.results, eps),
+        "timed_out": sum(r.timed_out for r in sampled.rollouts),
+        "truncated": sum(r.truncated_observations for r in sampled.rollouts),
+        "generated_tokens": sum(r.generated_tokens for r in sampled.rollouts),
+        "skipped": sampled.skipped,
+        "groups_sampled": sampled.groups,
+        "trained_groups": len(place),
+        "refill_rounds": rounds,
+        "group_std": sampled.group_std,
+        "rollout_s": sampled.rollout_s,
         "checksum": weights_checksum(run.policy.module) if run.world > 1 else 0.0,
     }
     return share, {**upd, "step_s": t_step}
@@ -155,6 +230,17 @@ def step_row(
     tree = tree_row(shares)
     if tree:  # tree rollouts: a group is a parent's children
         n_groups = tree["tree/sibling_groups"]
+    # dynamic sampling: every group sampled, refills included (the same count on every rank)
+    n_groups = shares[0].get("groups_sampled", n_groups)
+    spreads = [v for s in shares for v in s.get("group_std", [])]
+    sampling = {
+        "trained_groups": shares[0].get(
+            "trained_groups", n_groups - sum(s["skipped"] for s in shares)
+        ),
+        **({"refill_rounds": shares[0]["refill_rounds"]} if run.cfg.dynamic_sampling else {}),
+        # the mean within-group spread of the reward: what the advantages are made of
+        **({"group_reward_std": sum(spreads) / len(spreads)} if spreads else {}),
+    }
     every = {k: [v for s in shares for v in s[k]] for k in
              ("rewards", "outcomes", "components", "turns", "tool_errors", "format_errors",
               "answered")}  # fmt: skip
@@ -201,6 +287,7 @@ def step_row(
         "rollout_tokens_per_s": gen_tokens / t_roll if t_roll > 0 else 0.0,
         "skipped_groups": skipped,
         "groups": n_groups,
+        **sampling,
         "rollout_s": t_roll,
         "step_s": t_step,
         **tree,
