@@ -28,10 +28,10 @@ from tests.kgfixtures import generated_movie_facts, movie_ntriples
 # sha256 of json.dumps(copy_drills(corpus, 12, seed=0), ensure_ascii=False) for each corpus
 # below, as the code before this change (commit 576322f, its sexpr case detected from the
 # observations) wrote them: data from one run of that code, not a re-implementation.
+# knowcoder's and isp's drills are their own spaces' since issue 42 item 4
+# (tests/test_sparql_drills.py), so they are no longer the earlier code's.
 BEFORE = {
     "graphwalker": "1845e7346f85e5d68d4a17b0999ea2eec152e27dac7cb50fce9175a01b283dd9",
-    "knowcoder": "1f4bf43f6568ebc7cde3b2b124597855e7cae6b602ccef9c94d7c72d119360b0",
-    "isp": "eabfae327b7a06978c77b5f83f3ff5cde1d0a32a4ccb6d45fbc9353d0177a101",
     "sexpr": "effdd0c296f7c2dc6e1a5dae11666dfa8bc7fcf5ef9fb437c1130d75f88e2c0d",
 }
 SETTINGS = {

@@ -23,20 +23,20 @@ the trajectories alone take many minutes to form. Drills carry their own system 
 the checkpoint's stored agent prompt stays the trajectories' one. Only the corpus is read: no
 evaluation question or answer is involved.
 
-What an observation shows and how a drill's observation and tool call read are the corpus's
-action space's (``ActionSpace.observed``, ``drill_observation``, ``drill_call``): the space
+What an observation shows and how a drill's observation, tool call and answer read are the
+corpus's action space's (``ActionSpace.observed``, ``drill_observation``, ``drill_call``,
+``drill_action``, ``drill_answer``; isp writes ``<node>Kismet</node>`` and boxed answers): the space
 its trajectories were made in, as the corpus's manifests carry it (:func:`corpus_toolset`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgsynth.agent.protocol import ANSWER, KG_QUERY, render_observation, tagged
+from kgsynth.agent.protocol import render_observation
 from kgsynth.agent.spaces.registry import space
 
 DRILL_SYSTEM = "Copy the names exactly as they are written."
@@ -73,10 +73,6 @@ def observed_names(
     return list(names), list(relations)
 
 
-def _q(names: Sequence[str]) -> str:
-    return json.dumps(list(names), ensure_ascii=False)
-
-
 def copy_drills(
     conversations: Sequence[Sequence[dict[str, str]]],
     n: int,
@@ -99,17 +95,17 @@ def copy_drills(
         if kind == 0:
             picked = rng.sample(names, min(len(names), rng.randint(1, 4)))
             user = "Names: " + "; ".join(picked)
-            reply = tagged(ANSWER, _q(picked))
+            reply = actions.drill_answer(picked)
         elif kind == 1:
             head = rng.choice(names)
             rel = rng.choice(rels)
             tails = rng.sample(names, min(len(names), rng.randint(1, 4)))
             user = render_observation(actions.drill_observation(head, rel, tails))
-            reply = tagged(ANSWER, _q(tails))
+            reply = actions.drill_answer(tails)
         else:
             topic = rng.choice(names)
             user = f"Topic entities: {topic}"
-            reply = tagged(KG_QUERY, actions.drill_call(topic, rels, rng))
+            reply = actions.drill_action(actions.drill_call(topic, rels, rng))
         out.append(
             [
                 {"role": "system", "content": DRILL_SYSTEM},

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kgsynth.agent.protocol import TaggedFormat, Turn
+from kgsynth.agent.protocol import ANSWER, KG_QUERY, TaggedFormat, Turn, tagged
 from kgsynth.agent.spaces.observed import Observed, read_observation, triple_line
 from kgsynth.agent.spaces.sparql import ToolTable
 from kgsynth.agent.toolcall import ToolCall, parse_tool_call
@@ -153,3 +153,13 @@ class ActionSpace(ABC):
             return f"get_relations({q})"
         rel = json.dumps([rng.choice(relations)], ensure_ascii=False)
         return f"get_triples({q}, {rel})"
+
+    def drill_action(self, call: str) -> str:
+        """A copy drill's assistant turn that makes ``call`` (:meth:`drill_call`'s): by default
+        inside ``<kg-query>``."""
+        return tagged(KG_QUERY, call)
+
+    def drill_answer(self, names: Sequence[str]) -> str:
+        """A copy drill's assistant turn that answers ``names``: by default a JSON list inside
+        ``<answer>``."""
+        return tagged(ANSWER, json.dumps(list(names), ensure_ascii=False))

@@ -6,14 +6,17 @@ compositional steps, each exploring a node and running a sub-query, the last the
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kgsynth.agent.protocol import MAX_OPERATIONS, IspFormat, Turn
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.isp import drills
 from kgsynth.agent.spaces.isp.oracle import decomposed_calls
 from kgsynth.agent.spaces.isp.thoughts import isp_thought
 from kgsynth.agent.spaces.isp.tools import TOOL_HELP, make_tools, run_step
+from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
 from kgsynth.agent.spaces.sparql_oracle import SparqlSpace, isp_operations
@@ -54,6 +57,26 @@ class Isp(SparqlSpace, ActionSpace):
         """Before a step that explores a node or one that queries (:mod:`.thoughts`)."""
         own = isp_thought(kind, entity, relations)
         return own if own is not None else super().thought(kind, entity, hop, relations, mistake)
+
+    # --- copy drills in the space's own steps (:mod:`.drills`) --------------------------
+
+    def observed(self, text: str) -> Observed:
+        """Explored names, template relations and result rows, under operation lines."""
+        return drills.observed(text)
+
+    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
+        return drills.drill_observation(list(tails))
+
+    def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
+        return drills.drill_call(topic)
+
+    def drill_action(self, call: str) -> str:
+        """The step's operations as they are, as the oracle writes a step."""
+        return call
+
+    def drill_answer(self, names: Sequence[str]) -> str:
+        """One box per name inside ``<answer>``, as the oracle answers."""
+        return self.turns.answer_action(list(names))
 
 
 SPACE = Isp()

@@ -9,11 +9,13 @@ pattern and runs the walk's SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`); 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
+from kgsynth.agent.spaces.knowcoder import drills
 from kgsynth.agent.spaces.knowcoder.oracle import answer_type, values_sketch
 from kgsynth.agent.spaces.knowcoder.patterns import search_variable_patterns
 from kgsynth.agent.spaces.knowcoder.thoughts import knowcoder_thought
@@ -24,6 +26,7 @@ from kgsynth.agent.spaces.knowcoder.tools import (
     search_types,
 )
 from kgsynth.agent.spaces.knowcoder.turns import KnowCoderFormat
+from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sparql import ToolTable
 from kgsynth.agent.spaces.sparql_oracle import (
@@ -81,6 +84,22 @@ class KnowCoder(SparqlSpace, ActionSpace):
         """Before a type search, a pattern search, a query or a correction (:mod:`.thoughts`)."""
         own = knowcoder_thought(kind, entity, relations, mistake)
         return own if own is not None else super().thought(kind, entity, hop, relations, mistake)
+
+    # --- copy drills in the space's own calls (:mod:`.drills`) --------------------------
+
+    def observed_line(self, line: str, seen: Observed) -> None:
+        """A pattern search's heading or row; a result table is read by the shared reader."""
+        drills.observed_line(line, seen)
+
+    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
+        return drills.drill_observation(tails)
+
+    def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
+        return drills.drill_call(topic, rng.choice(relations))
+
+    def drill_answer(self, names: Sequence[str]) -> str:
+        """One box per name inside ``<answer>``, as the oracle answers."""
+        return self.turns.answer_action(list(names))
 
 
 SPACE = KnowCoder()
