@@ -380,35 +380,48 @@ def _sample(logits: Any, params: DecodeParams, exact: bool) -> tuple[Any, Any]:
     """One token per row as ``generate`` draws it (temperature, then top-k, then top-p, then
     one draw from each row's distribution; argmax at 0) and its log-prob at the temperature
     before top-k and top-p (at 0: of the raw logits). ``exact``: the draw is
-    ``torch.multinomial``'s own (an exponential race over ``exponential_`` variates, as
-    ``generate`` draws); else the same race over ``-log(rand)`` variates: the same
-    distribution, ten times cheaper on a CPU, other random numbers."""
+    ``torch.multinomial``'s own (as ``generate`` draws); else one uniform number a row placed
+    on the row's cumulative distribution (:func:`_draw`): the same distribution, several
+    times cheaper on a CPU, other random numbers."""
     import torch
 
     temperature = params.temperature
-    if temperature > 0:
-        scores = logits / temperature if temperature != 1.0 else logits
-        filtered = scores
-        if 0 < params.top_k < scores.shape[-1]:
-            kth = torch.topk(scores, params.top_k)[0][..., -1:]
-            filtered = filtered.masked_fill(scores < kth, -float("inf"))
-        if params.top_p < 1.0:
-            ordered, order = torch.sort(filtered, descending=False)
-            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-            drop = cumulative <= (1 - params.top_p)
-            drop[..., -1:] = False
-            filtered = filtered.masked_fill(drop.scatter(1, order, drop), -float("inf"))
-        probs = torch.softmax(filtered, dim=-1)
-        if exact:
-            tok = torch.multinomial(probs, num_samples=1).squeeze(1)
-        else:
-            race = torch.rand_like(probs).clamp_(min=1e-30).log_().neg_()
-            tok = torch.argmax(probs / race, dim=-1)
+    if temperature <= 0:
+        tok = torch.argmax(logits, dim=-1)
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
+        return tok, lp
+    scores = logits / temperature if temperature != 1.0 else logits
+    logp = torch.log_softmax(scores, dim=-1)
+    filtered = scores
+    if 0 < params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k)[0][..., -1:]
+        filtered = filtered.masked_fill(scores < kth, -float("inf"))
+    if params.top_p < 1.0:
+        ordered, order = torch.sort(filtered, descending=False)
+        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - params.top_p)
+        drop[..., -1:] = False
+        filtered = filtered.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+    if exact:
+        # generate's own probabilities, to the bit: multinomial then draws its very tokens
+        tok = torch.multinomial(torch.softmax(filtered, dim=-1), num_samples=1).squeeze(1)
     else:
-        scores = logits
-        tok = torch.argmax(scores, dim=-1)
-    lp = torch.log_softmax(scores, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
-    return tok, lp
+        tok = _draw(logp.exp() if filtered is scores else torch.softmax(filtered, dim=-1))
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def _draw(probs: Any) -> Any:
+    """One token a row from ``probs`` ``[B, vocab]`` (rows need not sum to exactly 1): the
+    first token whose cumulative probability exceeds a uniform draw over the row's total, so a
+    token of probability 0 is never drawn."""
+    import torch
+
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    u = torch.rand_like(total).mul_(total)
+    # rounding may carry u up to the total: keep it strictly below, where some token ends
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
 
 __all__ = ["BLOCK", "DecodeParams", "Decoded", "PrefixStore", "StaticDecoder"]
