@@ -15,7 +15,6 @@ from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
-from kgsynth.llm.relation_forms import relation_words
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.metrics import normalize_answer
 from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
@@ -56,8 +55,8 @@ def _node(name):
 
 
 def _hint(row):
-    rels = dict.fromkeys(h["relation"] for b in row["branches"] for h in b)
-    return " ".join(dict.fromkeys(relation_words(r) for r in rels))
+    # empty: the tool ranks the patterns by the question (issue 42 item 4, knowcoder/oracle.py)
+    return ""
 
 
 def _expected_calls(row, toolset):

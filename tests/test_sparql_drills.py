@@ -71,7 +71,7 @@ def test_drill_calls_parse_and_run_in_the_space_and_name_the_entity(kg, corpora,
         else:
             call = actions.parse_action(turn.query)
             assert call.name == "SearchGraphPatterns"
-            assert f'VALUES ?x {{ "{topic}" }}' in call.args[0] and call.args[1].strip()
+            assert f'VALUES ?x {{ "{topic}" }}' in call.args[0] and call.args[1] == ""
         result = actions.run_turn(env, turn)  # the name resolves: the tools show its graph
         assert result.error is None, (reply, result.text)
         assert topic in result.text

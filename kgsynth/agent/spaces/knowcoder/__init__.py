@@ -8,7 +8,6 @@ pattern and runs the walk's SPARQL (:mod:`kgsynth.agent.spaces.sparql_oracle`); 
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,7 +15,7 @@ from typing import Any, ClassVar
 
 from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.knowcoder import drills
-from kgsynth.agent.spaces.knowcoder.oracle import answer_type, values_sketch
+from kgsynth.agent.spaces.knowcoder.oracle import answer_type, pattern_call
 from kgsynth.agent.spaces.knowcoder.patterns import search_variable_patterns
 from kgsynth.agent.spaces.knowcoder.thoughts import knowcoder_thought
 from kgsynth.agent.spaces.knowcoder.tools import (
@@ -33,11 +32,9 @@ from kgsynth.agent.spaces.sparql_oracle import (
     SparqlSpace,
     check_syntax,
     knowcoder_oracle_calls,
-    walk_relations,
 )
 from kgsynth.agent.toolkit import ToolResult
 from kgsynth.kg.graph import KGGraph
-from kgsynth.llm.relation_forms import relation_words
 
 
 class KnowCoder(SparqlSpace, ActionSpace):
@@ -63,10 +60,8 @@ class KnowCoder(SparqlSpace, ActionSpace):
     def oracle_calls(self, row: dict[str, Any], graph: KGGraph | None = None) -> list[OracleCall]:
         """Without ``graph`` the ``SearchTypes`` step is left out (it needs the KG)."""
         calls = knowcoder_oracle_calls(row, answer_type(graph, row) if graph is not None else None)
-        # the sketch binds ?x to the topic entities (§4.1, App. F), with the walk's hint
-        words = dict.fromkeys(relation_words(r) for r in walk_relations(row))
-        hint = json.dumps(" ".join(words), ensure_ascii=False)
-        sketch = f"SearchGraphPatterns({values_sketch(row)!r}, {hint})"
+        # the sketch binds ?x to the topic entities (§4.1, App. F); the question ranks them
+        sketch = pattern_call(row)
         return [replace(c, call=sketch) if c.kind == "patterns" else c for c in calls]
 
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
@@ -95,7 +90,7 @@ class KnowCoder(SparqlSpace, ActionSpace):
         return drills.drill_observation(tails)
 
     def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
-        return drills.drill_call(topic, rng.choice(relations))
+        return drills.drill_call(topic)
 
     def drill_answer(self, names: Sequence[str]) -> str:
         """One box per name inside ``<answer>``, as the oracle answers."""

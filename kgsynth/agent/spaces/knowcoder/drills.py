@@ -8,8 +8,7 @@ The tools show: ``SearchGraphPatterns``'s heading, ``Graph patterns of ?x = Name
 ``ExecuteSPARQL``'s result table (read by the shared reader). ``?x`` is a variable, no name.
 
 A drill's tool call is the oracle's first one (:meth:`KnowCoder.oracle_calls`): a
-``SearchGraphPatterns`` sketch binding ``?x`` to the topic by name (:func:`.oracle.values_sketch`)
-with the words of one relation as its semantic hint; a drill's observation is the result table
+``SearchGraphPatterns`` sketch binding ``?x`` to the topic by name (:func:`.oracle.pattern_call`); a drill's observation is the result table
 of an ``ExecuteSPARQL`` (``?answer`` and ``?name``, as the oracle's queries select them); its
 answer is one ``\\boxed{}`` per name (§4.3.2).
 """
@@ -20,10 +19,9 @@ import json
 import re
 from collections.abc import Sequence
 
-from kgsynth.agent.spaces.knowcoder.oracle import values_sketch
+from kgsynth.agent.spaces.knowcoder.oracle import pattern_call
 from kgsynth.agent.spaces.knowcoder.patterns import ARROW
 from kgsynth.agent.spaces.observed import Observed
-from kgsynth.llm.relation_forms import relation_words
 
 _HEADING = re.compile(r"^Graph patterns of \?\w+ = (.+) \(showing \d+ of \d+")
 _BOUND = re.compile(r"(.+?) <[^<>\s]+>(?:, |$)")
@@ -57,11 +55,9 @@ def observed_line(line: str, seen: Observed) -> None:
     seen.names.append(_unquoted(value))
 
 
-def drill_call(topic: str, relation: str) -> str:
-    """The oracle's ``SearchGraphPatterns`` on ``topic`` with ``relation``'s words as hint."""
-    sketch = values_sketch({"topic_names": [topic], "topic_ids": [None]})
-    hint = json.dumps(relation_words(relation), ensure_ascii=False)
-    return f"SearchGraphPatterns({sketch!r}, {hint})"
+def drill_call(topic: str) -> str:
+    """The oracle's ``SearchGraphPatterns`` on ``topic`` (:func:`.oracle.pattern_call`)."""
+    return pattern_call({"topic_names": [topic], "topic_ids": [None]})
 
 
 def drill_observation(tails: Sequence[str]) -> str:

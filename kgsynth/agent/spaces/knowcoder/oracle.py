@@ -51,3 +51,13 @@ def values_sketch(row: dict[str, Any]) -> str:
     ids = list(row.get("topic_ids") or [None] * len(row["topic_names"]))
     nodes = dict.fromkeys(_sketch_node(n, i) for n, i in zip(row["topic_names"], ids, strict=True))
     return f"SELECT DISTINCT ?x WHERE {{ VALUES ?x {{ {' '.join(nodes)} }} }}"
+
+
+def pattern_call(row: dict[str, Any]) -> str:
+    """The oracle's ``SearchGraphPatterns`` call: the sketch of :func:`values_sketch` and an
+    empty semantic text, so the tool ranks the patterns by the question's words (§4.1: the
+    text is optional). A tiny policy copies the names and the question ranks the patterns; the
+    walk's relation words as text were what it could not guess from a question's phrasing
+    (stage 1 wrote "tags" for "what does Adam Arkin star in": benchmarks/README.md, issue 42
+    item 4)."""
+    return f'SearchGraphPatterns({values_sketch(row)!r}, "")'

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kgsynth.agent.spaces.sparql_oracle import query_thought
-from kgsynth.llm.relation_forms import relation_words
 
 
 def knowcoder_thought(
@@ -17,9 +16,8 @@ def knowcoder_thought(
     ``types``); None for a kind it has none for."""
     if kind == "types":
         return f"The answers are of type {entity}: I look it up among the KG's types."
-    if kind == "patterns":
-        words = " and ".join(dict.fromkeys(relation_words(r) for r in relations))
-        return f"I look for graph patterns around {entity} that match {words or 'the question'}."
+    if kind == "patterns":  # the question ranks the patterns (.oracle.pattern_call)
+        return f"I look for graph patterns around {entity} that match the question."
     if kind == "execute":
         return query_thought(entity, relations)
     if kind == "retry" and mistake:
