@@ -1,6 +1,7 @@
 """DAPO's dynamic sampling in `kgsynth train rl` (`--dynamic-sampling`): a group whose rewards
 all tie is replaced by the group of a question drawn next, so that every step trains on
-``--questions-per-step`` groups with a reward spread."""
+``--questions-per-step`` groups with a reward spread; and its no-signal control
+(`--shuffle-rewards`)."""
 
 from __future__ import annotations
 
@@ -41,10 +42,10 @@ def test_config_checks_name_the_field():
         GRPOConfig(dynamic_sampling=True, rollout="tree")
 
 
-def _metrics(task: Path, sft: Path, out: Path, *extra: str) -> list[dict]:
+def _metrics(task: Path, sft: Path, out: Path, *extra: str, group: int = 2) -> list[dict]:
     # groups of 2 at temperature 1 on a half-right policy: about half the groups tie
     res = _rl(
-        task, out, "--init", str(sft), "--max-steps", str(STEPS), "--group-size", "2",
+        task, out, "--init", str(sft), "--max-steps", str(STEPS), "--group-size", str(group),
         "--questions-per-step", str(QUESTIONS), "--lr", "1e-4", "--temperature", "1.0",
         "--seed", "3", *extra,
     )  # fmt: skip
@@ -86,3 +87,17 @@ def test_refill_rounds_run_out_where_no_group_has_a_spread(task: Path, sft: Path
         assert r["refill_rounds"] == 2 and r["trained_groups"] == 0
         assert r["skipped_groups"] == r["groups"] == QUESTIONS * 3  # 3, then a step's worth twice
         assert r["trained_tokens"] == 0
+
+
+def test_shuffled_rewards_keep_the_rollouts_and_change_the_update(
+    task: Path, sft: Path, tmp_path: Path
+):
+    # the control: the same rollouts (the same seeds) and each group's same rewards, given to
+    # other rollouts of the group, so the step's mean reward is the same and its gradient not
+    # groups of 4: in a group of 2 a shuffle at most negates the gradient, whose norm stays
+    plain = _metrics(task, sft, tmp_path / "plain", group=4)[0]
+    shuffled = _metrics(task, sft, tmp_path / "shuffled", "--shuffle-rewards", group=4)[0]
+    assert shuffled["reward"] == pytest.approx(plain["reward"])
+    assert shuffled["generated_tokens"] == plain["generated_tokens"]
+    assert shuffled["skipped_groups"] == plain["skipped_groups"] < QUESTIONS
+    assert shuffled["grad_norm"] != pytest.approx(plain["grad_norm"], rel=1e-4)

@@ -131,6 +131,12 @@ class GRPOConfig:
     dynamic_sampling_rounds: int = option(
         4, "Dynamic sampling: refill rounds per step at most.", advanced=True
     )
+    shuffle_rewards: bool = option(
+        False,
+        "A control, not for training: each group's rewards are shuffled among its rollouts "
+        "before the advantages, so an update has GRPO's own noise and no signal.",
+        advanced=True,
+    )
     turn_advantage: bool = option(
         False,
         "KG-R1's turn-wise advantage: each turn's tokens get G_t = r_t + lambda R (turn rewards "

@@ -154,6 +154,12 @@ def sample_groups(
         run.rspec.score(r.episode, qs[k // g].gold(), st.reward_state, distance=run.distance)
         for k, r in enumerate(rollouts)
     ]
+    if cfg.shuffle_rewards:  # the no-signal control: a rollout gets a groupmate's reward
+        shuffle = random.Random(cfg.seed * 100_003 + step_i + 1_000_003 * round_i)
+        for j in range(len(qs)):
+            part = results[j * g : (j + 1) * g]
+            shuffle.shuffle(part)
+            results[j * g : (j + 1) * g] = part
     adv, skipped = step_advantages(
         rollouts, results, g, turn_advantage=cfg.turn_advantage,
         turn_lambda=cfg.turn_lambda, scale=cfg.scale_rewards,
