@@ -10,7 +10,8 @@ norm, and the validation scores::
     .venv/bin/python benchmarks/grpo_ablation.py runs/g46/A runs/g46/B ...
 
 ``--pair START END`` compares two ``kgsynth eval`` prediction files of the same questions
-(the start and a GRPO checkpoint): Hits@1 per hop, the paired sign test, and what the
+(the start and a GRPO checkpoint; several runs a question are averaged): Hits@1 per hop, the
+paired sign test, F1, recall and precision likewise, and what the
 questions one gets right and the other wrong have in common (hops, structure or question
 type, turns, tool and format errors, forced answers, the first tool call that differs)::
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -70,6 +72,7 @@ def run_row(folder: Path) -> dict[str, Any]:
         "grad_norm": statistics.fmean(r["grad_norm"] for r in rows),
         "kl_last": rows[-1]["kl"],
         "entropy": statistics.fmean(r["entropy"] for r in rows if r.get("entropy") is not None),
+        "walk": walk_ratios(folder, config["init"], config["lr"]),
     }
     if selection:
         scores = selection["scores"]
@@ -86,14 +89,32 @@ def run_row(folder: Path) -> dict[str, Any]:
     return out
 
 
+def walk_ratios(folder: Path, start: str, lr: float) -> list[tuple[int, float]]:
+    """``|W_K - W_0| / (lr sqrt(K N))`` at each checkpoint K (N parameters): the distance the
+    weights moved, over the distance an Adam random walk of K steps of size ``lr`` per
+    parameter covers. Constant in K: the steps add up as noise (distance ~ sqrt K); growing
+    as sqrt K: they share a direction (distance ~ K)."""
+    from safetensors.torch import load_file
+
+    w0 = load_file(str(Path(start) / "model.safetensors"))
+    n = sum(v.numel() for v in w0.values())
+    out = []
+    for ck in sorted(folder.glob("checkpoints/step-*"), key=lambda p: int(p.name[5:])):
+        k = int(ck.name[5:])
+        wk = load_file(str(ck / "model.safetensors"))
+        dist = math.sqrt(sum(float((wk[m].float() - w0[m].float()).norm() ** 2) for m in w0))
+        out.append((k, dist / (lr * math.sqrt(k * n))))
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The ablation table in Markdown."""
     head = (
         "| run | G x Q x steps, lr, T | rollouts | wall | reward first → last fifth | tied groups "
         "| within-group reward std | validation: start → each checkpoint | best (better / worse, p) "
-        "| last (better / worse, p) |"
+        "| last (better / worse, p) | ‖W_K − W_0‖ / (lr √(K N)) at each checkpoint |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         setting = (
             f"{r['group']} x {r['questions']} x {r['steps']}, {r['lr']:g}, {r['temperature']:g}"
@@ -111,17 +132,24 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['run']} | {setting} | {r['rollouts']:,} | {r['wall_s']:.0f} s "
             f"| {r['reward_first']:.3f} → {r['reward_last']:.3f} "
             f"| {r['tied']} of {r['groups']} ({r['tied'] / r['groups']:.0%}) | {spread} "
-            f"| {val} | {best} | {last} |"
+            f"| {val} | {best} | {last} | " + " / ".join(f"{v:.2f}" for _, v in r["walk"]) + " |"
         )
     return "\n".join(lines)
 
 
+SCORES = ("hits_at_1", "f1", "recall", "precision")
+
+
 def _predictions(path: Path) -> dict[str, dict[str, Any]]:
+    """An eval's rows by question: run 0's row, its scores the mean over the eval's runs."""
     import polars as pl
 
     file = path / "predictions.parquet" if path.is_dir() else path
     frame = pl.read_parquet(file).filter(pl.col("system") == "model")
-    return {r["question_id"]: r for r in frame.iter_rows(named=True)}
+    means = frame.group_by("question_id").agg(pl.col(m).fill_null(0.0).mean() for m in SCORES)
+    first = frame.filter(pl.col("run") == 0).drop(SCORES)
+    rows = first.join(means, on="question_id")
+    return {r["question_id"]: r for r in rows.iter_rows(named=True)}
 
 
 def _kind(r: dict[str, Any]) -> str:
@@ -153,6 +181,15 @@ def pair(start: Path, end: Path) -> str:
         lines.append(
             f"{hop}-hop ({len(qs)}): {sa:.3f} -> {sb:.3f}, {better} better / {worse} worse, "
             f"p {sign_test_p(better, worse):.3g}"
+        )
+    for metric in SCORES[1:]:  # the reward's own metric and its two halves
+        ma = sum(a[q][metric] for q in common) / len(common)
+        mb = sum(b[q][metric] for q in common) / len(common)
+        up = sum(b[q][metric] > a[q][metric] + 1e-9 for q in common)
+        down = sum(b[q][metric] < a[q][metric] - 1e-9 for q in common)
+        lines.append(
+            f"{metric}: {ma:.3f} -> {mb:.3f}, {up} better / {down} worse, "
+            f"p {sign_test_p(up, down):.3g}"
         )
     gained = [q for q in common if b[q]["hits_at_1"] > a[q]["hits_at_1"]]
     lost = [q for q in common if b[q]["hits_at_1"] < a[q]["hits_at_1"]]
