@@ -6,10 +6,11 @@ GRPO loop's call) of the same questions with the same seed, their tool calls run
 shipped MetaQA KB, alternating engine by engine, round by round, on one thread. The two
 engines sample the same tokens from the same seed (tests/test_static_engine.py), so both
 generate the same token count; the run checks it. tokens/s is the sampled tokens over the
-wall seconds of a whole rollout (tool calls included); episodes/s likewise. The bound is the
-model's cost per token at the rollouts' mean context (the matmul FLOPs, and the KV-cache
-bytes a decode step reads) against this machine's one-thread fp32 matmul rate and memory
-bandwidth, measured here.
+wall seconds of a whole rollout (tool calls included); episodes/s likewise; tokens per CPU
+second (this process's, less swayed by other work on a shared machine) is reported beside.
+The bound is the model's cost per token at the rollouts' mean context (the matmul FLOPs, and
+the KV-cache bytes a decode step reads) against this machine's one-thread fp32 matmul rate
+and memory bandwidth, measured here.
 
 With no arguments it builds the tiny policy as ``make all`` does (2 layers x 64 wide, a
 1,000-token vocabulary; random weights, so its tool calls are mostly malformed and answered
@@ -140,12 +141,12 @@ def roll(engine: Any, model: Any, tok: Any, tasks: list, graph: Any, cfg: Any, b
         return out
 
     engine.generate = timed
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rollouts = run_rollouts(
         policy, tasks, lambda t: ToolEnvironment(graph, t.question, cfg, topics=t.topic_names),
         cfg, seed=0, batch_size=batch,
     )  # fmt: skip
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     del engine.generate
     tokens = sum(r.generated_tokens for r in rollouts)
     # the context each sampled token was sampled at
@@ -156,7 +157,7 @@ def roll(engine: Any, model: Any, tok: Any, tasks: list, graph: Any, cfg: Any, b
     prompts = sorted({tuple(r.ids[: r.prompt_len]) for r in rollouts})
     firsts = len(prompts[0]) + sum(len(b) - _shared(a, b) for a, b in itertools.pairwise(prompts))
     calls = sum(1 for r in rollouts for t in r.episode.turns if t.tool and not t.tool_error)
-    return {"tokens": tokens, "episodes": len(rollouts), "wall_s": wall,
+    return {"tokens": tokens, "episodes": len(rollouts), "wall_s": wall, "cpu_s": cpu,
             "generate_s": spent["s"], "context": statistics.mean(positions or [0]),
             "prefill_per_token": (env + firsts) / max(1, tokens),
             "tool_calls_run": calls,
@@ -197,6 +198,8 @@ def summarize(runs: dict[str, list[dict]], model: Any, args: argparse.Namespace)
             "tokens_per_s": round(statistics.median(x["tokens"] / x["wall_s"] for x in rs)),
             "episodes_per_s": round(statistics.median(x["episodes"] / x["wall_s"] for x in rs), 2),
             "generate_share": round(statistics.median(x["generate_s"] / x["wall_s"] for x in rs), 2),
+            # this process's CPU seconds: on a loaded machine, less swayed than the wall
+            "tokens_per_cpu_s": round(statistics.median(x["tokens"] / x["cpu_s"] for x in rs)),
         }  # fmt: skip
     context = statistics.mean(x["context"] for rs in runs.values() for x in rs)
     prefill = statistics.mean(x["prefill_per_token"] for rs in runs.values() for x in rs)
@@ -265,10 +268,11 @@ def main() -> None:
             s["tokens"] / s["wall_s"] / (h["tokens"] / h["wall_s"])
             for s, h in zip(runs["static"], runs["hf"], strict=True)
         )
+        per_cpu = summary["static"]["tokens_per_cpu_s"] / summary["hf"]["tokens_per_cpu_s"]
         print(f"static engine {summary['static']['tokens_per_s']} tokens/s, hf engine "
               f"{summary['hf']['tokens_per_s']} tokens/s, bound "
-              f"{summary['bound']['bound_tokens_per_s']}, same tokens {summary['same_tokens']}; "
-              f"ratio: {ratio:.2f}")  # fmt: skip
+              f"{summary['bound']['bound_tokens_per_s']}, same tokens {summary['same_tokens']}, "
+              f"per CPU second {per_cpu:.2f}; ratio: {ratio:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
