@@ -196,11 +196,13 @@ def rollout_and_update(
         rounds += 1
         n = refill_size(len(batch) - len(spread), sampled.groups, len(spread), len(batch))
         spread += sample_groups(run, st, step_i, next_questions(st, n), sampled, rounds)
-    # a trained group's place among the step's questions, for the PPO mini-batches
+    # a trained group's place among the step's questions, for the PPO mini-batches (without
+    # refills every group keeps its own: the step's question index)
     place = {gi: k for k, gi in enumerate(spread[: len(batch)])}
     keep = [i for i, gi in enumerate(sampled.group_of) if gi in place]
-    question_of = [place.get(gi, 0) for gi in sampled.group_of]
-    if not cfg.dynamic_sampling:
+    if cfg.dynamic_sampling:
+        question_of = [place.get(gi, 0) for gi in sampled.group_of]
+    else:
         question_of = list(sampled.group_of)
     upd = update(
         run.policy, run.ref, sampled.rollouts, sampled.adv, keep, cfg, run.device, run.autocast,

@@ -103,6 +103,19 @@ class ActionSpace(ABC):
         question (GrailQA's, GraphQuestions') carries itself."""
         return self.oracle_from == "sexpr"
 
+    @staticmethod
+    def space_thought(
+        kind: str,
+        entity: str,
+        hop: dict[str, Any] | None,
+        relations: Sequence[str],
+        mistake: dict[str, str] | None,
+    ) -> str | None:
+        """A space's own thought before an action of ``kind`` (the arguments as
+        :meth:`thought`'s), None for a kind it leaves to the path spaces' thoughts. A space
+        sets it to its thoughts module's function: ``space_thought = staticmethod(f)``."""
+        return None
+
     def thought(
         self,
         kind: str,
@@ -114,9 +127,12 @@ class ActionSpace(ABC):
         """The template thought before an oracle action of ``kind`` (an ``OracleCall``'s, or
         ``answer``), about ``entity`` along ``hop``; ``relations``: the walk's, for a step that
         covers them all; ``mistake``: what a corrected try got wrong. The template backend
-        writes it (:mod:`kgsynth.synthesize.oracle_episodes` passes it along). By default the
-        path spaces' kinds: ``relations`` (and ``check``, a look-ahead), ``triples``; anything
-        else reads as the answer's."""
+        writes it (:mod:`kgsynth.synthesize.oracle_episodes` passes it along). First the space's
+        own (:attr:`space_thought`), then the path spaces' kinds: ``relations`` (and ``check``,
+        a look-ahead), ``triples``; anything else reads as the answer's."""
+        own = self.space_thought(kind, entity, hop, relations, mistake)
+        if own is not None:
+            return own
         # Short on purpose: every token of a thought is trained on, and a thought names only
         # what the next action uses (the entity it starts from, the relation it follows).
         if kind in ("relations", "check"):

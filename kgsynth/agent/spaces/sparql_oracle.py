@@ -175,6 +175,17 @@ class SparqlSpace:
         """The oracle's calls run in ``env`` (:func:`replay_sparql`); no options apply."""
         return replay_sparql(self, row, env)
 
+    # copy drills (kgsynth.train.drills): what the oracle's queries show and how it answers
+
+    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
+        """A query's result table naming ``tails`` (``?answer`` and its ``?name``, as the
+        oracle's queries select them)."""
+        return "\n".join(["?answer\t?name", *(f"{t}\t{t}" for t in tails)])
+
+    def drill_answer(self, names: Sequence[str]) -> str:
+        """One box per name inside ``<answer>``, as the oracle answers."""
+        return self.turns.answer_action(list(names))  # type: ignore[attr-defined]
+
 
 def replay_sparql(
     space: Any, row: dict[str, Any], env: ToolEnvironment

@@ -46,17 +46,8 @@ class Isp(SparqlSpace, ActionSpace):
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         return run_step(env, isp_operations(call))
 
-    def thought(
-        self,
-        kind: str,
-        entity: str,
-        hop: dict[str, Any] | None,
-        relations: Sequence[str] = (),
-        mistake: dict[str, str] | None = None,
-    ) -> str:
-        """Before a step that explores a node or one that queries (:mod:`.thoughts`)."""
-        own = isp_thought(kind, entity, relations)
-        return own if own is not None else super().thought(kind, entity, hop, relations, mistake)
+    # before a step that explores a node, merges branches or queries
+    space_thought = staticmethod(isp_thought)
 
     # --- copy drills in the space's own steps (:mod:`.drills`) --------------------------
 
@@ -64,19 +55,12 @@ class Isp(SparqlSpace, ActionSpace):
         """Explored names, template relations and result rows, under operation lines."""
         return drills.observed(text)
 
-    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
-        return drills.drill_observation(list(tails))
-
     def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
         return drills.drill_call(topic)
 
     def drill_action(self, call: str) -> str:
         """The step's operations as they are, as the oracle writes a step."""
         return call
-
-    def drill_answer(self, names: Sequence[str]) -> str:
-        """One box per name inside ``<answer>``, as the oracle answers."""
-        return self.turns.answer_action(list(names))
 
 
 SPACE = Isp()

@@ -1,6 +1,7 @@
 """What ISP-KGR's observations show a copy drill and how its drills read
-(:meth:`~kgsynth.agent.spaces.base.ActionSpace.observed`, ``drill_call``, ``drill_action``,
-``drill_answer``; :mod:`kgsynth.train.drills`).
+(:meth:`~kgsynth.agent.spaces.base.ActionSpace.observed`, ``drill_call``, ``drill_action``;
+:mod:`kgsynth.train.drills`; the result table and the boxed answers are
+:class:`~kgsynth.agent.spaces.sparql_oracle.SparqlSpace`'s).
 
 An isp step's observation is one operation's result, or several, each under an
 ``Operation i (node "Name"):`` / ``Operation i (SPARQL):`` line (:func:`.tools.run_step`). What
@@ -61,9 +62,3 @@ def observed(text: str) -> Observed:
 def drill_call(topic: str) -> str:
     """The oracle's exploring operation on ``topic``: ``<node>topic</node>``."""
     return operations_text([Operation(NODE, topic)])
-
-
-def drill_observation(tails: list[str]) -> str:
-    """A query's result rows naming ``tails``, as the SPARQL operation shows the oracle's
-    gold query's (``?answer`` and its ``?name``)."""
-    return "\n".join(["?answer\t?name", *(f"{t}\t{t}" for t in tails)])

@@ -5,11 +5,18 @@ cold start's hop steps, kind ``triples``, take the path spaces' thought)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kgsynth.agent.spaces.sparql_oracle import query_thought
 
 
-def isp_thought(kind: str, entity: str, relations: Sequence[str]) -> str | None:
+def isp_thought(
+    kind: str,
+    entity: str,
+    hop: dict[str, Any] | None,
+    relations: Sequence[str],
+    mistake: dict[str, str] | None,
+) -> str | None:
     """The thought before an isp step of ``kind``; None for a kind it has none for."""
     if kind == "node":
         return f"I explore the relations around {entity}."

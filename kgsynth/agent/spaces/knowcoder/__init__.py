@@ -68,17 +68,8 @@ class KnowCoder(SparqlSpace, ActionSpace):
         check_syntax(call)
         return env.execute(call.call)
 
-    def thought(
-        self,
-        kind: str,
-        entity: str,
-        hop: dict[str, Any] | None,
-        relations: Sequence[str] = (),
-        mistake: dict[str, str] | None = None,
-    ) -> str:
-        """Before a type search, a pattern search, a query or a correction (:mod:`.thoughts`)."""
-        own = knowcoder_thought(kind, entity, relations, mistake)
-        return own if own is not None else super().thought(kind, entity, hop, relations, mistake)
+    # before a type search, a pattern search, a query or a correction
+    space_thought = staticmethod(knowcoder_thought)
 
     # --- copy drills in the space's own calls (:mod:`.drills`) --------------------------
 
@@ -86,15 +77,8 @@ class KnowCoder(SparqlSpace, ActionSpace):
         """A pattern search's heading or row; a result table is read by the shared reader."""
         drills.observed_line(line, seen)
 
-    def drill_observation(self, head: str, relation: str, tails: Sequence[str]) -> str:
-        return drills.drill_observation(tails)
-
     def drill_call(self, topic: str, relations: Sequence[str], rng: random.Random) -> str:
         return drills.drill_call(topic)
-
-    def drill_answer(self, names: Sequence[str]) -> str:
-        """One box per name inside ``<answer>``, as the oracle answers."""
-        return self.turns.answer_action(list(names))
 
 
 SPACE = KnowCoder()

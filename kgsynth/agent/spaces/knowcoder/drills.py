@@ -1,6 +1,7 @@
 """What KnowCoder-A1's observations show a copy drill and how its drills read
-(:meth:`~kgsynth.agent.spaces.base.ActionSpace.observed_line`, ``drill_observation``,
-``drill_call``, ``drill_answer``; :mod:`kgsynth.train.drills`).
+(:meth:`~kgsynth.agent.spaces.base.ActionSpace.observed_line`, ``drill_call``;
+:mod:`kgsynth.train.drills`; the result table and the boxed answers are
+:class:`~kgsynth.agent.spaces.sparql_oracle.SparqlSpace`'s).
 
 The tools show: ``SearchGraphPatterns``'s heading, ``Graph patterns of ?x = Name <IRI>, …
 (showing …):`` (the bound entities' names), and its rows, ``(?x, <r1> -> ^<r2>, "value")`` or
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 
 from kgsynth.agent.spaces.knowcoder.oracle import pattern_call
 from kgsynth.agent.spaces.knowcoder.patterns import ARROW
@@ -58,8 +58,3 @@ def observed_line(line: str, seen: Observed) -> None:
 def drill_call(topic: str) -> str:
     """The oracle's ``SearchGraphPatterns`` on ``topic`` (:func:`.oracle.pattern_call`)."""
     return pattern_call({"topic_names": [topic], "topic_ids": [None]})
-
-
-def drill_observation(tails: Sequence[str]) -> str:
-    """An ``ExecuteSPARQL`` result table naming ``tails`` (``?answer`` and its ``?name``)."""
-    return "\n".join(["?answer\t?name", *(f"{t}\t{t}" for t in tails)])

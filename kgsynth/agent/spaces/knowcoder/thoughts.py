@@ -5,12 +5,17 @@ before a type search, a graph-pattern search, a query, and a trial-and-error cor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kgsynth.agent.spaces.sparql_oracle import query_thought
 
 
 def knowcoder_thought(
-    kind: str, entity: str, relations: Sequence[str], mistake: dict[str, str] | None
+    kind: str,
+    entity: str,
+    hop: dict[str, Any] | None,
+    relations: Sequence[str],
+    mistake: dict[str, str] | None,
 ) -> str | None:
     """The thought before a knowcoder step of ``kind`` (``entity``: the type name for
     ``types``); None for a kind it has none for."""

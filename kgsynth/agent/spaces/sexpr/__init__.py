@@ -17,7 +17,7 @@ from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sexpr import drills
 from kgsynth.agent.spaces.sexpr.oracle import replay_sexpr, sexpr_oracle_calls, sexpr_reference
 from kgsynth.agent.spaces.sexpr.syntax import TOOL_HELP, parse_action
-from kgsynth.agent.spaces.sexpr.thoughts import SEXPR_THOUGHTS, sexpr_thought
+from kgsynth.agent.spaces.sexpr.thoughts import sexpr_thought
 from kgsynth.agent.spaces.sexpr.tools import make_tools
 from kgsynth.agent.spaces.sexpr.turns import SEXPR_FORMAT, run_actions
 from kgsynth.agent.spaces.sparql import ToolTable
@@ -60,18 +60,8 @@ class SExpr(ActionSpace):
     def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
         return replay_sexpr(row, env)
 
-    def thought(
-        self,
-        kind: str,
-        entity: str,
-        hop: dict[str, Any] | None,
-        relations: Sequence[str] = (),
-        mistake: dict[str, str] | None = None,
-    ) -> str:
-        """Before one of KBQA-R1's actions (:mod:`.thoughts`)."""
-        if kind in SEXPR_THOUGHTS:
-            return sexpr_thought(kind, entity, hop or {})
-        return super().thought(kind, entity, hop, relations, mistake)
+    # before one of KBQA-R1's actions
+    space_thought = staticmethod(sexpr_thought)
 
     def observed_line(self, line: str, seen: Observed) -> None:
         """An expression's results, a relation list, a triple (:mod:`.drills`)."""

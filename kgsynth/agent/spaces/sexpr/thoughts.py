@@ -3,6 +3,7 @@ per action of the sexpr tool set's oracle (:data:`SEXPR_THOUGHTS`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.llm.relation_forms import relation_words
@@ -20,9 +21,19 @@ SEXPR_THOUGHTS = {
 _COMPARISON_WORDS = {"lt": "below", "le": "at most", "gt": "above", "ge": "at least"}
 
 
-def sexpr_thought(kind: str, entity: str, hop: dict[str, Any]) -> str:
-    """The thought before one of KBQA-R1's actions (:data:`SEXPR_THOUGHTS`); ``hop`` holds
-    the action's relation, ``op`` (argmax/argmin, lt/le/gt/ge) and ``value``."""
+def sexpr_thought(
+    kind: str,
+    entity: str,
+    hop: dict[str, Any] | None,
+    relations: Sequence[str],
+    mistake: dict[str, str] | None,
+) -> str | None:
+    """The thought before one of KBQA-R1's actions (:data:`SEXPR_THOUGHTS`; None for another
+    kind); ``hop`` holds the action's relation, ``op`` (argmax/argmin, lt/le/gt/ge) and
+    ``value``."""
+    if kind not in SEXPR_THOUGHTS:
+        return None
+    hop = hop or {}
     relation = str(hop.get("relation") or "")
     op = str(hop.get("op") or "")
     return SEXPR_THOUGHTS[kind].format(
