@@ -28,6 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kgsynth.eval.paired import sign_split
 from kgsynth.metrics import sign_test_p
 
 
@@ -172,15 +173,17 @@ def pair(start: Path, end: Path) -> str:
     a, b = _predictions(start), _predictions(end)
     common = sorted(set(a) & set(b))
     lines = [f"{len(common)} questions in both"]
+
+    def hits(r: dict[str, dict[str, Any]], qs: list[str]) -> dict[str, float]:
+        return {q: r[q]["hits_at_1"] for q in qs}
+
     for hop in sorted({a[q]["hops"] for q in common}):
         qs = [q for q in common if a[q]["hops"] == hop]
-        sa = sum(a[q]["hits_at_1"] for q in qs) / len(qs)
-        sb = sum(b[q]["hits_at_1"] for q in qs) / len(qs)
-        better = sum(b[q]["hits_at_1"] > a[q]["hits_at_1"] for q in qs)
-        worse = sum(b[q]["hits_at_1"] < a[q]["hits_at_1"] for q in qs)
+        sa, sb = hits(a, qs), hits(b, qs)
+        better, worse, p = sign_split(sa, sb)
         lines.append(
-            f"{hop}-hop ({len(qs)}): {sa:.3f} -> {sb:.3f}, {better} better / {worse} worse, "
-            f"p {sign_test_p(better, worse):.3g}"
+            f"{hop}-hop ({len(qs)}): {statistics.fmean(sa.values()):.3f} -> "
+            f"{statistics.fmean(sb.values()):.3f}, {better} better / {worse} worse, p {p:.3g}"
         )
     for metric in SCORES[1:]:  # the reward's own metric and its two halves
         ma = sum(a[q][metric] for q in common) / len(common)
@@ -193,10 +196,12 @@ def pair(start: Path, end: Path) -> str:
         )
     gained = [q for q in common if b[q]["hits_at_1"] > a[q]["hits_at_1"]]
     lost = [q for q in common if b[q]["hits_at_1"] < a[q]["hits_at_1"]]
-    sa = sum(a[q]["hits_at_1"] for q in common) / len(common)
-    sb = sum(b[q]["hits_at_1"] for q in common) / len(common)
-    p = sign_test_p(len(gained), len(lost))
-    lines.append(f"all: {sa:.3f} -> {sb:.3f}, {len(gained)} better / {len(lost)} worse, p {p:.3g}")
+    sa, sb = hits(a, common), hits(b, common)
+    _, _, p = sign_split(sa, sb)
+    lines.append(
+        f"all: {statistics.fmean(sa.values()):.3f} -> {statistics.fmean(sb.values()):.3f}, "
+        f"{len(gained)} better / {len(lost)} worse, p {p:.3g}"
+    )
     for name, qs in (("gained", gained), ("lost", lost)):
         if not qs:
             continue
