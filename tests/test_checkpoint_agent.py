@@ -25,6 +25,7 @@ from kgsynth.agent.carried import (
     sft_agent,
     write_agent_file,
 )
+from kgsynth.agent.strategies.round_trips import round_trip_words
 from kgsynth.cli import app
 from kgsynth.core.errors import InputFileError
 from tests.kgfixtures import build_pipeline_inputs
@@ -92,6 +93,9 @@ def test_stage1_and_each_checkpoint_carry_the_settings_of_the_corpus_trajectorie
     assert saved["toolset"] == "graphwalker" and saved["entity_matching"] == "exact"
     assert "system_text" not in saved  # the prompt is agent_system_prompt.txt
     assert "max_turn_tokens" not in saved and "resample_cut_turns" not in saved
+    # the round-trip words the trajectories read from their questions' walks (none this small)
+    rows = pq.read_table(made["questions"]).to_pylist()
+    assert saved["round_trip_words"] == list(round_trip_words(rows))
     checkpoints = sorted((stage1 / "checkpoints").iterdir())
     assert [c.name for c in checkpoints] == ["checkpoint-1", "checkpoint-2"]
     for ckpt in checkpoints:

@@ -291,24 +291,29 @@ def test_focus_weights_use_up_a_followed_relation_nearest_the_topic():
     assert set(focus_weights(question, "Somebody Else", ()).values()) == {1.0}
 
 
-def test_a_sharing_word_keeps_the_first_relation_for_the_way_back(graph):
-    """ "The same director as X" goes out along directed_by and back along it: the second
-    list marks directed_by again, and the way back lists X itself last."""
-    from kgsynth.agent.strategies.focus import SHARING_WORDS, focus_weights
+def test_a_round_trip_word_keeps_the_first_relation_for_the_way_back(graph):
+    """ "The same director as X" goes out along directed_by and back along it: where "same" is
+    one of the agent's round-trip words the second list marks directed_by again, and the way
+    back lists X itself last; without round-trip words the first hop uses "director" up."""
+    from kgsynth.agent.strategies.focus import focus_weights
 
-    assert {"same", "together"} <= SHARING_WORDS and not {"also", "co"} & SHARING_WORDS
+    words = ("same", "share", "together")
     for question in (
         "which films have the same director as Kismet",
         "what films share a director with Kismet",
         "who directed films together with William Dieterle",
+        "which films shared their director with Kismet",  # the stem of "share"
     ):
         anchor = "Kismet" if "Kismet" in question else "William Dieterle"
-        assert "direct" in focus_weights(question, anchor, ["directed_by"]), question
-        assert "direct" not in focus_weights(question, anchor, ["directed_by"] * 2), question
-    # without a sharing word the relation's words are used up by its first hop
-    assert "direct" not in focus_weights("who directed Kismet", "Kismet", ["directed_by"])
+        assert "direct" in focus_weights(question, anchor, ["directed_by"], words), question
+        assert "direct" not in focus_weights(question, anchor, ["directed_by"] * 2, words)
+        # no round-trip words (an agent whose questions had no walk that comes back)
+        assert "direct" not in focus_weights(question, anchor, ["directed_by"]), question
+    # without a round-trip word in the question the relation's words are used up by its hop
+    assert "direct" not in focus_weights("who directed Kismet", "Kismet", ["directed_by"], words)
 
-    focus = ToolConfig(relation_ranking="focus")
+    focus = ToolConfig(relation_ranking="focus", round_trip_words=["Same"])
+    assert focus.round_trip_words == ("same",)  # YAML's list, read in lower case
     env = ToolEnvironment(graph, "which films have the same director as Kismet", focus)
     env.execute('get_relations("Kismet")')
     env.execute('get_triples("Kismet", ["directed_by"])')

@@ -131,6 +131,15 @@ class AgentConfig:
         panel="Agent",
         advanced=True,
     )
+    round_trip_words: tuple[str, ...] | None = option(
+        None,
+        "focus ranking: question words that say the question comes back along the relation it "
+        'went out on ("the same director as X"); there the first relation followed keeps its '
+        "words for the way back. Unset: synthesize trajectories reads them from its questions' "
+        "walks (kgsynth.agent.strategies.round_trips) and the models trained on them carry "
+        "them; elsewhere none",
+        cli=False,
+    )
     entity_matching: Literal["exact", "near"] = option(
         "exact",
         "How tools read an entity name (graphwalker, kgr1, isp's node, sexpr's "
@@ -253,6 +262,10 @@ class AgentConfig:
                     f"{name} must be {rule} ({flags}; got {getattr(self, name)!r})"
                 )
 
+        words = self.round_trip_words
+        if words is not None:  # YAML and JSON give a list, or one word
+            words = (words,) if isinstance(words, str) else words
+            object.__setattr__(self, "round_trip_words", tuple(str(w).lower() for w in words))
         known = space_names()
         need(self.toolset in known, "toolset", f"{', '.join(known[:-1])} or {known[-1]}")
         need(self.max_turns >= 1, "max_turns", ">= 1")

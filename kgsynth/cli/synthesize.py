@@ -238,6 +238,7 @@ def synthesize_trajectories_cmd(
 ) -> None:
     """Agent trajectories from questions: oracle replays, referenced rejection sampling, or
     free rollouts, through the real KG tools."""
+    from kgsynth.agent.strategies import round_trips
     from kgsynth.core.schema import REJECTED_TRAJECTORY_SCHEMA, TRAJECTORY_SCHEMA
 
     started = time.perf_counter()
@@ -253,6 +254,9 @@ def synthesize_trajectories_cmd(
             check_fraction("--max-failed-fraction", max_failed_fraction)
             graph = open_graph_option(kg, profile)
             rows, bench_info = _question_rows(questions, graph, cfg)
+            # the focus ranking's round-trip words, read from these questions' walks where the
+            # agent config leaves them unset (recorded in the manifest, carried by the models)
+            cfg = round_trips.with_round_trip_words(cfg, rows)
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,

@@ -32,6 +32,7 @@ from typing import Any
 from kgsynth.agent.spaces import oracle_calls, reference_text, replay, space
 from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
 from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
+from kgsynth.agent.strategies.round_trips import with_round_trip_words
 from kgsynth.core.errors import ConfigError
 from kgsynth.core.stage import Progress, StageResult
 from kgsynth.kg.graph import KGGraph
@@ -119,6 +120,7 @@ def run(
             f"--mode {cfg.mode} needs a policy model (--llm openai or hf); the template backend "
             "only writes oracle thoughts"
         )
+    cfg = with_round_trip_words(cfg, inputs)
     rows = questions_of(inputs, cfg)
     generator = {
         "backend": llm.backend,

@@ -76,6 +76,7 @@ def episode_strategies(
             topics,
             first_hop=config.first_hop_fallback == "dense",
             later_hop=config.later_hop_fallback == "dense",
+            round_trip=frozenset(config.round_trip_words or ()),
         )
     else:
         ranking = Bm25Ranking(encoder if config.relation_ranking == "hybrid" else None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from kgsynth.agent.stemming import stem
@@ -52,14 +52,6 @@ def is_function_word(word: str) -> bool:
     return word.lower() in _FUNCTION_WORDS
 
 
-# words that say two things stand in one relation to a third: "the films that share the director
-# of X", "the things with the same tags as X", "who starred together with X" (the words of the
-# template backend's shared forms, kgsynth.llm.rule_questions.shared_forms). Not "also", which
-# joins two conditions as often ("what is X and also Y"), nor the prefix "co-": "the co-founders
-# of X" is one hop where X is a company and a round trip where X is a person
-SHARING_WORDS = frozenset({"same", "share", "shares", "shared", "sharing", "together"})
-
-
 class FocusWord(NamedTuple):
     """A question word the episode has not used yet (see :func:`focus_words`)."""
 
@@ -69,7 +61,11 @@ class FocusWord(NamedTuple):
 
 
 def focus_words(
-    question: str, anchor: str | None, followed: Sequence[str], used: Sequence[str] = ()
+    question: str,
+    anchor: str | None,
+    followed: Sequence[str],
+    used: Sequence[str] = (),
+    round_trip: Collection[str] = (),
 ) -> dict[str, FocusWord]:
     """The question's stemmed words that the episode has not yet used, each with a weight for
     how near it stands to ``anchor`` (the topic entity's name in the question): 1 / (1 + the
@@ -81,8 +77,9 @@ def focus_words(
     written by X", following ``written_by`` from X uses "written" and "by", and "starred" is
     what is left for the next hop. A word said twice ("whose directors also directed X")
     stays for a second hop along the same relation, and so does every word of the first
-    relation where the question has a sharing word (:data:`SHARING_WORDS`: "the films with
-    the same director as X" goes out along ``directed_by`` and back along it)."""
+    relation where the question has one of the ``round_trip`` words (which those are, the run's
+    synthesized questions say: :mod:`kgsynth.agent.strategies.round_trips`; "the films with the
+    same director as X" goes out along ``directed_by`` and back along it)."""
     words = tokenize(question)
     stems = [stem(w) for w in words]
     span = name_span(words, anchor) if anchor else None
@@ -95,10 +92,12 @@ def focus_words(
 
     inside = set(range(span[0], span[1] + 1)) if span else set()
     left = [i for i in range(len(stems)) if i not in inside]
-    # a sharing word ("the same director as X") says the relation twice: out to what X has,
+    # a round-trip word ("the same director as X") says the relation twice: out to what X has,
     # and back to what else has it; so the first relation followed leaves its words for the
     # second hop
-    using = followed[1:] if SHARING_WORDS.intersection(words) else followed
+    # (by stem: "shared" in a question where the run's questions said "share")
+    back = bool(round_trip) and bool({stem(w.lower()) for w in round_trip}.intersection(stems))
+    using = followed[1:] if back else followed
     for rel in using:
         for term in dict.fromkeys(ranking_terms(rel)):
             spots = [i for i in left if stems[i] == term]
@@ -116,9 +115,12 @@ def focus_words(
     return out
 
 
-def focus_weights(question: str, anchor: str | None, followed: Sequence[str]) -> dict[str, float]:
+def focus_weights(
+    question: str, anchor: str | None, followed: Sequence[str], round_trip: Collection[str] = ()
+) -> dict[str, float]:
     """:func:`focus_words`' weights alone."""
-    return {term: w.weight for term, w in focus_words(question, anchor, followed).items()}
+    found = focus_words(question, anchor, followed, round_trip=round_trip)
+    return {term: w.weight for term, w in found.items()}
 
 
 def rank_relations_focused(
@@ -127,6 +129,7 @@ def rank_relations_focused(
     anchor: str | None,
     followed: Sequence[str],
     used: Sequence[str] = (),
+    round_trip: Collection[str] = (),
 ) -> list[tuple[Relation, tuple[str, ...]]]:
     """Relations sorted by BM25 over :func:`focus_words`, each word's score times its weight
     (stable on ties), each with the question's unused words it matches (words of four letters
@@ -136,7 +139,7 @@ def rank_relations_focused(
 
     The idf is Lucene's, ln(1 + (N - n + 0.5) / (n + 0.5)), which stays positive where a word
     is in half the relations or more (an entity with two relations)."""
-    found = focus_words(question, anchor, followed, used)
+    found = focus_words(question, anchor, followed, used, round_trip)
     docs = [ranking_terms(r.name) for r in relations]
     avg = sum(len(d) for d in docs) / max(len(docs), 1) or 1.0
     k1, b = 1.5, 0.75

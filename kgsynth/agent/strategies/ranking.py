@@ -62,6 +62,7 @@ class FocusRanking:
     topics: Sequence[str] = ()  # the topic entities' names (the later-hop fallback skips them)
     first_hop: bool = False
     later_hop: bool = False
+    round_trip: frozenset[str] = frozenset()  # words that say the question comes back
     anchor: str | None = None  # the topic name nearness is measured from
     followed: tuple[str, ...] = ()  # the relations followed so far (their words are used up)
     used: tuple[str, ...] = ()  # fallback words used up by following the relation they marked
@@ -73,11 +74,13 @@ class FocusRanking:
         named = name_span(tokenize(question), entity.name) is not None  # a topic's name
         if named:
             self.anchor = entity.name
-        ranked = rank_relations_focused(question, rels, self.anchor, self.followed, self.used)
+        ranked = rank_relations_focused(
+            question, rels, self.anchor, self.followed, self.used, self.round_trip
+        )
         if self.first_hop and not self.followed and self.anchor == entity.name:
             ranked = first_hop_marks(question, entity.name, ranked, self.encoder())
         elif self.later_hop and self.followed and not named:
-            found = focus_words(question, self.anchor, self.followed, self.used)
+            found = focus_words(question, self.anchor, self.followed, self.used, self.round_trip)
             ranked = later_hop_marks(
                 question, entity.name, ranked, self.encoder(), found, self.topics
             )
