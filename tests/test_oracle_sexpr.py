@@ -16,6 +16,7 @@ from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.sexpr.oracle import sexpr_oracle_calls, walk_sexpr
 from kgsynth.agent.spaces.sexpr.turns import quote_answer
 from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.agent.topics import in_mention_order
 from kgsynth.cli import app
 from kgsynth.core.stage import Reject
 from kgsynth.filter import FilterConfig, run_filters
@@ -69,7 +70,9 @@ def _written(hop) -> str:
 
 
 def _expected_calls(row) -> list[str]:
-    """The actions, written out per structure."""
+    """The actions, written out per structure (a conjunction's branches in the order the
+    question names their topics, as the user prompt lists them)."""
+    row = in_mention_order(row)
     topics, hops = row["topic_names"], [h for b in row["branches"] for h in b]
     if row["structure"] == "chain-1":
         return [f"Find_relation [ {topics[0]} | {_written(hops[0])} ]"]

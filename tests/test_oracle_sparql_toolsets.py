@@ -11,6 +11,7 @@ from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.isp.tools import run_step
 from kgsynth.agent.toolcall import parse_tool_call
 from kgsynth.agent.tools import ToolEnvironment
+from kgsynth.agent.topics import in_mention_order
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
 from kgsynth.kg.graph import KGGraph
@@ -65,8 +66,10 @@ def _expected_calls(row, toolset):
         if row["structure"] == "chain-1":
             return [f"<node>{row['topic_names'][0]}</node>\n<SPARQL>{row['sparql']}</SPARQL>"]
         return None  # the decomposition's steps: tests/test_isp_paper.py
-    # KnowCoder-A1 App. F: the sketch binds ?x to the topic entities
-    values = " ".join(dict.fromkeys(_node(t) for t in row["topic_names"]))
+    # KnowCoder-A1 App. F: the sketch binds ?x to the topic entities, in the order the
+    # question names them (the order the user prompt lists them in)
+    topics = in_mention_order(row)["topic_names"]
+    values = " ".join(dict.fromkeys(_node(t) for t in topics))
     sketch_text = f"SELECT DISTINCT ?x WHERE {{ VALUES ?x {{ {values} }} }}"
     sketch = "SearchGraphPatterns('" + sketch_text + "', " + json.dumps(_hint(row)) + ")"
     return [sketch, f"ExecuteSPARQL({query})"]
@@ -109,7 +112,8 @@ def test_chain_and_2i_walks_give_accepted_trajectories_with_the_exact_calls(kg, 
         )
         assert len(assistant) == len(row["tool_calls"]) + 1 == row["num_turns"]
         assert all(a.startswith("<think>") and "</think>" in a for a in assistant)
-        assert toolset == "knowcoder" or f"from {q['topic_names'][0]}" in assistant[0]
+        first = in_mention_order(q)["topic_names"][0]  # where the question starts
+        assert toolset == "knowcoder" or f"from {first}" in assistant[0]
     accepted, filtered, _ = run_filters(rows, FilterConfig())
     assert accepted.num_rows == 3 and filtered.num_rows == 0
 

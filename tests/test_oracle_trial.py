@@ -12,6 +12,7 @@ import pytest
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
+from kgsynth.agent.topics import in_mention_order
 from kgsynth.core.errors import ConfigError
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG
@@ -125,7 +126,7 @@ def test_a_multi_topic_walk_explores_each_topic_then_merges(graph, questions):
         assert [op.tag for op in steps[0].ops] == ["node", "SPARQL"]
         explored = {op.text for s in steps for op in s.ops if op.tag == "node"}
         assert set(q["topic_names"]) <= explored
-        t = q["topic_names"][0]
+        t = in_mention_order(q)["topic_names"][0]  # where the question starts
         assert (
             f'Operation 1 (node "{t}"):\n<relation>\nTemplates of "{t}"'
             in row["messages"][3]["content"]

@@ -81,9 +81,7 @@ def movies(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def test_trajectories_record_the_words_their_questions_say_and_a_set_value_stands(
-    movies, tmp_path
-):
+def test_trajectories_record_the_words_their_questions_say_and_a_set_value_stands(movies, tmp_path):
     rows = pq.read_table(movies["questions.parquet"]).to_pylist()
     words = round_trip_words(rows)
     # the template backend's shared forms ("the same genre as", "sharing starred actors with"),

@@ -14,6 +14,7 @@ from typing import Any
 
 from kgsynth.agent.config import PROMPT_STYLES, AgentConfig
 from kgsynth.agent.spaces.registry import space
+from kgsynth.agent.topics import mention_order
 
 # A checkpoint trained on trajectories carries the system prompt it was trained with here;
 # eval, RL and free rollouts of that checkpoint use it instead of rendering one.
@@ -47,8 +48,11 @@ def stored_system_prompt(model_dir: str | Path | None) -> str | None:
 
 
 def user_prompt(question: str, topic_names: Sequence[str], reference: str | None = None) -> str:
+    """The user turn: the question and its topic entities, in the order the question names
+    them (:func:`mention_order`)."""
     # a benchmark question may name no topic entity (GrailQA): say so rather than leave it blank
-    topics = ", ".join(topic_names) or "none given (find them in the question)"
+    names = [topic_names[i] for i in mention_order(question, topic_names)]
+    topics = ", ".join(names) or "none given (find them in the question)"
     text = f"Question: {question}\nTopic entities: {topics}"
     if reference:
         text += (

@@ -19,6 +19,7 @@ from kgsynth.agent.spaces.oracle_call import oracle_answers
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.spaces.sparql_oracle import QUERY_KINDS, query_answers
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking
+from kgsynth.agent.topics import in_mention_order
 from kgsynth.core.errors import ConfigError
 from kgsynth.core.stage import Progress, Reject, Rejected
 from kgsynth.kg.graph import KGGraph
@@ -180,6 +181,8 @@ def oracle_trajectories(
     plans = []
     trials: set[int] = set()  # the plans that are trial-and-error demonstrations
     for row in rows:
+        # a conjunction's branches replayed in the order its question names their topics
+        row = in_mention_order(row)
         env = ToolEnvironment(
             graph, row["question"], cfg.tool_config(), reranker, topics=list(row["topic_names"])
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 from kgsynth.agent.protocol import Turn
 from kgsynth.agent.spaces.registry import names, register, space
+from kgsynth.agent.topics import in_mention_order
 
 
 def parse_turn(text: str, toolset: str | None = None) -> Turn:
@@ -33,18 +34,21 @@ def stop_sequences(toolset: str | None = None) -> tuple[str, ...]:
 
 
 def oracle_calls(row: dict[str, Any], toolset: str, graph: Any = None) -> list[Any]:
-    """The gold action sequence of a synthesized question in the space ``toolset``."""
-    return space(toolset).oracle_calls(row, graph)
+    """The gold action sequence of a synthesized question in the space ``toolset`` (a
+    conjunction's branches in the order the question names their topics)."""
+    return space(toolset).oracle_calls(in_mention_order(row), graph)
 
 
 def reference_text(row: dict[str, Any], toolset: str, graph: Any = None) -> str:
-    """The numbered gold actions a referenced rollout in ``toolset`` is shown."""
-    return space(toolset).reference_text(row, graph)
+    """The numbered gold actions a referenced rollout in ``toolset`` is shown (in the order of
+    :func:`oracle_calls`)."""
+    return space(toolset).reference_text(in_mention_order(row), graph)
 
 
 def replay(row: dict[str, Any], env: Any, **options: Any) -> list[tuple[Any, Any]]:
-    """The oracle's calls run in ``env`` (its space's ``replay``)."""
-    return env.space.replay(row, env, **options)
+    """The oracle's calls run in ``env`` (its space's ``replay``, in the order of
+    :func:`oracle_calls`)."""
+    return env.space.replay(in_mention_order(row), env, **options)
 
 
 __all__ = [

@@ -20,13 +20,15 @@ from kgsynth.llm.constraint_questions import CONSTRAINT_STRUCTURES
 
 
 def _ordered_hops(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(start entity name, hop)`` in replay order: each branch up to the meeting point, the
-    shorter first (PI's one hop, then its two: where the second ends, the entities both reached
-    are the answers), then the hops after it (IP's last hop, from the meeting entity)."""
+    """``(start entity name, hop)`` in replay order: each branch up to the meeting point, in
+    the row's order (``synthesize trajectories`` puts it in the order the question names the
+    topics, :func:`~kgsynth.agent.prompt.in_mention_order`: where the second branch ends, the
+    entities both reached are the answers), then the hops after it (IP's last hop, from the
+    meeting entity)."""
     main: list[tuple[str, dict[str, Any]]] = []
     tail: list[tuple[str, dict[str, Any]]] = []
     branches = zip(row["topic_names"], row["branches"], row["merge_at"], strict=True)
-    for topic, hops, merge in sorted(branches, key=lambda b: b[2]):
+    for topic, hops, merge in branches:
         cur = topic
         for i, hop in enumerate(hops):
             (main if i < merge else tail).append((cur, hop))
