@@ -117,3 +117,18 @@ def test_the_focus_ranking_uses_the_config_words():
     assert episode_strategies(cfg, ["Kismet"], lambda: None).ranking.round_trip == {"same"}
     plain = episode_strategies(AgentConfig(relation_ranking="focus"), ["Kismet"], lambda: None)
     assert plain.ranking.round_trip == frozenset()
+
+
+def test_a_round_trip_word_is_read_as_a_word_not_as_a_stem_inside_a_name():
+    """ "Sam" stems as "same" does; a name is not a round-trip word, "shared" is "share"."""
+    from kgsynth.agent.strategies.focus import focus_weights
+
+    words = ("same", "share")
+    assert "direct" not in focus_weights(
+        "what did Sam Raimi direct", "Sam Raimi", ["directed_by"], words
+    )
+    assert "direct" not in focus_weights(
+        "what did Kismet's Sam direct", "Kismet", ["directed_by"], words
+    )
+    shared = "which films shared a director with Kismet"
+    assert "direct" in focus_weights(shared, "Kismet", ["directed_by"], words)

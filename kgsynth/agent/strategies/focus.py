@@ -52,6 +52,14 @@ def is_function_word(word: str) -> bool:
     return word.lower() in _FUNCTION_WORDS
 
 
+def _says(word: str, word_stem: str, round_trip: Collection[str]) -> bool:
+    """Whether a question word is one of the ``round_trip`` words or an inflection of one
+    ("shared" where the run's questions said "share"): the same stem and no shorter, so that
+    the name "Sam" is not "same"."""
+    word = word.lower()
+    return any(word == r or (len(word) >= len(r) and word_stem == stem(r)) for r in round_trip)
+
+
 class FocusWord(NamedTuple):
     """A question word the episode has not used yet (see :func:`focus_words`)."""
 
@@ -95,8 +103,7 @@ def focus_words(
     # a round-trip word ("the same director as X") says the relation twice: out to what X has,
     # and back to what else has it; so the first relation followed leaves its words for the
     # second hop
-    # (by stem: "shared" in a question where the run's questions said "share")
-    back = bool(round_trip) and bool({stem(w.lower()) for w in round_trip}.intersection(stems))
+    back = any(_says(words[i], stems[i], round_trip) for i in range(len(words)) if i not in inside)
     using = followed[1:] if back else followed
     for rel in using:
         for term in dict.fromkeys(ranking_terms(rel)):
