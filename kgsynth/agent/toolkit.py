@@ -57,12 +57,40 @@ class ToolResult:
         return self.error is None
 
 
-_TOKEN_RE = re.compile(r"[A-Za-z][a-z]*|[0-9]+|[^\W\d_]+", re.UNICODE)
+_CHUNK_RE = re.compile(r"[^\W_]+", re.UNICODE)  # letters and digits: split at the rest
+# an ASCII chunk's words: an acronym before a capitalized word ("NBA" of "NBAPlayer"), a word
+# in any case ("Player", "player", "USA"), a number
+_ASCII_WORD_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def _words(chunk: str) -> list[str]:
+    """A chunk of letters and digits in words: split between a letter and a digit, before an
+    upper-case letter that follows a lower-case one (camelCase), and before the last capital
+    of a run that a lower-case letter follows ("NBAPlayer": NBA, Player); a word in capitals
+    ("USA", "SHARED") and one with accents ("Pépé") stay whole."""
+    if chunk.isascii():
+        return _ASCII_WORD_RE.findall(chunk)
+    out, start = [], 0
+    for i in range(1, len(chunk)):
+        a, b = chunk[i - 1], chunk[i]
+        after = chunk[i + 1] if i + 1 < len(chunk) else ""
+        if (
+            a.isdigit() != b.isdigit()
+            or (a.islower() and b.isupper())
+            or (a.isupper() and b.isupper() and after.islower())
+        ):
+            out.append(chunk[start:i])
+            start = i
+    out.append(chunk[start:])
+    return out
 
 
 def tokenize(text: str) -> list[str]:
-    """Words of a relation name or question: split on punctuation, ``_``, ``.`` and camelCase."""
-    return [t.lower() for t in _TOKEN_RE.findall(text)]
+    """Words of a relation name or question, in lower case: split on punctuation, ``_``,
+    ``.``, between letters and digits and at camelCase (:func:`_words`)."""
+    if text.isascii():  # the same words in one pass: punctuation, _ and spaces match nothing
+        return [w.lower() for w in _ASCII_WORD_RE.findall(text)]
+    return [w.lower() for chunk in _CHUNK_RE.findall(text) for w in _words(chunk)]
 
 
 def ranking_terms(text: str) -> list[str]:
