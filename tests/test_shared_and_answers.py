@@ -107,8 +107,8 @@ def test_the_oracle_replays_the_branches_in_the_order_the_question_names_their_t
     """The user prompt lists a question's topics in the order it names them, and the oracle
     starts where the question does: the agent learns one rule it can read at eval time (run
     AE's shorter branch first did not match the prompt's order; PI fell 0.17 -> 0.06)."""
-    from kgsynth.agent.spaces import oracle_calls
     from kgsynth.agent.prompt import user_prompt
+    from kgsynth.agent.spaces import oracle_calls
     from kgsynth.agent.topics import in_mention_order
 
     row = {
