@@ -58,9 +58,7 @@ def _content_words(question: str, topics: Iterable[str]) -> set[str]:
 
 
 def _tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    if p <= 0.0:
-        return 0.0 if k > 0 else 1.0
+    """P(X >= k) for X ~ Binomial(n, p), 0 < p (a word is tested only where walks come back)."""
     if p >= 1.0:
         return 1.0
 
@@ -81,6 +79,11 @@ def round_trip_words(rows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     the share of all walks that come back explains it with a chance under :data:`CHANCE` (a
     one-sided binomial test: on a KG where most walks come back, a common word is in mostly
     such questions by chance). Most questions first; empty where no walk comes back."""
+    return _read(rows)[0]
+
+
+def _read(rows: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, ...], int]:
+    """:func:`round_trip_words` of ``rows``, and how many of their walks come back."""
     back: Counter[str] = Counter()
     seen: Counter[str] = Counter()
     trips = total = 0
@@ -99,7 +102,7 @@ def round_trip_words(rows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
         for w, n in back.items()
         if n >= floor and n >= MIN_SHARE * seen[w] and _tail(n, seen[w], base) < CHANCE
     ]
-    return tuple(sorted(kept, key=lambda w: (-back[w], w)))
+    return tuple(sorted(kept, key=lambda w: (-back[w], w))), trips
 
 
 def with_round_trip_words(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> Any:
@@ -111,8 +114,7 @@ def with_round_trip_words(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> Any:
         return cfg
     if not rows or any("branches" not in r for r in rows):
         return cfg
-    words = round_trip_words(rows)
-    trips = sum(comes_back(r.get("branches")) for r in rows)
+    words, trips = _read(rows)
     log.info("round-trip words from %d questions (%d come back): %s", len(rows), trips,
              ", ".join(words) or "none")  # fmt: skip
     return dataclasses.replace(cfg, agent=dataclasses.replace(agent, round_trip_words=words))
