@@ -5,6 +5,8 @@ E.2) and the turn format of Figure 8, on the movie fixture KG through the real i
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kgsynth.agent.config import AgentConfig
@@ -306,29 +308,58 @@ def _ops(call: str) -> list[tuple[str, str]]:
 
 def test_cold_start_oracle_decomposes_the_gold_query(walked):
     from kgsynth.agent.spaces.isp import SPACE
+    from kgsynth.agent.spaces.isp.oracle import prefixed
 
     rows, graph = walked
     for structure, row in rows.items():
-        calls = SPACE.oracle_calls(row, graph)
-        # one step per reasoning step: the curriculum's count is the decomposition's
-        assert len(calls) == STEPS[structure], structure
-        assert calls[-1].kind == "sparql" and _ops(calls[-1].call)[-1] == ("SPARQL", row["sparql"])
+        steps = [_ops(c.call) for c in SPACE.oracle_calls(row, graph)]
+        # one operation a turn, a <node> always followed by its <SPARQL> (§4.3.2, App. E.2)
+        assert all(len(s) == 1 for s in steps), structure
+        tags = "".join("n" if s[0][0] == "node" else "q" for s in steps)
+        assert "nn" not in tags and not tags.endswith("n"), (structure, tags)
+        # one query per reasoning step: the curriculum's count is the decomposition's
+        assert tags.count("q") == STEPS[structure], structure
+        assert steps[-1][0] == ("SPARQL", prefixed(row["sparql"], row["topic_ids"]))
     # progressive (App. E.2): a -> b -> c, each step exploring where its hop starts and
     # querying the hops so far
     chain = rows["chain-3"]
-    steps = [_ops(c.call) for c in SPACE.oracle_calls(chain, graph)]
+    steps = [_ops(c.call)[0] for c in SPACE.oracle_calls(chain, graph)]
     hops = chain["branches"][0]
-    assert [s[0] for s in steps] == [("node", chain["topic_names"][0]),
-                                     ("node", hops[0]["entity"]), ("node", hops[1]["entity"])]  # fmt: skip
-    assert [s[1][1].count(" . ") for s in steps[:2]] == [1, 2]
+    assert [s for s in steps if s[0] == "node"] == [("node", chain["topic_names"][0]),
+                                                    ("node", hops[0]["entity"]),
+                                                    ("node", hops[1]["entity"])]  # fmt: skip
+    queries = [text for tag, text in steps if tag == "SPARQL"]
+    assert [q.count(" . ") for q in queries[:2]] == [1, 2]
     # compositional: each branch alone, then one query that merges them
     two = rows["2I"]
-    steps = [_ops(c.call) for c in SPACE.oracle_calls(two, graph)]
-    assert [s[0] for s in steps[:2]] == [("node", t) for t in two["topic_names"]]
-    assert len(steps[2]) == 1 and steps[2][0] == ("SPARQL", two["sparql"])
+    steps = [_ops(c.call)[0] for c in SPACE.oracle_calls(two, graph)]
+    assert [s[0] for s in steps] == ["node", "SPARQL", "node", "SPARQL", "SPARQL"]
+    assert [s[1] for s in steps[:3:2]] == two["topic_names"]
+    assert steps[4] == ("SPARQL", prefixed(two["sparql"], two["topic_ids"]))
     # a count: the set first, the COUNT last
-    count = [_ops(c.call) for c in SPACE.oracle_calls(rows["count"], graph)]
-    assert "COUNT" not in count[1][-1][1] and "COUNT" in count[2][0][1]
+    count = [_ops(c.call)[0][1] for c in SPACE.oracle_calls(rows["count"], graph)]
+    queries = [q for q in count if q.lstrip().startswith("PREFIX")]
+    assert "COUNT" not in queries[1] and "COUNT" in queries[2]
+
+
+def test_oracle_queries_are_written_as_the_templates_show_them(walked):
+    """The query turn copies the turn before: its IRIs are the prefixed names the <node>
+    templates showed, after the same PREFIX lines, and the rewritten query runs as the
+    stored one does."""
+    from kgsynth.agent.spaces.isp.oracle import prefixed
+
+    rows, graph = walked
+    row = rows["chain-2"]
+    query = row["sparql"]
+    short = prefixed(query, row["topic_ids"])
+    body = short.split("\nSELECT", 1)[1]
+    assert "<http://kgsynth.org/" not in body and "entity:" in body
+    # the topic's namespace first, as a template declares it; W3C's by their usual names
+    assert short.startswith("PREFIX entity: <http://kgsynth.org/entity/>\n")
+    assert "PREFIX rdfs: <http://www.w3.org/2000/01/rdf-schema#>" in short  # not ns1:
+    assert prefixed(short) == short
+    answers = [{r["answer"].value for r in graph.kg.select(q)} for q in (short, query)]
+    assert answers[0] == answers[1] and answers[0]
 
 
 def test_cold_start_trajectories_replay_every_step(walked):
@@ -338,13 +369,24 @@ def test_cold_start_trajectories_replay_every_step(walked):
 
     rows, graph = walked
     wanted = [rows[s] for s in ("chain-3", "2I", "IP", "PI", "superlative")]
-    cfg = TrajectoryConfig(agent=AgentConfig(toolset="isp"))
+    cfg = TrajectoryConfig(agent=AgentConfig(toolset="isp", max_turns=10))
     out, rejected, _ = synthesize_trajectories(wanted, cfg, graph=graph, llm=TemplateLLM())
     assert rejected == []
     for q, row in zip(wanted, out, strict=True):
-        assert len(row["tool_calls"]) == STEPS[q["structure"]]
+        assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert sum("<SPARQL>" in a for a in assistant) == STEPS[q["structure"]]
         tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
         assert all("no rows" not in m and "Error" not in m for m in tool_msgs)
+        # every entity a query names, it names as an earlier <relation> observation showed it
+        shown, checked = "", 0
+        for m in row["messages"]:
+            if m["role"] == "tool":
+                shown += m["content"]
+            elif m["role"] == "assistant" and "<SPARQL>" in m["content"]:
+                names = {n.rstrip(")") for n in re.findall(r"entity:[^\s),]+", m["content"])}
+                assert all(n in shown for n in names), (names, q["structure"])
+                checked += len(names)
+        assert checked or q["structure"] == "superlative"
 
 
 def test_rl_with_the_isp_options_draws_the_easy_question_first(tiny_path, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
+from kgsynth.agent.spaces.isp.oracle import prefixed
 from kgsynth.agent.spaces.isp.tools import run_step
 from kgsynth.agent.toolcall import parse_tool_call
 from kgsynth.agent.tools import ToolEnvironment
@@ -62,9 +63,10 @@ def _hint(row):
 
 def _expected_calls(row, toolset):
     query = json.dumps(row["sparql"], ensure_ascii=False)
-    if toolset == "isp":  # ISP-KGR App. E.2: a node and a sub-query per hop, the query last
+    if toolset == "isp":  # ISP-KGR App. E.2: a node, then a sub-query, per hop; the query last
         if row["structure"] == "chain-1":
-            return [f"<node>{row['topic_names'][0]}</node>\n<SPARQL>{row['sparql']}</SPARQL>"]
+            query = prefixed(row["sparql"], row["topic_ids"])
+            return [f"<node>{row['topic_names'][0]}</node>", f"<SPARQL>{query}</SPARQL>"]
         return None  # the decomposition's steps: tests/test_isp_paper.py
     # KnowCoder-A1 App. F: the sketch binds ?x to the topic entities, in the order the
     # question names them (the order the user prompt lists them in)
@@ -85,7 +87,8 @@ def test_chain_and_2i_walks_give_accepted_trajectories_with_the_exact_calls(kg, 
         expected = _expected_calls(q, toolset)
         assert expected is None or row["tool_calls"] == expected
         if toolset == "isp":
-            assert row["tool_calls"][-1].endswith(f"<SPARQL>{q['sparql']}</SPARQL>")
+            query = prefixed(q["sparql"], q["topic_ids"])
+            assert row["tool_calls"][-1] == f"<SPARQL>{query}</SPARQL>"
         env = ToolEnvironment(graph, q["question"], AgentConfig(toolset=toolset))
         tool_msgs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
         assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
@@ -113,7 +116,8 @@ def test_chain_and_2i_walks_give_accepted_trajectories_with_the_exact_calls(kg, 
         assert len(assistant) == len(row["tool_calls"]) + 1 == row["num_turns"]
         assert all(a.startswith("<think>") and "</think>" in a for a in assistant)
         first = in_mention_order(q)["topic_names"][0]  # where the question starts
-        assert toolset == "knowcoder" or f"from {first}" in assistant[0]
+        # isp explores the topic the question starts from first
+        assert toolset == "knowcoder" or f"relations around {first}." in assistant[0]
     accepted, filtered, _ = run_filters(rows, FilterConfig())
     assert accepted.num_rows == 3 and filtered.num_rows == 0
 

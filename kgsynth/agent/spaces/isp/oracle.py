@@ -19,6 +19,17 @@ The rules (App. E.2):
   place of the last sub-query, or after it where the walk adds a COUNT or a constraint to the
   set its hops reach.
 
+A step that explores a node is two turns, as the paper's step reads in order (App. E.2: "<think>,
+<node>, <relation>, <sparql>, and <information>"; §4.3.2: "<node> and <SPARQL> operations appear
+alternately"): the ``<node>`` alone, whose ``<relation>`` templates come back, then the
+``<SPARQL>`` alone, written after those templates (which show the hop's pattern and the node's
+IRI) are seen. A merge step only queries. So a walk's reasoning steps (the curriculum's count,
+:mod:`.curriculum`) are its turns that query.
+
+The queries are written as the ``<relation>`` templates write their patterns: IRIs as prefixed
+names (``entity:Adam%20Arkin relation:starred_actors ?x``) after the ``PREFIX`` lines they use
+(:func:`prefixed`), so the query turn copies what the turn before showed.
+
 Every sub-query is built with the KG's own hop patterns (:meth:`KGGraph.pattern`, the walker's)
 from the walk's relations, and selects the hop's variable with the topic entities left out. A
 row this cannot decompose (no walk, a relation or entity the graph does not show) falls back to
@@ -27,10 +38,13 @@ one exploring step and the gold query (:func:`one_shot_calls`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kgsynth.agent.protocol import NODE, SPARQL, Operation, operations_text
+from kgsynth.agent.spaces.isp.tools import Prefixes
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph, Relation
@@ -40,11 +54,48 @@ def _walk_relations(row: dict[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(h["relation"] for hops in row["branches"] for h in hops))
 
 
+_IRIREF = re.compile(r"<([^<>\s\"{}|^`\\]*:[^<>\s\"{}|^`\\]*)>")
+
+
+def prefixed(query: str, first: Sequence[str] = ()) -> str:
+    """``query`` with each IRI written as the ``<node>`` templates write it (a prefixed name
+    where :class:`~kgsynth.agent.spaces.isp.tools.Prefixes` gives one, else in full), after
+    the ``PREFIX`` lines of the names it uses: those of the IRIs ``first`` names that it holds
+    (the topic entities: a template declares its entity's first), then in the order used. A
+    query that already declares prefixes is left as it is."""
+    if re.match(r"\s*PREFIX\b", query, re.IGNORECASE):
+        return query
+    term = Prefixes()
+    for iri in first:
+        if f"<{iri}>" in query:
+            term(iri)
+    body = _IRIREF.sub(lambda m: term(m.group(1)), query)
+    return "\n".join([*term.declarations(), body])
+
+
+def _in_prefixed_form(calls: list[OracleCall], row: dict[str, Any]) -> list[OracleCall]:
+    topics = list(row.get("topic_ids") or ())
+    out = []
+    for c in calls:
+        ops = [
+            Operation(op.tag, prefixed(op.text, topics)) if op.tag == SPARQL else op
+            for op in _operations(c)
+        ]
+        out.append(replace(c, call=operations_text(ops)))
+    return out
+
+
+def _operations(call: OracleCall) -> tuple[Operation, ...]:
+    from kgsynth.agent.spaces.sparql_oracle import isp_operations
+
+    return isp_operations(call)
+
+
 def one_shot_calls(row: dict[str, Any]) -> list[OracleCall]:
     """Every topic explored in one step, then the gold query (kgsynth's earlier isp oracle)."""
     from kgsynth.agent.spaces.sparql_oracle import isp_oracle_calls
 
-    return isp_oracle_calls(row)
+    return _in_prefixed_form(isp_oracle_calls(row), row)
 
 
 @dataclass
@@ -54,6 +105,9 @@ class _Step:
     var: str
     hop: dict[str, Any] | None
     relations: tuple[str, ...]
+    # the topics explored so far (a sub-query leaves those out of its rows; one not yet
+    # explored has not been shown, so the query cannot name it)
+    seen: int | None = None
 
 
 class _Undecomposable(Exception):
@@ -81,16 +135,23 @@ class _Builder:
             raise _Undecomposable(name)
         return found.entity.iri
 
-    def select(self, patterns: list[str], var: str) -> str:
-        keep = f"FILTER({var} NOT IN ({', '.join(self.topics)}))"
+    def select(self, patterns: list[str], var: str, seen: int | None = None) -> str:
+        keep = f"FILTER({var} NOT IN ({', '.join(self.topics[:seen])}))"
         return f"SELECT DISTINCT {var} WHERE {{ {' '.join(patterns)} {keep} }}"
 
-    def hop_step(self, prev: tuple[str, str, str], hop: dict[str, Any], var: str, done: list[str]):
+    def hop_step(
+        self,
+        prev: tuple[str, str, str],
+        hop: dict[str, Any],
+        var: str,
+        done: list[str],
+        seen: int | None = None,
+    ) -> _Step:
         """A progressive step: explore ``prev`` (term, IRI, name), then the hops so far."""
         term, iri, name = prev
         rel = self.relation(iri, hop)
         done.append(self.graph.pattern(term, rel, var, f"?c{next(self.counter)}"))
-        return _Step(name, list(done), var, hop, (hop["relation"],))
+        return _Step(name, list(done), var, hop, (hop["relation"],), seen)
 
     def steps(self) -> list[_Step]:
         row = self.row
@@ -101,7 +162,7 @@ class _Builder:
             own: list[str] = []
             for i, hop in enumerate(hops[:merge]):
                 var = self.meet if i + 1 == merge else f"?x{next(self.counter)}"
-                steps.append(self.hop_step(prev, hop, var, own))
+                steps.append(self.hop_step(prev, hop, var, own, b + 1))
                 prev = (var, self.iri_of(hop["entity"]), hop["entity"])
             merged += own
         if len(row["branches"]) > 1:  # separate, then merge
@@ -115,12 +176,18 @@ class _Builder:
         return steps
 
 
-def _call(step: _Step, query: str, kind: str, row: dict[str, Any]) -> OracleCall:
-    ops = [Operation(NODE, step.node)] if step.node else []
-    ops.append(Operation(SPARQL, query))
+def _calls(step: _Step, query: str, kind: str, row: dict[str, Any]) -> list[OracleCall]:
+    """A step's turns: ``<node>`` alone (its relations come back), then ``<SPARQL>`` alone;
+    a merge step only queries."""
     about = step.node or " and ".join(row["topic_names"])
     hop = step.hop if step.node else None
-    return OracleCall(kind, operations_text(ops), about, hop, step.relations)
+    query_call = OracleCall(kind, operations_text([Operation(SPARQL, query)]), about, hop,
+                            step.relations)  # fmt: skip
+    if not step.node:
+        return [query_call]
+    node_call = OracleCall("node", operations_text([Operation(NODE, step.node)]), about, hop,
+                           step.relations)  # fmt: skip
+    return [node_call, query_call]
 
 
 def decomposed_calls(row: dict[str, Any], graph: KGGraph | None) -> list[OracleCall]:
@@ -138,11 +205,13 @@ def decomposed_calls(row: dict[str, Any], graph: KGGraph | None) -> list[OracleC
     if row.get("sexpr"):  # a COUNT or constraint on the set the hops reach: one step more
         steps.append(_Step(None, [], "", None, _walk_relations(row)))
     calls = [
-        _call(s, builder.select(s.patterns, s.var), "triples" if s.node else "merge", row)
+        call
         for s in steps[:-1]
+        for call in _calls(
+            s, builder.select(s.patterns, s.var, s.seen), "triples" if s.node else "merge", row
+        )
     ]
-    calls.append(_call(steps[-1], gold, "sparql", row))
-    return calls
+    return _in_prefixed_form(calls + _calls(steps[-1], gold, "sparql", row), row)
 
 
-__all__ = ["decomposed_calls", "one_shot_calls"]
+__all__ = ["decomposed_calls", "one_shot_calls", "prefixed"]

@@ -162,12 +162,20 @@ def hop_patterns(
 # at most one dot: Oxigraph 0.5's parser refuses ns:film.actor.film (valid SPARQL)
 _LOCAL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]|%[0-9A-Fa-f]{2})*(?<!\.)$")
 _PREFIX_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# the W3C vocabularies' usual prefix names (their last path segments are not names)
+_KNOWN = {
+    "http://www.w3.org/1999/02/22-rdf-syntax-ns#": "rdf",
+    "http://www.w3.org/2000/01/rdf-schema#": "rdfs",
+    "http://www.w3.org/2001/XMLSchema#": "xsd",
+    "http://www.w3.org/2002/07/owl#": "owl",
+}
 
 
 class Prefixes:
     """Short names for IRIs in an observation: a namespace (an IRI up to its last ``/`` or
-    ``#``) gets ``PREFIX name:``, named after its last path segment (``entity:``, ``ns:``)
-    when that is free, else ``ns1:``, ``ns2:`` …; an IRI whose local part is not a plain
+    ``#``) gets ``PREFIX name:``, its usual name for a W3C vocabulary (``rdfs:``), else named
+    after its last path segment (``entity:``, ``ns:``) when that is free, else ``ns1:``,
+    ``ns2:`` …; an IRI whose local part is not a plain
     prefixed name (``Kismet_(1944)``), or has more than one dot (Freebase's
     ``film.actor.film``, which Oxigraph cannot parse), stays written in full."""
 
@@ -183,7 +191,8 @@ class Prefixes:
         if name is None:
             last = space.rstrip("/#").rsplit("/", 1)[-1].lower()
             taken = set(self.names.values())
-            name = last if _PREFIX_NAME.match(last) and last not in taken else ""
+            name = _KNOWN.get(space) or (last if _PREFIX_NAME.match(last) else "")
+            name = "" if name in taken else name
             i = 1
             while not name or name in taken:
                 name, i = f"ns{i}", i + 1
