@@ -49,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--max-turns", type=int, help="default: the model's, else 4")
     ap.add_argument("--max-turn-tokens", type=int, help="default: the model's, else 96")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--kv-heads", type=int, default=4,
+                    help="the built tiny policy's key-value heads (4 query heads; 1 = grouped)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--engines", default="hf,static")
     ap.add_argument("--exact-rng", action="store_true",
@@ -57,13 +59,13 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def tiny_policy(root: Path, questions: list[str]) -> Path:
+def tiny_policy(root: Path, questions: list[str], kv_heads: int = 4) -> Path:
     from kgsynth.agent.prompt import system_prompt
     from kgsynth.train.tiny import build_tiny_model
 
     texts = [system_prompt("graphwalker", 4, "short"), *questions]
     return build_tiny_model(texts, root, vocab_size=1000, hidden_size=64, num_layers=2,
-                            num_heads=4, init_std=0.02, seed=0)  # fmt: skip
+                            num_heads=4, num_kv_heads=kv_heads, init_std=0.02, seed=0)  # fmt: skip
 
 
 def rollout_config(model_dir: Path, args: argparse.Namespace) -> Any:
@@ -176,7 +178,9 @@ def setup(args: argparse.Namespace, work: Path) -> tuple[Any, Any, Any, list, An
 
     records = read_questions(Path(args.questions))
     questions = [r.question for r in records]
-    model_dir = Path(args.model) if args.model else tiny_policy(work / "tiny", questions)
+    model_dir = (
+        Path(args.model) if args.model else tiny_policy(work / "tiny", questions, args.kv_heads)
+    )
     if args.kg:
         store = args.kg
     else:

@@ -119,9 +119,10 @@ def build_pipeline_inputs(root, *, walks: int, structures: str) -> dict:
     return paths
 
 
-def tiny_agent_model(root, vocab_size: int):
-    """A tiny model (``build_tiny_model``) whose tokenizer was trained on a few agent turns of
-    the movie fixture: the policy of the GRPO unit tests. Returns its folder."""
+def tiny_agent_model(root, vocab_size: int, kv_heads: int | None = None):
+    """A tiny model (``build_tiny_model``; ``kv_heads`` key-value heads, default one per
+    query head) whose tokenizer was trained on a few agent turns of the movie fixture: the
+    policy of the GRPO unit tests. Returns its folder."""
     from kgsynth.agent.loop import system_prompt
     from kgsynth.train.tiny import build_tiny_model
 
@@ -131,7 +132,7 @@ def tiny_agent_model(root, vocab_size: int):
         "<information>(Kismet, directed_by, William Dieterle)</information>",
         '<answer>["William Dieterle"]</answer> who directed Kismet Juarez Jezebel Bette Davis',
     ] * 4
-    return build_tiny_model(texts, root, vocab_size=vocab_size, seed=0)
+    return build_tiny_model(texts, root, vocab_size=vocab_size, num_kv_heads=kv_heads, seed=0)
 
 
 def run_make(target: str, **variables: str):

@@ -97,6 +97,30 @@ def test_static_engine_samples_what_the_hf_engine_samples(tiny, temperature, top
     assert static.decoder.stats["reused_tokens"] > 0
 
 
+def test_a_grouped_query_policy_samples_what_the_hf_engine_samples(tmp_path):
+    """tiny_kv_heads: one key-value head for the four query heads (a KV cache a quarter the
+    size): the same tokens and log-probs as generate."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.kgfixtures import tiny_agent_model
+
+    path = tiny_agent_model(tmp_path / "gqa", vocab_size=600, kv_heads=1)
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    assert model.config.num_key_value_heads == 1 and model.config.num_attention_heads == 4
+    static = StaticEngine(model, tok, exact_rng=True)
+    assert static.decoder.llama.new_cache(2, 8).k.shape[2] == 1
+    policies = {"hf": TokenPolicy(model, tok), "static": TokenPolicy(model, tok, static)}
+    batch = prompts(policies["hf"])
+    for seed in range(2):
+        torch.manual_seed(seed)
+        want = policies["hf"].sample(batch, max_new_tokens=40, temperature=1.0, top_p=1.0)
+        torch.manual_seed(seed)
+        got = policies["static"].sample(batch, max_new_tokens=40, temperature=1.0, top_p=1.0)
+        for (w_ids, w_lps, w_end), (g_ids, g_lps, g_end) in zip(want, got, strict=True):
+            assert (g_ids, g_end) == (w_ids, w_end)
+            assert g_lps == pytest.approx(w_lps, abs=1e-4)
+
+
 def test_sampled_log_probs_are_a_full_forwards(tiny):
     _, model, tok = tiny
     policy = TokenPolicy(model, tok)

@@ -226,3 +226,12 @@ def test_a_checkpoint_is_cached_by_its_files_not_its_path(model_dir: Path, tmp_p
 def test_rejects_a_head_size_rotary_embeddings_cannot_use(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="hidden_size"):
         build_tiny_model(TEXTS, tmp_path / "bad", hidden_size=60, num_heads=4)
+
+
+def test_key_value_heads_divide_the_query_heads(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    out = build_tiny_model(TEXTS, tmp_path / "gqa", hidden_size=32, num_heads=4, num_kv_heads=2)
+    assert AutoConfig.from_pretrained(out).num_key_value_heads == 2
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        build_tiny_model(TEXTS, tmp_path / "bad", hidden_size=32, num_heads=4, num_kv_heads=3)

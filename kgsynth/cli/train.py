@@ -68,7 +68,7 @@ DryRunOption = Annotated[
 ]
 # stage 2 starts from stage 1's folder: no --model and no tiny-model options
 _STAGE2_SKIP = ("model", "tiny_vocab_size", "tiny_hidden_size", "tiny_layers", "tiny_heads",
-                "tiny_init_std")  # fmt: skip
+                "tiny_kv_heads", "tiny_init_std")  # fmt: skip
 
 
 def with_launch(fn: Callable[..., Any]) -> Callable[..., Any]:

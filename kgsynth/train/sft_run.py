@@ -117,6 +117,7 @@ def prepare_run(
             hidden_size=cfg.tiny_hidden_size,
             num_layers=cfg.tiny_layers,
             num_heads=cfg.tiny_heads,
+            num_kv_heads=cfg.tiny_kv_heads,
             init_std=cfg.tiny_init_std,
             max_position=max(2048, cfg.max_length or 0),
             seed=cfg.seed,

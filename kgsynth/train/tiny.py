@@ -53,6 +53,7 @@ def build_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 4,
+    num_kv_heads: int | None = None,
     max_position: int = 2048,
     seed: int = 0,
     init_std: float = 0.1,
@@ -62,8 +63,10 @@ def build_tiny_model(
 
     ``vocab_size`` caps the BPE vocabulary (fewer texts give fewer merges; the model's
     embedding matrix matches the tokenizer's real size). ``hidden_size`` must be a multiple of
-    ``2 * num_heads`` (rotary embeddings need an even head size). The same texts and ``seed``
-    give the same weights. ``init_std`` is the weights' normal-init spread: Qwen's own 0.02
+    ``2 * num_heads`` (rotary embeddings need an even head size). ``num_kv_heads`` (default
+    ``num_heads``) below ``num_heads`` shares each key-value head among ``num_heads //
+    num_kv_heads`` query heads (grouped-query attention: a KV cache that many times smaller).
+    The same texts and ``seed`` give the same weights. ``init_std`` is the weights' normal-init spread: Qwen's own 0.02
     leaves the tied embeddings dominant, so greedy decoding just repeats the prompt's last
     token (the newline after ``<|im_start|>assistant``) and a server strips the answer to an
     empty string; at 0.1 the output varies with the prompt. Returns ``out_dir`` as a
@@ -76,6 +79,9 @@ def build_tiny_model(
         raise ValueError(
             f"hidden_size ({hidden_size}) must be a positive multiple of 2 * num_heads ({num_heads})"
         )
+    kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    if kv_heads < 1 or num_heads % kv_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({kv_heads})")
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)} (got {vocab_size})")
     out = Path(out_dir)
@@ -100,7 +106,7 @@ def build_tiny_model(
         intermediate_size=hidden_size * 4,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=max_position,
         initializer_range=init_std,
         tie_word_embeddings=True,
