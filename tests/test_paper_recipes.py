@@ -80,6 +80,22 @@ def test_kg_r1_trains_no_sft_stage_and_starts_rl_from_the_untrained_tiny_model(t
     assert load_recipe(find_recipe("kg-r1"))["agent"]["toolset"] == "kgr1"
 
 
+def test_kg_r1_sft_is_kg_r1_with_a_cold_start_and_nothing_else_changed(tmp_path):
+    """The named variant: an SFT stage on kgr1 oracle replays before the same RL, in the same
+    environment, on the same questions (docs/recipes.md)."""
+    steps = _plan("kg-r1-sft", tmp_path)
+    base, variant = (load_recipe(find_recipe(n)) for n in ("kg-r1", "kg-r1-sft"))
+    assert variant["agent"] == base["agent"]
+    assert variant["walk"] == base["walk"] and variant["questions"] == base["questions"]
+    assert variant["rl"]["preset"] == "kg-r1"
+    assert steps["trajectories"][:2] == ["synthesize", "trajectories"]
+    assert _value(steps["stage1"], "--corpus") == str(tmp_path / "corpus" / "accepted.parquet")
+    assert _value(steps["rl"], "--init") == str(tmp_path / "stage1")
+    assert _value(steps["eval_rl"], "--questions") == str(dev_sample())
+    smoke = _plan("kg-r1-sft", tmp_path, smoke=True)
+    assert int(_value(smoke["rl"], "--max-steps")) <= 2
+
+
 def test_knowcoder_a1_runs_the_cold_start_and_two_phases_with_their_own_questions(tmp_path):
     steps = _plan("knowcoder-a1", tmp_path)
     recipe = load_recipe(find_recipe("knowcoder-a1"))
