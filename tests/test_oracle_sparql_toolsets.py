@@ -2,7 +2,6 @@
 SearchGraphPatterns, ExecuteSPARQL) and isp (node, sparql), replayed on the movie fixture."""
 
 import json
-import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -209,47 +208,3 @@ def test_the_sparql_column_is_required_for_the_sparql_tool_sets():
         TrajectoryConfig(agent=AgentConfig(toolset="isp"), mode="free")
     )
     assert "sparql" not in input_columns(TrajectoryConfig())
-
-
-def test_a_chain_query_names_the_pattern_row_it_follows(kg, questions):
-    """KnowCoder-A1's query thought reads the patterns observation: a chain's query names the
-    row whose hops it follows (its number and path), so the query's shape is read off a row;
-    walks of several branches keep the relations' thought."""
-    from kgsynth.agent.spaces.knowcoder.thoughts import chain_path
-
-    rows_in = [_first(questions, s) for s in ("chain-1", "chain-2", "2I")]
-    rows, rejected, _ = _oracle(rows_in, KGGraph(kg), "knowcoder")
-    assert rejected == []
-    for q, row in zip(rows_in, rows, strict=True):
-        msgs = row["messages"]
-        i = next(i for i, m in enumerate(msgs) if "<kg-query>ExecuteSPARQL" in m["content"])
-        thought, patterns = msgs[i]["content"], msgs[i - 1]["content"]
-        path = chain_path(q)
-        if path is None:  # 2I
-            assert thought.startswith("<think>I query the KG from"), thought
-            continue
-        found = re.match(r"<think>Pattern (\d+) fits the question \((.+?)\): ", thought)
-        assert found and found.group(2) == " -> ".join(path), thought
-        row_line = [x for x in patterns.splitlines() if x.startswith("(")][int(found.group(1)) - 1]
-        # the row shows each hop's relation, a ^ where the hop runs into the node
-        assert row_line.count(" -> ") == len(path) - 1
-        for step in path:
-            assert step.removeprefix("^") in row_line
-
-
-def test_fitting_pattern_reads_both_row_forms():
-    from kgsynth.agent.spaces.knowcoder.thoughts import fitting_pattern
-
-    shown = "\n".join(
-        [
-            "Graph patterns of ?x = A <http://e/A> (showing 3 of 3, best match first):",
-            '("Film", <http://r/starred_actors>, ?x)',
-            '(?x, ^<http://r/starred_actors> -> <http://r/directed_by>, "D")',
-            '("X", <http://r/b> -> <http://r/a>, ?x)',
-        ]
-    )
-    assert fitting_pattern(shown, ["^starred_actors"]) == 1
-    assert fitting_pattern(shown, ["starred_actors"]) is None  # the other way round
-    assert fitting_pattern(shown, ["^starred_actors", "directed_by"]) == 2
-    assert fitting_pattern(shown, ["^a", "^b"]) == 3  # written from the value's end
-    assert fitting_pattern(shown, ["^b", "^a"]) is None

@@ -84,10 +84,9 @@ def _thought_requests(
             if s < len(steps) and steps[s][0].mistake:  # a trial-and-error correction
                 context["mistake"] = dict(steps[s][0].mistake)
             # the template backend writes the space's thought (the LLM layer knows no space)
-            shown = steps[s - 1][1].text if 0 < s <= len(steps) else ""
-            context["thought"] = the_space.thought_on(
-                shown, kind, entity, hop, relations
-            ) or the_space.thought(kind, entity, hop, relations, context.get("mistake"))
+            context["thought"] = the_space.thought(
+                kind, entity, hop, relations, context.get("mistake")
+            )
             requests.append(
                 Request.make(
                     [{"role": "user", "content": content}], tparams, task="thought", context=context

@@ -116,18 +116,6 @@ class ActionSpace(ABC):
         sets it to its thoughts module's function: ``space_thought = staticmethod(f)``."""
         return None
 
-    def thought_on(
-        self,
-        shown: str,
-        kind: str,
-        entity: str,
-        hop: dict[str, Any] | None,
-        relations: Sequence[str],
-    ) -> str | None:
-        """A thought that reads ``shown``, the observation just before the action (a space
-        that quotes it overrides this); None: :meth:`thought` writes it."""
-        return None
-
     def thought(
         self,
         kind: str,

@@ -17,11 +17,7 @@ from kgsynth.agent.spaces.base import ActionSpace
 from kgsynth.agent.spaces.knowcoder import drills
 from kgsynth.agent.spaces.knowcoder.oracle import answer_type, pattern_call
 from kgsynth.agent.spaces.knowcoder.patterns import search_variable_patterns
-from kgsynth.agent.spaces.knowcoder.thoughts import (
-    chain_path,
-    knowcoder_thought,
-    query_thought_from,
-)
+from kgsynth.agent.spaces.knowcoder.thoughts import knowcoder_thought
 from kgsynth.agent.spaces.knowcoder.tools import (
     TOOL_HELP,
     execute_sparql,
@@ -66,13 +62,7 @@ class KnowCoder(SparqlSpace, ActionSpace):
         calls = knowcoder_oracle_calls(row, answer_type(graph, row) if graph is not None else None)
         # the sketch binds ?x to the topic entities (§4.1, App. F); the question ranks them
         sketch = pattern_call(row)
-        calls = [replace(c, call=sketch) if c.kind == "patterns" else c for c in calls]
-        # a chain's query carries its hops as the pattern rows write them: its thought names
-        # the row it follows (.thoughts.query_thought_from)
-        path = chain_path(row)
-        return [
-            replace(c, hop={"path": path}) if c.kind == "execute" and path else c for c in calls
-        ]
+        return [replace(c, call=sketch) if c.kind == "patterns" else c for c in calls]
 
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         check_syntax(call)
@@ -80,19 +70,6 @@ class KnowCoder(SparqlSpace, ActionSpace):
 
     # before a type search, a pattern search, a query or a correction
     space_thought = staticmethod(knowcoder_thought)
-
-    def thought_on(
-        self,
-        shown: str,
-        kind: str,
-        entity: str,
-        hop: dict[str, Any] | None,
-        relations: Sequence[str],
-    ) -> str | None:
-        """A chain's query after a pattern search names the row it follows (:mod:`.thoughts`)."""
-        if kind == "execute" and shown and hop and hop.get("path"):
-            return query_thought_from(shown, entity, relations, hop["path"])
-        return None
 
     # --- copy drills in the space's own calls (:mod:`.drills`) --------------------------
 
