@@ -48,6 +48,7 @@ SHIPPED = [  # every packaged file a wheel and an sdist must hold, under kgsynth
     "recipes/kbqa-r1.yaml",
     "recipes/graphwalker.yaml",
     "recipes/kg-r1.yaml",
+    "recipes/kg-r1-sft.yaml",
     "recipes/knowcoder-a1.yaml",
     "recipes/isp.yaml",
     "deepspeed/ds_zero0.json",
@@ -69,7 +70,8 @@ SHIPPED = [  # every packaged file a wheel and an sdist must hold, under kgsynth
 def test_the_packaged_files_are_found_inside_the_package():
     package = CHECKOUT / "kgsynth" / "resources"
     assert recipe_names() == [
-        "graphwalker", "isp", "kbqa-r1", "kg-r1", "knowcoder-a1", "metaqa_default", "sparql_agents"
+        "graphwalker", "isp", "kbqa-r1", "kg-r1", "kg-r1-sft", "knowcoder-a1", "metaqa_default",
+        "sparql_agents",
     ]  # fmt: skip
     assert deepspeed_names() == ["zero0", "zero2", "zero3"]
     assert default_kg() == package / "metaqa" / "kb_partial.txt.gz" and default_kg().is_file()
@@ -119,9 +121,10 @@ def test_the_old_checkout_paths_name_the_packaged_files_with_one_note(tmp_path):
     ("find", "value", "line"),
     [
         (find_recipe, "metaqa", "recipe: metaqa: no packaged recipe of that name; packaged "
-         "recipes: graphwalker, isp, kbqa-r1, kg-r1, knowcoder-a1, metaqa_default, sparql_agents"),
+         "recipes: graphwalker, isp, kbqa-r1, kg-r1, kg-r1-sft, knowcoder-a1, metaqa_default, "
+         "sparql_agents"),
         (find_recipe, "mine/metaqa_default.yaml", "recipe: mine/metaqa_default.yaml: no such "
-         "file; packaged recipes: graphwalker, isp, kbqa-r1, kg-r1, knowcoder-a1, "
+         "file; packaged recipes: graphwalker, isp, kbqa-r1, kg-r1, kg-r1-sft, knowcoder-a1, "
          "metaqa_default, sparql_agents"),
         (find_deepspeed, "zero1", "--deepspeed: zero1: no packaged DeepSpeed config of that "
          "name; packaged DeepSpeed configs: zero0, zero2, zero3"),
