@@ -31,8 +31,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.agent.protocol import (
-    NODE,
-    SPARQL,
     THINK,
     Operation,
     operations_text,
@@ -105,20 +103,6 @@ def _gold_query(row: dict[str, Any]) -> str:
     if not query:
         raise Reject("no_sparql")
     return query
-
-
-def isp_oracle_calls(row: dict[str, Any]) -> list[OracleCall]:
-    """The isp gold actions: every topic explored in one step, then the query."""
-    query = _gold_query(row)
-    topics = list(row["topic_names"])
-    rels = walk_relations(row)
-    about = " and ".join(topics)
-    nodes = operations_text([Operation(NODE, t) for t in topics])
-    first = row["branches"][0][0] if len(topics) == 1 else None
-    return [
-        OracleCall("node", nodes, about, first, rels),
-        OracleCall("sparql", Operation(SPARQL, query).render(), about, None, rels),
-    ]
 
 
 def knowcoder_oracle_calls(row: dict[str, Any], type_name: str | None = None) -> list[OracleCall]:

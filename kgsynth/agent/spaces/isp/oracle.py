@@ -40,19 +40,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.agent.protocol import NODE, SPARQL, Operation, operations_text
 from kgsynth.agent.spaces.isp.tools import Prefixes
 from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sparql_oracle import _gold_query, walk_relations
 from kgsynth.kg import sparql
 from kgsynth.kg.graph import KGGraph, Relation
-
-
-def _walk_relations(row: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(h["relation"] for hops in row["branches"] for h in hops))
-
 
 _IRIREF = re.compile(r"<([^<>\s\"{}|^`\\]*:[^<>\s\"{}|^`\\]*)>")
 
@@ -73,29 +69,31 @@ def prefixed(query: str, first: Sequence[str] = ()) -> str:
     return "\n".join([*term.declarations(), body])
 
 
-def _in_prefixed_form(calls: list[OracleCall], row: dict[str, Any]) -> list[OracleCall]:
-    topics = list(row.get("topic_ids") or ())
-    out = []
-    for c in calls:
-        ops = [
-            Operation(op.tag, prefixed(op.text, topics)) if op.tag == SPARQL else op
-            for op in _operations(c)
-        ]
-        out.append(replace(c, call=operations_text(ops)))
-    return out
-
-
-def _operations(call: OracleCall) -> tuple[Operation, ...]:
-    from kgsynth.agent.spaces.sparql_oracle import isp_operations
-
-    return isp_operations(call)
+def _query_call(
+    kind: str,
+    query: str,
+    row: dict[str, Any],
+    about: str,
+    hop: dict[str, Any] | None,
+    relations: tuple[str, ...],
+) -> OracleCall:
+    """A ``<SPARQL>`` turn running ``query`` in the templates' prefixed form."""
+    text = prefixed(query, row.get("topic_ids") or ())
+    return OracleCall(kind, operations_text([Operation(SPARQL, text)]), about, hop, relations)
 
 
 def one_shot_calls(row: dict[str, Any]) -> list[OracleCall]:
-    """Every topic explored in one step, then the gold query (kgsynth's earlier isp oracle)."""
-    from kgsynth.agent.spaces.sparql_oracle import isp_oracle_calls
-
-    return _in_prefixed_form(isp_oracle_calls(row), row)
+    """Every topic explored in one turn, then the gold query (kgsynth's earlier isp oracle)."""
+    query = _gold_query(row)
+    topics = list(row["topic_names"])
+    rels = walk_relations(row)
+    about = " and ".join(topics)
+    nodes = operations_text([Operation(NODE, t) for t in topics])
+    first = row["branches"][0][0] if len(topics) == 1 else None
+    return [
+        OracleCall("node", nodes, about, first, rels),
+        _query_call("sparql", query, row, about, None, rels),
+    ]
 
 
 @dataclass
@@ -166,7 +164,7 @@ class _Builder:
                 prev = (var, self.iri_of(hop["entity"]), hop["entity"])
             merged += own
         if len(row["branches"]) > 1:  # separate, then merge
-            steps.append(_Step(None, list(merged), self.meet, None, _walk_relations(row)))
+            steps.append(_Step(None, list(merged), self.meet, None, walk_relations(row)))
         for hops, merge in zip(row["branches"], row["merge_at"], strict=True):
             for i in range(merge, len(hops)):
                 before = hops[i - 1]["entity"]
@@ -181,19 +179,15 @@ def _calls(step: _Step, query: str, kind: str, row: dict[str, Any]) -> list[Orac
     a merge step only queries."""
     about = step.node or " and ".join(row["topic_names"])
     hop = step.hop if step.node else None
-    query_call = OracleCall(kind, operations_text([Operation(SPARQL, query)]), about, hop,
-                            step.relations)  # fmt: skip
+    query_call = _query_call(kind, query, row, about, hop, step.relations)
     if not step.node:
         return [query_call]
-    node_call = OracleCall("node", operations_text([Operation(NODE, step.node)]), about, hop,
-                           step.relations)  # fmt: skip
-    return [node_call, query_call]
+    node = operations_text([Operation(NODE, step.node)])
+    return [OracleCall("node", node, about, hop, step.relations), query_call]
 
 
 def decomposed_calls(row: dict[str, Any], graph: KGGraph | None) -> list[OracleCall]:
     """The isp oracle's steps by ISP-KGR's decomposition (see the module doc)."""
-    from kgsynth.agent.spaces.sparql_oracle import _gold_query
-
     gold = _gold_query(row)
     if graph is None or not row.get("branches") or not row.get("topic_ids"):
         return one_shot_calls(row)
@@ -203,7 +197,7 @@ def decomposed_calls(row: dict[str, Any], graph: KGGraph | None) -> list[OracleC
     except _Undecomposable:
         return one_shot_calls(row)
     if row.get("sexpr"):  # a COUNT or constraint on the set the hops reach: one step more
-        steps.append(_Step(None, [], "", None, _walk_relations(row)))
+        steps.append(_Step(None, [], "", None, walk_relations(row)))
     calls = [
         call
         for s in steps[:-1]
@@ -211,7 +205,7 @@ def decomposed_calls(row: dict[str, Any], graph: KGGraph | None) -> list[OracleC
             s, builder.select(s.patterns, s.var, s.seen), "triples" if s.node else "merge", row
         )
     ]
-    return _in_prefixed_form(calls + _calls(steps[-1], gold, "sparql", row), row)
+    return calls + _calls(steps[-1], gold, "sparql", row)
 
 
 __all__ = ["decomposed_calls", "one_shot_calls", "prefixed"]
