@@ -66,10 +66,10 @@ def build_tiny_model(
     ``2 * num_heads`` (rotary embeddings need an even head size). ``num_kv_heads`` (default
     ``num_heads``) below ``num_heads`` shares each key-value head among ``num_heads //
     num_kv_heads`` query heads (grouped-query attention: a KV cache that many times smaller).
-    The same texts and ``seed`` give the same weights. ``init_std`` is the weights' normal-init spread: Qwen's own 0.02
-    leaves the tied embeddings dominant, so greedy decoding just repeats the prompt's last
-    token (the newline after ``<|im_start|>assistant``) and a server strips the answer to an
-    empty string; at 0.1 the output varies with the prompt. Returns ``out_dir`` as a
+    The same texts and ``seed`` give the same weights. ``init_std`` is the weights' normal-init
+    spread: Qwen's own 0.02 leaves the tied embeddings dominant, so greedy decoding just repeats
+    the prompt's last token (the newline after ``<|im_start|>assistant``) and a server strips
+    the answer to an empty string; at 0.1 the output varies with the prompt. Returns ``out_dir`` as a
     :class:`Path`.
     """
     import torch
