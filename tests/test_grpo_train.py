@@ -557,7 +557,7 @@ def test_stage2_select_questions_keeps_stage1_unless_a_checkpoint_beats_it(task:
     cached = json.loads((task / "ev_s2_cached" / "metrics.json").read_text())
     assert cached["overall"]["hits_at_1"] == pytest.approx(sel["scores"][0]["hits_at_1"])
     assert before > 0 and entries() == before
-    # stage 1 has nothing to compare with, and a missing file is refused before training
+    # a missing file is refused before training
     res = runner.invoke(
         app,
         ["train", "stage2", "--corpus", str(task / "corpus.parquet"), "--init", str(sft),
@@ -568,7 +568,44 @@ def test_stage2_select_questions_keeps_stage1_unless_a_checkpoint_beats_it(task:
     res = runner.invoke(
         app,
         ["train", "stage1", "--corpus", str(task / "corpus.parquet"), "--model", "tiny",
-         "--out", str(task / "s1_nosel"), "--select-questions", "x"],
+         "--out", str(task / "s1_nosel"), "--select-questions", "nope.parquet"],
     )  # fmt: skip
-    assert res.exit_code != 0 and "select-questions" in res.output
-    assert not (task / "s1_nosel").exists()
+    assert res.exit_code != 0 and "nope.parquet" in res.output
+    assert not (task / "s1_nosel" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("alpha", ["0.05", "1"])
+def test_stage1_select_questions_compares_its_checkpoints_with_its_last_weights(
+    task: Path, alpha: str
+):
+    """Stage 1 starts from a fresh model, so no start is scored: its checkpoints and its last
+    weights answer, the last weights are the reference the sign test compares with, and alpha
+    1 keeps the plain best (the candidate's weights, byte for byte)."""
+    import hashlib
+
+    out = task / f"s1_select_{alpha}"
+    res = runner.invoke(
+        app,
+        [
+            "train", "stage1", "--corpus", str(task / "corpus.parquet"), "--model", "tiny",
+            "--out", str(out), "--max-steps", "60", "--save-steps", "20", "--save-total-limit", "3",
+            "--batch-size", "4",
+            "--lr", "3e-3", "--max-length", "512", "--tiny-vocab-size", "400", "--no-packing",
+            "--select-questions", str(task / "questions.parquet"), "--select-kg",
+            str(task / "kg"), "--select-limit", "5", "--select-alpha", alpha,
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    sel = json.loads((out / "selection.json").read_text())
+    assert [s["step"] for s in sel["scores"]] == [20, 40, 60] and sel["reference_step"] == 60
+    assert "better" not in sel["scores"][-1] and "better" in sel["scores"][0]
+    top = max(sel["scores"], key=lambda s: (s["hits_at_1"], s["step"]))
+    # no split of 5 questions reaches p < 0.05: the last weights stay
+    assert sel["chosen_step"] == (top["step"] if alpha == "1" else 60)
+    assert f"stage1: kept the weights of step {sel['chosen_step']}" in res.output
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    chosen = out / "checkpoints" / f"checkpoint-{sel['chosen_step']}" / "model.safetensors"
+    assert sha(out / "model.safetensors") == sha(chosen)

@@ -3,6 +3,7 @@ protocol tags as single tokens, render ChatML and generate through the hf backen
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -159,14 +160,15 @@ def test_two_generation_workers_answer_as_one_process(model_dir: Path) -> None:
         for i in range(7)
         for p in (greedy, sampled)
     ]
-    one = HFLLM(str(model_dir), device="cpu", batch_size=3)
-    two = HFLLM(str(model_dir), device="cpu", batch_size=3, workers=2)
+    one = HFLLM(str(model_dir), device="cpu", batch_size=3, engine="hf")
+    two = HFLLM(str(model_dir), device="cpu", batch_size=3, workers=2, engine="hf")
     try:
         expected = one.generate_batch(requests)
         seen: list[int] = []
         got = two.generate_batch(requests, progress=lambda i, _c: seen.append(i))
         again = two.generate_batch(requests[:4])  # the pool serves later calls too
         expected_again = one.generate_batch(requests[:4])
+        assert two._pool is not None
     finally:
         one.close()
         two.close()
@@ -177,6 +179,36 @@ def test_two_generation_workers_answer_as_one_process(model_dir: Path) -> None:
     assert two.stats.requests == len(requests) + 4 and two.workers == 2
     with pytest.raises(ConfigError, match="--workers"):
         HFLLM(str(model_dir), workers=0)
+
+
+def test_two_workers_with_the_static_engine_decode_in_one_process_on_every_core(
+    model_dir: Path,
+) -> None:
+    """`--workers 2` where the static engine runs: no pool; this process decodes with torch on
+    every core while it generates (one thread again after), and answers as one worker does."""
+    import torch
+
+    from kgsynth.llm.base import GenerationParams, Request
+
+    params = GenerationParams(max_tokens=6, temperature=1.0, seed=5)
+    requests = [Request.make([{"role": "user", "content": t}], params) for t in TEXTS]
+    one = HFLLM(str(model_dir), device="cpu", batch_size=2)
+    two = HFLLM(str(model_dir), device="cpu", batch_size=2, workers=2)
+    threads_seen: list[int] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        expected = one.generate_batch(requests)
+        got = two.generate_batch(requests, progress=lambda *_: threads_seen.append(
+            torch.get_num_threads()))  # fmt: skip
+        assert two._pool is None and two._static() is not None
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+        one.close()
+        two.close()
+    assert [c.text for c in got] == [c.text for c in expected]
+    assert set(threads_seen) == {max(1, os.cpu_count() or 1)}
 
 
 def test_a_checkpoint_is_cached_by_its_files_not_its_path(model_dir: Path, tmp_path: Path) -> None:

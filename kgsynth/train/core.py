@@ -217,9 +217,10 @@ HELP = {
     "weight_decay": "AdamW weight decay.",
     "select_questions": "Early stopping: validation questions (a file as `kgsynth eval "
     "--questions`; none the run trains on). After training, the starting model (stage2: stage "
-    "1's), each checkpoint and the last weights answer them greedily and the run keeps the "
-    "weights with the best Hits@1 (a tie: the later) if they beat the starting ones beyond "
-    "chance (--select-alpha), else the starting ones; selection.json lists every score. "
+    "1's; stage1 has none), each checkpoint and the last weights answer them greedily and the "
+    "run keeps the weights with the best Hits@1 (a tie: the later) if they beat the starting "
+    "ones (stage1: the last ones) beyond chance (--select-alpha), else those; selection.json "
+    "lists every score. "
     "\\[default: keep the last weights]",
     "select_limit": "--select-questions: how many of them (the first N).",
     "select_cache": "--select-questions: a request cache (SQLite) the validation answers go "

@@ -77,7 +77,7 @@ SPEC = SFT_SPEC
 SUMMARY = "train_summary.json"
 METRICS = "metrics.jsonl"
 LOSS_PNG = "loss.png"
-# stage 2's early stopping (--select-questions) and the agent that answers its questions
+# the SFT stages' early stopping (--select-questions)
 SELECT_FIELDS = ("select_questions", "select_kg", "select_limit", "select_alpha", "select_cache")
 # Changing these between an interrupted run and its resumption keeps it the same run.
 RESUMABLE_CHANGES = frozenset(
@@ -385,8 +385,6 @@ def resolve_config(cfg: SFTConfig, stage: str) -> SFTConfig:
     # a model of fewer positions trains on what it can hold (the tiny model is built to fit)
     start = cfg.init if stage == "stage2" else cfg.model if cfg.model != "tiny" else None
     out = dataclasses.replace(out, max_length=fit_to_model("max_length", out.max_length, start))
-    if out.select_questions is not None and stage != "stage2":
-        raise ConfigError("--select-questions belongs to stage2 (it compares with stage 1)")
     check_selection_inputs(out)
     if out.deepspeed is not None:
         load_deepspeed_config(out.deepspeed)

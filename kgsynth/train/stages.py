@@ -216,9 +216,10 @@ def _select_sft(
     notify: Callable[[str], None] | None,
     agent: AgentConfig | None = None,
 ) -> dict:
-    """Stage 2's early stopping: the stage-1 model, each ``checkpoint-N`` and the last weights,
-    answering as ``agent`` (the run's; its own agent options where it carries none); the
-    summary (``train_summary.json``) records the scores."""
+    """The SFT stages' early stopping: stage 2's start (the stage-1 model; stage 1 has none, its
+    reference is its last weights), each ``checkpoint-N`` and the last weights, answering as
+    ``agent`` (the run's; its own agent options where it carries none); the summary
+    (``train_summary.json``) records the scores."""
     from kgsynth.train.sft import SUMMARY
     from kgsynth.train.sft_config import LOSS_PNG, METRICS
 
@@ -227,7 +228,8 @@ def _select_sft(
         **summary,
         **_select(
             spec.config, run_dir, summary["steps"], spec.config.select_kg, None, notify,
-            agent=agent, prefix="checkpoint-",
+            agent=agent, init=spec.config.init if spec.stage == "stage2" else None,
+            prefix="checkpoint-",
             run_files=(METRICS, SUMMARY, LOSS_PNG, SFT_SPEC, "training_args.bin"),
         ),
     }  # fmt: skip
@@ -384,7 +386,7 @@ def run_rl(
             summary.update(
                 _select(
                     cfg, staged.staging, cfg.max_steps, spec.kg, spec.profile, notify,
-                    batch_size=cfg.rollout_batch_size,
+                    init=cfg.init, batch_size=cfg.rollout_batch_size,
                 )
             )  # fmt: skip
             (staged.staging / SUMMARY).write_text(json.dumps(summary, indent=2))
@@ -414,19 +416,22 @@ def _select(
     profile: str | None,
     notify: Callable[[str], None] | None,
     agent: AgentConfig | None = None,
+    *,
+    init: str | Path | None,
     **layout: Any,
 ) -> dict[str, Any]:
     """Early stopping on the validation questions of ``cfg`` (GRPO's or stage 2's; their
     ``init`` is the start, :mod:`kgsynth.train.select`) on ``kg`` (None: the shipped KB),
-    answered by ``agent`` (default: ``cfg.agent``); the summary fields it adds. ``layout``:
-    the batch size and the run folder's checkpoint names."""
+    answered by ``agent`` (default: ``cfg.agent``); the summary fields it adds. ``init`` is
+    the start (None: stage 1's fresh model, not a candidate). ``layout``: the batch size and
+    the run folder's checkpoint names."""
     from kgsynth.kg.graph import KGGraph
     from kgsynth.kg.open import DEFAULT_KG, open_kg
     from kgsynth.train.select import select_weights, selection_summary
 
     graph = KGGraph(open_kg(kg or str(DEFAULT_KG), profile=profile))
     record = select_weights(
-        run_dir, cfg.init, steps, cfg.select_questions, cfg.select_limit, graph,
+        run_dir, init, steps, cfg.select_questions, cfg.select_limit, graph,
         agent or cfg.agent,
         alpha=cfg.select_alpha, notify=notify, cache=cfg.select_cache, **layout,
     )  # fmt: skip
