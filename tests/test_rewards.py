@@ -85,6 +85,11 @@ def test_answer_components_exact():
     full = episode([answer("...")], ["The William Wyler", "William Dieterle"])
     assert REWARDS["em_strict"](full, GOLD) == 1.0
     assert REWARDS["f1"](full, GOLD) == 1.0
+    # Hits@1's reward looks at the first answer only
+    first_wrong = episode([answer("...")], ["Casablanca", "William Dieterle"])
+    assert REWARDS["hit"](first_wrong, GOLD) == 1.0
+    assert REWARDS["hits_at_1"](first_wrong, GOLD) == 0.0
+    assert REWARDS["hits_at_1"](full, GOLD) == 1.0
     unanswered = episode([query('get_relations("X")')])
     assert [REWARDS[n](unanswered, GOLD) for n in ("em_strict", "hit", "f1", "fbeta")] == [
         0.0,

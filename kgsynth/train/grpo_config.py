@@ -90,7 +90,7 @@ class GRPOConfig:
     reward: str = option(
         "graphwalker",
         "Reward: a preset (graphwalker = hit, kbqa-r1, knowcoder-a1, kg-r1, isp) or "
-        "name:weight,... over em, f1, fbeta, format, retrieval, turn, distance.",
+        "name:weight,... over em, hit, hits_at_1, f1, fbeta, format, retrieval, turn, distance.",
         panel="Rewards",
     )
     fbeta_switch_step: int | None = option(

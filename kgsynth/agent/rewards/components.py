@@ -16,6 +16,7 @@ from kgsynth.metrics import (
     f1,
     f_beta,
     hit,
+    hits_at_1,
     match_predictions,
     normalize_answer,
 )
@@ -24,7 +25,7 @@ FBETA_EARLY = 0.5
 FBETA_LATE = 1.0
 TURN_FORMAT_WEIGHT = 0.5
 TURN_ACTION_WEIGHT = 0.5
-ANSWER_COMPONENTS = ("em_strict", "hit", "f1", "fbeta")
+ANSWER_COMPONENTS = ("em_strict", "hit", "hits_at_1", "f1", "fbeta")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,12 @@ def em_strict_reward(episode: Episode, gold: Gold) -> float:
 def hit_reward(episode: Episode, gold: Gold) -> float:
     """GraphWalker's EM: some predicted answer is gold."""
     return hit(predicted(episode, gold), gold.answers)
+
+
+def hits_at_1_reward(episode: Episode, gold: Gold) -> float:
+    """The first predicted answer is gold: what Hits@1 counts (F1 also pays for the rest of
+    the list; benchmarks/README.md, "GRPO that adds?")."""
+    return hits_at_1(predicted(episode, gold), gold.answers)
 
 
 def f1_reward(episode: Episode, gold: Gold) -> float:

@@ -21,6 +21,7 @@ from kgsynth.agent.rewards.components import (
     fbeta_reward,
     format_reward,
     hit_reward,
+    hits_at_1_reward,
     retrieval_reward,
     turn_reward,
     turn_rewards_kgr1,
@@ -37,6 +38,7 @@ from kgsynth.metrics import check_metric_name
 REWARDS: dict[str, Callable[..., float]] = {
     "em_strict": em_strict_reward,
     "hit": hit_reward,
+    "hits_at_1": hits_at_1_reward,
     "f1": f1_reward,
     "fbeta": fbeta_reward,
     "format": format_reward,
