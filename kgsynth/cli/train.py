@@ -28,7 +28,7 @@ from kgsynth.cli.panels import INPUTS, LAUNCH, MODEL, OPTIMIZATION, OUTPUT, comm
 from kgsynth.core.errors import KGSynthError
 from kgsynth.train.grpo_config import GRPOConfig
 from kgsynth.train.launch import LaunchConfig
-from kgsynth.train.sft_config import SELECT_FIELDS, SFTConfig
+from kgsynth.train.sft_config import SFTConfig
 
 train_app = typer.Typer(
     help="Train the agent: stage1 and stage2 (SFT on synthetic, then expert trajectories), rl "
