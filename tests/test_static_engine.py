@@ -362,6 +362,8 @@ def test_the_hf_backend_answers_through_the_static_engine_as_generate_does(tiny,
     auto, hf = HFLLM(path, device="cpu", batch_size=4), HFLLM(path, engine="hf", batch_size=4)
     want, got = hf.generate_batch(reqs), auto.generate_batch(reqs)
     assert auto._decoder and hf._decoder is None  # the static engine answered
+    # from the weights alone (light_llama.py), not transformers' LlamaForCausalLM
+    assert not hasattr(auto._model, "generate") and hasattr(hf._model, "generate")
     for w, g in zip(want, got, strict=True):
         assert (g.text, g.finish_reason, g.prompt_tokens, g.completion_tokens) == (
             w.text, w.finish_reason, w.prompt_tokens, w.completion_tokens

@@ -139,8 +139,29 @@ class HFLLM(LLM):
         self._tok.padding_side = "left"
         if self._tok.pad_token is None:
             self._tok.pad_token = self._tok.eos_token
+        if self.engine != "hf" and device == "cpu" and self.base_model is None:
+            # the static engine only reads the weights: a checkpoint it can hold exactly is
+            # loaded without transformers' modelling packages (light_llama.py; ~1 s an eval)
+            from kgsynth.llm.light_llama import load_light_llama, refusal
+
+            why = refusal(self.model)
+            if why is None:
+                try:
+                    self._model = load_light_llama(self.model, dtype)
+                    return
+                except ValueError as exc:
+                    why = str(exc)
+            log.info("hf backend: the model's own class (%s)", why)
+        self._load_model()
+
+    def _load_model(self) -> None:
+        """The checkpoint as transformers' own class (a LoRA run's merged into its base)."""
+        import torch
+
         from kgsynth.core.modelio import load_causal_lm
 
+        device = self._resolve_device()
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         self._model = load_causal_lm(self.model, base_model=self.base_model, dtype=dtype).to(device)
         self._model.eval()
 
@@ -221,6 +242,8 @@ class HFLLM(LLM):
                     raise ConfigError(f"the static engine cannot run {self.model}: {exc}") from None
                 log.info("hf backend: generate, not the static engine (%s)", exc)
                 self._decoder = False
+                if not hasattr(self._model, "generate"):  # the light weights: generate needs
+                    self._load_model()  # the model's own class
         return self._decoder or None
 
     def _generate_static(self, decoder: Any, reqs: Sequence[Request]) -> list[Completion]:
