@@ -14,7 +14,7 @@ from typing import Any
 from kgsynth.agent.loop import system_prompt, user_prompt
 from kgsynth.agent.protocol import ANY_TAG_RE, THINK_RE, render_observation
 from kgsynth.agent.rerank import LLMReranker
-from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE, trial_rng, trial_steps
+from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE, trial_rng
 from kgsynth.agent.spaces.oracle_call import oracle_answers
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.spaces.sparql_oracle import QUERY_KINDS, query_answers
@@ -171,9 +171,9 @@ def oracle_trajectories(
 ) -> Outcomes:
     """Oracle trajectories of ``rows``: replayed, then given thoughts. (Its keyword signature
     is :func:`~kgsynth.synthesize.rollouts.rollout_trajectories`' on purpose: the stage's
-    ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder), a seeded
-    share of the questions also gets a trial-and-error trajectory
-    (:mod:`~kgsynth.agent.spaces.knowcoder.trial`), right after the question's plain one."""
+    ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder, sexpr), a
+    seeded share of the questions also gets a trial-and-error trajectory (the space's
+    ``trial``), right after the question's plain one."""
     sys_text = system_prompt(cfg.agent.toolset, cfg.agent.max_turns, cfg.agent.system_prompt)
     reranker = LLMReranker(llm) if cfg.agent.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))
@@ -198,7 +198,7 @@ def oracle_trajectories(
         if cfg.trial_and_error > 0:
             rng = trial_rng(cfg.seed, row["question_id"])
             if rng.random() < cfg.trial_and_error:
-                tried = trial_steps(row, env, steps, rng)
+                tried = env.space.trial(row, env, steps, rng)
                 if tried is not None:
                     results.append({})
                     trials.add(len(plans))

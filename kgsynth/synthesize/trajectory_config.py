@@ -82,10 +82,12 @@ class TrajectoryConfig:
     )
     trial_and_error: float = option(
         0.0,
-        "oracle with --toolset knowcoder: the share of questions (drawn per question with --seed) "
-        "that also get a trial-and-error trajectory (mode oracle_trial): a first ExecuteSPARQL "
-        "with a relation the wrong way round or a wrong relation the SearchGraphPatterns "
-        "observation showed, its empty or wrong rows, then the gold query; 0 writes none.",
+        "oracle with --toolset knowcoder or sexpr: the share of questions (drawn per question "
+        "with --seed) that also get a trial-and-error trajectory (mode oracle_trial): knowcoder, "
+        "a first ExecuteSPARQL with a relation the wrong way round or a wrong relation the "
+        "SearchGraphPatterns observation showed, its empty or wrong rows, then the gold query; "
+        "sexpr, a Find_relation along a relation the episode's observations listed that the "
+        "relation gate rejects or substitutes wrongly, then the gold action; 0 writes none.",
         advanced=True,
     )
     reference_guidance: str = option(
@@ -146,7 +148,7 @@ class TrajectoryConfig:
             raise ConfigError(
                 f"--trial-and-error must be within [0, 1] (got {self.trial_and_error})"
             )
-        if self.mode == "coldstart" and not space(self.agent.toolset).trial_and_error:
+        if self.mode == "coldstart" and not space(self.agent.toolset).cold_start:
             raise ConfigError(
                 "--mode coldstart is KnowCoder-A1's cold start: it needs --toolset knowcoder "
                 f"(got --toolset {self.agent.toolset})"
@@ -156,8 +158,9 @@ class TrajectoryConfig:
             or not space(self.agent.toolset).trial_and_error
         ):
             raise ConfigError(
-                "--trial-and-error writes KnowCoder-A1's trial-and-error demonstrations: it needs "
-                f"--mode oracle and --toolset knowcoder (got --mode {self.mode}, --toolset {self.agent.toolset})"
+                "--trial-and-error writes trial-and-error demonstrations: it needs --mode oracle "
+                "and --toolset knowcoder or sexpr "
+                f"(got --mode {self.mode}, --toolset {self.agent.toolset})"
             )
         if self.reference_guidance not in REFERENCE_GUIDANCE:
             raise ConfigError(

@@ -40,6 +40,7 @@ class ActionSpace(ABC):
     prompt: ClassVar[str] = "agent_system"  # prompts/<prompt>.j2 (full) and <prompt>_short.j2
     look_ahead: ClassVar[bool] = False  # the oracle can end on a look-ahead get_relations
     trial_and_error: ClassVar[bool] = False  # the oracle can insert a failed try and its fix
+    cold_start: ClassVar[bool] = False  # --mode coldstart samples its expert data (KnowCoder-A1)
     # what the oracle builds the gold actions from: "walk" (the walk's hops), "sparql" (the
     # row's ``sparql``, the walk's logical form) or "sexpr" (its S-expression)
     oracle_from: ClassVar[str] = "walk"
@@ -81,6 +82,13 @@ class ActionSpace(ABC):
         """The oracle's calls run in ``env``: ``(OracleCall, ToolResult)`` per step; raises
         :class:`~kgsynth.core.stage.Reject` where the tools do not show what the walk took.
         ``options``: the path oracle's ``fan_out``, ``follow`` and ``look_ahead``."""
+
+    def trial(
+        self, row: dict[str, Any], env: ToolEnvironment, steps: list[Any], rng: random.Random
+    ) -> list[Any] | None:
+        """The replay ``steps`` with a failed try and its fix inserted (a space with
+        :attr:`trial_and_error`), or None when no try of this question goes wrong."""
+        return None
 
     def reference_text(self, row: dict[str, Any], graph: KGGraph | None = None) -> str:
         """The numbered gold actions a referenced rollout is shown, one per line."""

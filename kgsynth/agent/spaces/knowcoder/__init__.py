@@ -24,6 +24,7 @@ from kgsynth.agent.spaces.knowcoder.tools import (
     search_graph_patterns,
     search_types,
 )
+from kgsynth.agent.spaces.knowcoder.trial import trial_steps
 from kgsynth.agent.spaces.knowcoder.turns import KnowCoderFormat
 from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
@@ -41,6 +42,7 @@ class KnowCoder(SparqlSpace, ActionSpace):
     name = "knowcoder"
     tool_help: ClassVar[list[dict[str, str]]] = TOOL_HELP
     trial_and_error = True
+    cold_start = True
     turns = KnowCoderFormat()
     prompt = "knowcoder_system"
 
@@ -67,6 +69,12 @@ class KnowCoder(SparqlSpace, ActionSpace):
     def run_oracle_call(self, env: Any, call: OracleCall) -> ToolResult:
         check_syntax(call)
         return env.execute(call.call)
+
+    def trial(
+        self, row: dict[str, Any], env: Any, steps: list[Any], rng: random.Random
+    ) -> list[Any] | None:
+        """A wrong ``ExecuteSPARQL`` before the gold one (:mod:`.trial`)."""
+        return trial_steps(row, env, steps, rng)
 
     # before a type search, a pattern search, a query or a correction
     space_thought = staticmethod(knowcoder_thought)

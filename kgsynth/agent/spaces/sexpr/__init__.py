@@ -2,7 +2,9 @@
 ``Compare``, ``Time_constraint``, ``Count``) in its bracket syntax (:mod:`.syntax`), with
 relation gating (:mod:`.gate`), over compiled SPARQL (:mod:`.tools`), in its turn format
 (:mod:`.turns`: ``<action>`` blocks of one or more actions, space-separated answers). Its
-oracle builds the actions from the question's S-expression (:mod:`.oracle`)."""
+oracle builds the actions from the question's S-expression (:mod:`.oracle`); with
+``trial_and_error`` a seeded share of questions also gets a relation guessed wrong, the gate's
+answer and the fix (:mod:`.trial`)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from kgsynth.agent.spaces.sexpr.oracle import replay_sexpr, sexpr_oracle_calls, 
 from kgsynth.agent.spaces.sexpr.syntax import TOOL_HELP, parse_action
 from kgsynth.agent.spaces.sexpr.thoughts import sexpr_thought
 from kgsynth.agent.spaces.sexpr.tools import make_tools
+from kgsynth.agent.spaces.sexpr.trial import trial_steps
 from kgsynth.agent.spaces.sexpr.turns import SEXPR_FORMAT, run_actions
 from kgsynth.agent.spaces.sparql import ToolTable
 from kgsynth.agent.toolcall import ToolCall
@@ -32,6 +35,7 @@ class SExpr(ActionSpace):
     turns = SEXPR_FORMAT
     prompt = "agent_system_sexpr"
     oracle_from = "sexpr"
+    trial_and_error = True
 
     def make_tools(self, env: Any) -> ToolTable:
         return make_tools(env)
@@ -59,6 +63,13 @@ class SExpr(ActionSpace):
 
     def replay(self, row: dict[str, Any], env: Any, **options: Any) -> list[tuple[OracleCall, Any]]:
         return replay_sexpr(row, env)
+
+    def trial(
+        self, row: dict[str, Any], env: Any, steps: list[Any], rng: random.Random
+    ) -> list[Any] | None:
+        """A ``Find_relation`` first tried along a wrong relation, then the gold one
+        (:mod:`.trial`)."""
+        return trial_steps(row, env, steps, rng)
 
     # before one of KBQA-R1's actions
     space_thought = staticmethod(sexpr_thought)

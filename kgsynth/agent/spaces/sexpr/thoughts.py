@@ -1,5 +1,6 @@
 """KBQA-R1's template thoughts (:meth:`~kgsynth.agent.spaces.base.ActionSpace.thought`): one
-per action of the sexpr tool set's oracle (:data:`SEXPR_THOUGHTS`)."""
+per action of the sexpr tool set's oracle (:data:`SEXPR_THOUGHTS`), and for a trial-and-error
+demonstration's guessed relation (``try``) and its fix (``retry``: :mod:`.trial`)."""
 
 from __future__ import annotations
 
@@ -31,12 +32,27 @@ def sexpr_thought(
     """The thought before one of KBQA-R1's actions (:data:`SEXPR_THOUGHTS`; None for another
     kind); ``hop`` holds the action's relation, ``op`` (argmax/argmin, lt/le/gt/ge) and
     ``value``."""
+    hop = hop or {}
+    if kind == "try":
+        return f"I try {mistake['wrong'] if mistake else hop.get('relation', '')} from {entity}."
+    if kind == "retry" and mistake:
+        seen = (
+            f"{entity} has no relation like {mistake['wrong']}"
+            if mistake["kind"] == "rejected"
+            else f"{mistake['wrong']} is not a relation of {entity}, and what ran instead does "
+            "not fit"
+        )
+        return f"{seen}. {SEXPR_THOUGHTS['find_relation'].format(**_values(entity, hop))}"
     if kind not in SEXPR_THOUGHTS:
         return None
-    hop = hop or {}
+    return SEXPR_THOUGHTS[kind].format(**_values(entity, hop))
+
+
+def _values(entity: str, hop: dict[str, Any]) -> dict[str, Any]:
+    """What a :data:`SEXPR_THOUGHTS` template reads from an action's ``hop``."""
     relation = str(hop.get("relation") or "")
     op = str(hop.get("op") or "")
-    return SEXPR_THOUGHTS[kind].format(
+    return dict(
         entity=entity,
         relation=relation,
         words=relation_words(relation) if relation else "",
