@@ -11,7 +11,7 @@ import pytest
 
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
-from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
+from kgsynth.agent.spaces.oracle_call import TRIAL_MODE
 from kgsynth.agent.topics import in_mention_order
 from kgsynth.core.errors import ConfigError
 from kgsynth.filter import FilterConfig, run_filters

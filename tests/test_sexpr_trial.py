@@ -11,8 +11,7 @@ import pytest
 
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
-from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
-from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.oracle_call import TRIAL_MODE, OracleCall
 from kgsynth.agent.spaces.sexpr.trial import shifted
 from kgsynth.filter import FilterConfig, run_filters
 from kgsynth.kg.embedded import EmbeddedKG

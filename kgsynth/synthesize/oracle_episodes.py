@@ -14,8 +14,7 @@ from typing import Any
 from kgsynth.agent.loop import system_prompt, user_prompt
 from kgsynth.agent.protocol import ANY_TAG_RE, THINK_RE, render_observation
 from kgsynth.agent.rerank import LLMReranker
-from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE, trial_rng
-from kgsynth.agent.spaces.oracle_call import oracle_answers
+from kgsynth.agent.spaces.oracle_call import TRIAL_MODE, oracle_answers, trial_rng
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.spaces.sparql_oracle import QUERY_KINDS, query_answers
 from kgsynth.agent.tools import ToolEnvironment, prime_relation_ranking

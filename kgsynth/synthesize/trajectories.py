@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgsynth.agent.spaces import oracle_calls, reference_text, replay, space
-from kgsynth.agent.spaces.knowcoder.trial import TRIAL_MODE
-from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
+from kgsynth.agent.spaces.oracle_call import TRIAL_MODE, OracleCall, oracle_answers
 from kgsynth.agent.strategies.round_trips import with_round_trip_words
 from kgsynth.core.errors import ConfigError
 from kgsynth.core.stage import Progress, StageResult

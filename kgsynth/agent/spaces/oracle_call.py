@@ -4,11 +4,20 @@ and the oracle's answer (:func:`oracle_answers`)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kgsynth.metrics import normalize_answer
+
+TRIAL_MODE = "oracle_trial"
+"""The ``mode`` of a trial-and-error trajectory (a space's ``trial``: knowcoder, sexpr)."""
+
+
+def trial_rng(seed: int, question_id: str) -> random.Random:
+    """The seeded draw of one question: whether it gets a trial, and which mistake."""
+    return random.Random(f"trial-and-error|{seed}|{question_id}")
 
 
 @dataclass(frozen=True)
@@ -21,8 +30,8 @@ class OracleCall:
     entity: str  # the entity the call is about (the type name for types)
     hop: dict[str, Any] | None
     relations: tuple[str, ...] = ()  # the walk's relations, for a call that covers them all
-    # retry (knowcoder trial and error): what the attempt before got wrong (kind, wrong,
-    # right, rows), for its thought; kgsynth.agent.spaces.knowcoder.trial
+    # try / retry (trial and error): what the attempt got wrong (kind, wrong, right, ...), for
+    # the thoughts; kgsynth.agent.spaces.knowcoder.trial, kgsynth.agent.spaces.sexpr.trial
     mistake: dict[str, str] | None = None
 
 

@@ -15,9 +15,10 @@ A mistake counts only when its query runs without a tool error and its rows are 
 answer set (no rows, or other entities); a walk none of whose mistakes does so gets no
 trial-and-error trajectory. Only hops written as one triple pattern (not a flattened CVT hop)
 are changed. The correcting step is an :class:`OracleCall` of kind ``retry`` whose
-``mistake`` says what went wrong (its thought names it: see
-:mod:`.thoughts`). Such trajectories are written with
-``mode`` :data:`TRIAL_MODE`, so they can be counted and filtered apart.
+``mistake`` says what went wrong (its thought names it: see :mod:`.thoughts`). Such
+trajectories are written with ``mode``
+:data:`~kgsynth.agent.spaces.oracle_call.TRIAL_MODE`, so they can be counted and filtered
+apart.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ from kgsynth.core.stage import Reject
 from kgsynth.kg.graph import KGGraph
 from kgsynth.metrics import normalize_answer
 
-TRIAL_MODE = "oracle_trial"
-"""The ``mode`` of a trial-and-error trajectory."""
 MISTAKE_KINDS = ("direction", "relation")
 MAX_ALTERNATIVES = 3
 """Other relations (best-ranked first) of the patterns observation a ``relation`` mistake uses."""
@@ -148,8 +147,3 @@ def trial_steps(
         )
         return [*steps[:-1], (call, result), (retry, gold_result)]
     return None
-
-
-def trial_rng(seed: int, question_id: str) -> random.Random:
-    """The seeded draw of one question: whether it gets a trial, and which mistake."""
-    return random.Random(f"trial-and-error|{seed}|{question_id}")
