@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from kgsynth.kg.embedded import EmbeddedKG
+from kgsynth.kg.graph import KGGraph
 from kgsynth.kg.profiles import get_profile
+from tests.kgfixtures import generated_movie_facts, generated_movie_questions, movie_ntriples
 from tests.servers import (
     FIXTURE_NT,
     start_oxigraph,
@@ -101,6 +103,19 @@ def embedded_kg() -> Iterator[EmbeddedKG]:
     kg = EmbeddedKG.from_ntriples(FIXTURE_NT, get_profile("generic"))
     yield kg
     kg.close()
+
+
+@pytest.fixture(scope="session")
+def movie_graph() -> KGGraph:
+    """A generated movie KG (40 films), generic profile: the trial-and-error tests' graph."""
+    kg = EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
+    return KGGraph(kg)
+
+
+@pytest.fixture(scope="session")
+def movie_questions(movie_graph: KGGraph, tmp_path_factory: pytest.TempPathFactory) -> list:
+    """Template questions of 40 walks (seed 5) over :func:`movie_graph`."""
+    return generated_movie_questions(movie_graph.kg, tmp_path_factory.mktemp("movie_questions"))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

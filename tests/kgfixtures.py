@@ -152,3 +152,16 @@ def run_make(target: str, **variables: str):
         text=True,
         timeout=900,
     )
+
+
+def generated_movie_questions(kg, root, n: int = 40, seed: int = 5) -> list[dict]:
+    """Template questions of ``n`` walks over ``kg`` (walks written under ``root``)."""
+    import pyarrow.parquet as pq
+
+    from kgsynth.llm.template import TemplateLLM
+    from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
+    from kgsynth.walk import WalkConfig, run_walks
+
+    run_walks(kg, WalkConfig(n=n, seed=seed), root / "walks.parquet")
+    walks = pq.read_table(root / "walks.parquet").to_pylist()
+    return synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pyarrow.parquet as pq
 import pytest
 
 from kgsynth.agent.config import AgentConfig
@@ -15,31 +14,10 @@ from kgsynth.agent.spaces.oracle_call import TRIAL_MODE
 from kgsynth.agent.topics import in_mention_order
 from kgsynth.core.errors import ConfigError
 from kgsynth.filter import FilterConfig, run_filters
-from kgsynth.kg.embedded import EmbeddedKG
-from kgsynth.kg.graph import KGGraph
-from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.metrics import normalize_answer
-from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
-from kgsynth.walk import WalkConfig, run_walks
-from tests.kgfixtures import generated_movie_facts, movie_ntriples
 from tests.test_filter import traj
-
-
-@pytest.fixture(scope="module")
-def graph():
-    kg = EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
-    return KGGraph(kg)
-
-
-@pytest.fixture(scope="module")
-def questions(graph, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("oracle_trial")
-    run_walks(graph.kg, WalkConfig(n=40, seed=5), tmp / "walks.parquet")
-    walks = pq.read_table(tmp / "walks.parquet").to_pylist()
-    accepted, _, _ = synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())
-    return accepted
 
 
 def _oracle(rows, graph, toolset="knowcoder", **options):
@@ -51,16 +29,16 @@ def _gold(names):
     return sorted(map(normalize_answer, names))
 
 
-def test_a_trial_fails_first_then_corrects_and_still_answers(graph, questions):
-    rows, rejected, stats = _oracle(questions, graph, trial_and_error=1.0)
+def test_a_trial_fails_first_then_corrects_and_still_answers(movie_graph, movie_questions):
+    rows, rejected, stats = _oracle(movie_questions, movie_graph, trial_and_error=1.0)
     plain = [r for r in rows if r["mode"] == "oracle"]
     trials = [r for r in rows if r["mode"] == TRIAL_MODE]
-    assert rejected == [] and len(plain) == len(questions)
-    assert len(trials) >= len(questions) * 3 // 4 and stats["trial_and_error"] == len(trials)
+    assert rejected == [] and len(plain) == len(movie_questions)
+    assert len(trials) >= len(movie_questions) * 3 // 4 and stats["trial_and_error"] == len(trials)
     kinds = set()
     by_question = {r["question_id"]: r for r in plain}
     for t in trials:
-        q = next(q for q in questions if q["question_id"] == t["question_id"])
+        q = next(q for q in movie_questions if q["question_id"] == t["question_id"])
         execs = [c for c in t["tool_calls"] if c.startswith("ExecuteSPARQL(")]
         assert len(execs) == 2 and execs[-1] == f"ExecuteSPARQL({json.dumps(q['sparql'])})"
         assert execs[0] != execs[-1]
@@ -95,15 +73,17 @@ def test_a_trial_fails_first_then_corrects_and_still_answers(graph, questions):
     assert accepted.num_rows == len(rows) and rejected_rows.num_rows == 0
 
 
-def test_trial_and_error_is_seeded_and_off_by_default(graph, questions):
-    base, _, stats = _oracle(questions, graph)
+def test_trial_and_error_is_seeded_and_off_by_default(movie_graph, movie_questions):
+    base, _, stats = _oracle(movie_questions, movie_graph)
     assert "trial_and_error" not in stats
-    assert _oracle(questions, graph, trial_and_error=0.0)[0] == base  # rate 0: the same rows
-    half = _oracle(questions, graph, trial_and_error=0.5, seed=1)[0]
-    assert half == _oracle(questions, graph, trial_and_error=0.5, seed=1)[0]
-    other = _oracle(questions, graph, trial_and_error=0.5, seed=2)[0]
+    assert (
+        _oracle(movie_questions, movie_graph, trial_and_error=0.0)[0] == base
+    )  # rate 0: the same rows
+    half = _oracle(movie_questions, movie_graph, trial_and_error=0.5, seed=1)[0]
+    assert half == _oracle(movie_questions, movie_graph, trial_and_error=0.5, seed=1)[0]
+    other = _oracle(movie_questions, movie_graph, trial_and_error=0.5, seed=2)[0]
     picked = {r["question_id"] for r in half if r["mode"] == TRIAL_MODE}
-    assert 0 < len(picked) < len(questions)
+    assert 0 < len(picked) < len(movie_questions)
     assert picked != {r["question_id"] for r in other if r["mode"] == TRIAL_MODE}
     assert [r for r in half if r["mode"] == "oracle"] == base
     with pytest.raises(ConfigError, match="--toolset knowcoder"):
@@ -112,12 +92,12 @@ def test_trial_and_error_is_seeded_and_off_by_default(graph, questions):
         TrajectoryConfig(agent=AgentConfig(toolset="knowcoder"), trial_and_error=1.5)
 
 
-def test_a_multi_topic_walk_explores_each_topic_then_merges(graph, questions):
+def test_a_multi_topic_walk_explores_each_topic_then_merges(movie_graph, movie_questions):
     # ISP-KGR App. E.2: each branch on its own (its topic explored, its sub-query run), then
     # one query joining them
-    multi = [q for q in questions if len(q["topic_names"]) == 2]
+    multi = [q for q in movie_questions if len(q["topic_names"]) == 2]
     assert {q["structure"] for q in multi} >= {"2I"}
-    rows, rejected, _ = _oracle(multi, graph, toolset="isp")
+    rows, rejected, _ = _oracle(multi, movie_graph, toolset="isp")
     assert rejected == [] and len(rows) == len(multi)
     for q, row in zip(multi, rows, strict=True):
         said = [m["content"] for m in row["messages"] if m["role"] == "assistant"]

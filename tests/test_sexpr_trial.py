@@ -6,40 +6,16 @@ from __future__ import annotations
 
 import re
 
-import pyarrow.parquet as pq
-import pytest
-
 from kgsynth.agent.config import AgentConfig
 from kgsynth.agent.spaces import parse_turn
 from kgsynth.agent.spaces.oracle_call import TRIAL_MODE, OracleCall
 from kgsynth.agent.spaces.sexpr.trial import shifted
 from kgsynth.filter import FilterConfig, run_filters
-from kgsynth.kg.embedded import EmbeddedKG
-from kgsynth.kg.graph import KGGraph
-from kgsynth.kg.profiles import get_profile
 from kgsynth.llm.template import TemplateLLM
 from kgsynth.metrics import normalize_answer
-from kgsynth.synthesize.questions import QuestionConfig, synthesize_questions
 from kgsynth.synthesize.trajectories import TrajectoryConfig, synthesize_trajectories
-from kgsynth.walk import WalkConfig, run_walks
-from tests.kgfixtures import generated_movie_facts, movie_ntriples
 
 _CALL = re.compile(r"Find_relation \[ (.+) \| (.+) \]")
-
-
-@pytest.fixture(scope="module")
-def graph():
-    kg = EmbeddedKG.from_ntriples(movie_ntriples(generated_movie_facts()), get_profile("generic"))
-    return KGGraph(kg)
-
-
-@pytest.fixture(scope="module")
-def questions(graph, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sexpr_trial")
-    run_walks(graph.kg, WalkConfig(n=40, seed=5), tmp / "walks.parquet")
-    walks = pq.read_table(tmp / "walks.parquet").to_pylist()
-    accepted, _, _ = synthesize_questions(walks, QuestionConfig(), llm=TemplateLLM())
-    return accepted
 
 
 def _oracle(rows, graph, **options):
@@ -51,8 +27,10 @@ def _bare(relation):
     return relation.removeprefix("(R ").removesuffix(")")
 
 
-def test_a_guessed_relation_is_gated_then_fixed_and_the_episode_still_answers(graph, questions):
-    rows, _, stats = _oracle(questions, graph, trial_and_error=1.0)
+def test_a_guessed_relation_is_gated_then_fixed_and_the_episode_still_answers(
+    movie_graph, movie_questions
+):
+    rows, _, stats = _oracle(movie_questions, movie_graph, trial_and_error=1.0)
     plain = {r["question_id"]: r for r in rows if r["mode"] == "oracle"}
     trials = [r for r in rows if r["mode"] == TRIAL_MODE]
     assert len(trials) >= len(plain) // 2 and stats["trial_and_error"] == len(trials)
@@ -95,9 +73,9 @@ def test_a_wrong_expression_moves_the_later_references_up():
     assert shifted(call, 3) == call
 
 
-def test_sexpr_trials_are_seeded_and_leave_the_plain_replays_alone(graph, questions):
-    base = _oracle(questions, graph)[0]
-    half = _oracle(questions, graph, trial_and_error=0.5, seed=1)[0]
-    assert half == _oracle(questions, graph, trial_and_error=0.5, seed=1)[0]
+def test_sexpr_trials_are_seeded_and_leave_the_plain_replays_alone(movie_graph, movie_questions):
+    base = _oracle(movie_questions, movie_graph)[0]
+    half = _oracle(movie_questions, movie_graph, trial_and_error=0.5, seed=1)[0]
+    assert half == _oracle(movie_questions, movie_graph, trial_and_error=0.5, seed=1)[0]
     assert [r for r in half if r["mode"] == "oracle"] == base
     assert 0 < sum(r["mode"] == TRIAL_MODE for r in half) < len(base)
