@@ -34,9 +34,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
+from kgsynth.agent.spaces.sexpr.drills import observed_line
 from kgsynth.agent.spaces.sexpr.oracle import final_answers
-from kgsynth.agent.spaces.sexpr.syntax import parse_action
+from kgsynth.agent.spaces.sexpr.syntax import parse_action, reverse_inner
 from kgsynth.agent.toolkit import ErrorType, ToolResult
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.core.stage import Reject
@@ -49,29 +51,27 @@ Step = tuple[OracleCall, ToolResult]
 TENTATIVE_NOTE = "tentatively substituted"
 """What the gate's note on a tentative match says (:mod:`.tools`)."""
 
-_LISTED = re.compile(r"^Relations of expression\d+ \([^)]*\): (.+)$", re.MULTILINE)
 _EXPRESSION = re.compile(r"\bexpression(\d+)\b")
 
 
 def _bare(form: str) -> str:
     """``directed_by`` for ``(R directed_by)`` and ``directed_by``."""
-    inner = form.strip()
-    if inner.startswith("(R ") and inner.endswith(")"):
-        inner = inner[3:-1]
-    return inner.strip()
+    return reverse_inner(form) or form.strip()
 
 
 def listed_relations(steps: list[Step]) -> list[str]:
-    """Every relation the replay's observations list, each written both ways, in the order
-    first shown."""
-    found: dict[str, None] = {}
+    """Every relation the replay's observations list (``Relations of expressionK (…): …``),
+    each written both ways, in the order first shown."""
+    seen = Observed()
     for _, result in steps:
-        for m in _LISTED.finditer(result.text):
-            for form in m.group(1).split(", "):
-                name = _bare(form)
-                if name:
-                    found.setdefault(name, None)
-                    found.setdefault(f"(R {name})", None)
+        for line in result.text.splitlines():
+            observed_line(line, seen)
+    found: dict[str, None] = {}
+    for form in seen.relations:
+        name = _bare(form)
+        if name:
+            found.setdefault(name, None)
+            found.setdefault(f"(R {name})", None)
     return list(found)
 
 
