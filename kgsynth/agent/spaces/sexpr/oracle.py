@@ -266,6 +266,12 @@ def replay_sexpr(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[Oracle
         if env.session is None or len(env.session.expressions) != made + 1:
             raise Reject("oracle_relation_gated")
         steps.append((c, result))
+    check_answers(row, env)
+    return steps
+
+
+def check_answers(row: dict[str, Any], env: ToolEnvironment) -> None:
+    """Raise ``oracle_answers_differ`` unless the last expression gives ``row``'s answers."""
     answers = {normalize_answer(a) for a in final_answers(env)}
     gold = {normalize_answer(a) for a in row["answer_names"]}
     # a walk's answers leave its topic entities out (its SPARQL filters them); an S-expression
@@ -274,12 +280,12 @@ def replay_sexpr(row: dict[str, Any], env: ToolEnvironment) -> list[tuple[Oracle
     topics = {normalize_answer(t) for t in row["topic_names"]}
     if answers != gold and answers - topics != gold:
         raise Reject("oracle_answers_differ")
-    return steps
 
 
 __all__ = [
     "KINDS",
     "SEXPR_TOOLSET",
+    "check_answers",
     "final_answers",
     "replay_sexpr",
     "row_sexpr",

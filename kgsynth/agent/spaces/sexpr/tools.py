@@ -82,6 +82,8 @@ if TYPE_CHECKING:
 
 SHOWN_RESULTS = 20
 """Result names an observation shows."""
+TENTATIVE_NOTE = "tentatively substituted"
+"""The words of a tentative match's note (the gate's middle band)."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,7 @@ class SExprTools:
         if result.band == g.TENTATIVE and result.chosen is not None:
             c, sim = result.ranked[0]
             note = (
-                f"note: {where} has no {what} {written}; tentatively substituted {c.text} "
+                f"note: {where} has no {what} {written}; {TENTATIVE_NOTE} {c.text} "
                 f"(similarity {sim:.2f}, below {cfg.gate_high}). Top candidates: "
                 f"{g.listing(result.ranked)}. If this is not the {what} you meant, write the "
                 "action again with another."

@@ -37,19 +37,17 @@ from typing import Any
 from kgsynth.agent.spaces.observed import Observed
 from kgsynth.agent.spaces.oracle_call import OracleCall
 from kgsynth.agent.spaces.sexpr.drills import observed_line
-from kgsynth.agent.spaces.sexpr.oracle import final_answers
+from kgsynth.agent.spaces.sexpr.oracle import check_answers
 from kgsynth.agent.spaces.sexpr.syntax import parse_action, reverse_inner
+from kgsynth.agent.spaces.sexpr.tools import TENTATIVE_NOTE
 from kgsynth.agent.toolkit import ErrorType, ToolResult
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.core.stage import Reject
-from kgsynth.metrics import normalize_answer
 
 MAX_TRIES = 6
 """Wrong relations tried for one question before it is given up."""
 
 Step = tuple[OracleCall, ToolResult]
-TENTATIVE_NOTE = "tentatively substituted"
-"""What the gate's note on a tentative match says (:mod:`.tools`)."""
 
 _EXPRESSION = re.compile(r"\bexpression(\d+)\b")
 
@@ -115,8 +113,7 @@ def _attempt(
         return None
     if not made and tried.error is not ErrorType.RELATION_NOT_FOUND:
         return None
-    note = {"kind": "substituted" if made else "rejected", "wrong": wrong,
-            "right": str((gold.hop or {}).get("relation", "")), "operand": operand}  # fmt: skip
+    note = {"kind": "substituted" if made else "rejected", "wrong": wrong}
     out: list[Step] = [
         *steps[:at],
         (OracleCall("try", call, gold.entity, gold.hop, mistake=note), tried),
@@ -129,11 +126,7 @@ def _attempt(
         if result.error is not None:
             return None
         out.append((c, result))
-    answers = {normalize_answer(a) for a in final_answers(env)}
-    wanted = {normalize_answer(a) for a in row["answer_names"]}
-    topics = {normalize_answer(t) for t in row["topic_names"]}
-    if answers != wanted and answers - topics != wanted:
-        return None
+    check_answers(row, env)  # Reject: the caller passes this try over
     return out
 
 
