@@ -149,12 +149,13 @@ kbqa-r1: install
 	@cat $(KBQA_RUN)/summary/compare.md
 
 # The five papers' recipes side by side (docs/recipes.md): each packaged recipe (graphwalker,
-# kg-r1, kbqa-r1, knowcoder-a1, isp) run on the shipped KB with the same tiny model size, the
-# same walk seed (the same synthesized questions where the recipe allows) and the same MetaQA
-# dev sample, into $(PAPERS_RUN)/NAME, then one table of Hits@1, F1, EM and Hit with 95 %
-# intervals, tokens trained and wall time (kgsynth.eval.papers). Full CPU sizes take hours;
-# SMOKE=1 runs each recipe's smoke sizes. A finished recipe is skipped (kgsynth run resumes).
-PAPERS := graphwalker kg-r1 kbqa-r1 knowcoder-a1 isp
+# kg-r1, kbqa-r1, knowcoder-a1, isp, and kg-r1-sft: KG-R1 with a cold start, the KG-R1 agent
+# that answers) run on the shipped KB with the same tiny model size, the same walk seed (the
+# same synthesized questions where the recipe allows) and the same MetaQA dev sample, into
+# $(PAPERS_RUN)/NAME, then one table of Hits@1, F1, EM and Hit with 95 % intervals, tokens
+# trained and wall time (kgsynth.eval.papers). Full CPU sizes take hours; SMOKE=1 runs each
+# recipe's smoke sizes. A finished recipe is skipped (kgsynth run resumes).
+PAPERS := graphwalker kg-r1 kbqa-r1 knowcoder-a1 isp kg-r1-sft
 PAPERS_RUN ?= runs/papers
 papers: install
 	@for recipe in $(PAPERS); do \

@@ -15,7 +15,7 @@ import pytest
 
 from kgsynth.cli.recipe import RunOptions, load_recipe, plan
 from kgsynth.core.errors import InputFileError
-from kgsynth.eval.papers import PaperRow, main, papers_table, read_run
+from kgsynth.eval.papers import HEADLINE, PaperRow, main, papers_table, read_run
 from kgsynth.resources import default_kg, dev_sample, find_recipe
 
 PAPERS = ("graphwalker", "kg-r1", "kbqa-r1", "knowcoder-a1", "isp")
@@ -220,3 +220,12 @@ def test_a_smoke_run_of_a_paper_recipe_fills_a_row(tmp_path):
     assert row.questions == 9 and set(row.metrics) == {"hits_at_1", "f1", "em_strict", "hit"}
     assert row.sft_tokens > 0 and row.rl_tokens > 0 and row.wall_s > 0
     assert all(0 <= lo <= row.metrics[k] <= hi <= 1 for k, (lo, hi) in row.ci95.items())
+
+
+def test_make_papers_runs_every_paper_and_kg_r1s_answering_variant_each_with_its_headline():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
+    names = next(line for line in makefile.splitlines() if line.startswith("PAPERS :="))
+    recipes = names.split(":=", 1)[1].split()
+    assert set(PAPERS) | {"kg-r1-sft"} == set(recipes)
+    for name in recipes:
+        assert find_recipe(name).is_file() and HEADLINE[name]

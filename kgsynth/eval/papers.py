@@ -32,6 +32,7 @@ METRICS = (("hits_at_1", "Hits@1"), ("f1", "F1"), ("em_strict", "EM (strict)"), 
 HEADLINE = {
     "graphwalker": "EM = Hit, F1",
     "kg-r1": "F1, Hits@1",
+    "kg-r1-sft": "F1, Hits@1 (KG-R1's)",
     "kbqa-r1": "EM (strict), F1",
     "knowcoder-a1": "EM = Hit, F1",
     "isp": "Hit, F1",
