@@ -218,7 +218,7 @@ def _use_engine(monkeypatch, offset: float = 0.0) -> list[ScriptedEngine]:
     built: list[ScriptedEngine] = []
 
     def make(name, *, model, tokenizer, **options):
-        assert name == "hf"
+        assert name == "auto"  # the default
         built.append(ScriptedEngine(model, tokenizer, offset))
         return built[-1]
 

@@ -177,6 +177,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_and_the_sdist_hold_every_packaged_file(wheel, tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"kgsynth/resources/{f}" for f in SHIPPED} <= names
+    assert "kgsynth/llm/decode_step.c" in names  # the native decode step builds from it
     assert not any(n.startswith(("prompts/", "pipelines/", "train/", "data/")) for n in names)
     src = _source_copy(tmp_path)
     code = (
@@ -188,6 +189,7 @@ def test_the_wheel_and_the_sdist_hold_every_packaged_file(wheel, tmp_path):
     with tarfile.open(archive) as tar:
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert {f"kgsynth/resources/{f}" for f in SHIPPED} <= inside
+    assert "kgsynth/llm/decode_step.c" in inside
 
 
 def _venv(where: Path, *, pip: bool) -> Path:

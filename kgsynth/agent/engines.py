@@ -39,7 +39,7 @@ from kgsynth.agent.engine_api import Completion, EngineUnavailable, RolloutEngin
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("hf", "static", "vllm")
+ENGINES = ("auto", "hf", "static", "vllm")
 VLLM_MISSING = (
     "--rollout-engine vllm needs vLLM, an optional extra that needs a CUDA GPU: "
     "pip install kgsynth[vllm] (or use --rollout-engine hf)"
@@ -268,7 +268,18 @@ def _free_port() -> int:
 def make_engine(name: str, *, model: Any, tokenizer: Any, **vllm_options: Any) -> RolloutEngine:
     """The engine ``name`` for a policy ``model`` (``static`` ignores the vLLM options, and a
     model it cannot run is :class:`EngineUnavailable`); ``vllm`` takes :class:`VLLMEngine`'s
-    options (``model_dir``, ``gpu_memory_utilization``, ``dtype``, ``seed``)."""
+    options (``model_dir``, ``gpu_memory_utilization``, ``dtype``, ``seed``). ``auto``: the
+    static engine for a policy it runs on a CPU (a plain Llama: the tiny model), else hf."""
+    if name == "auto":
+        from kgsynth.agent.static_engine import StaticEngine
+        from kgsynth.llm.kv_llama import UnsupportedModel
+
+        if next(model.parameters()).device.type == "cpu":
+            try:
+                return StaticEngine(model, tokenizer)
+            except UnsupportedModel:
+                pass
+        return HFEngine(model, tokenizer)
     if name == "hf":
         return HFEngine(model, tokenizer)
     if name == "static":

@@ -108,6 +108,8 @@ class KVLlama:
         self._cos: Any = None
         self._sin: Any = None
         self._buffers: list[Any] = [None, None]  # the keys' and the values' memory
+        self._native: Any = None  # the fused decode step (native_step.py), where it runs
+        self.use_native = True
 
     @property
     def device(self) -> Any:
@@ -149,6 +151,28 @@ class KVLlama:
                 probe = torch.empty(1, dtype=self.dtype, device=self.device)
                 cos, sin = self.model.model.rotary_emb(probe, pos)
                 self._cos, self._sin = cos[0], sin[0]  # [capacity, head dim]
+        self._bind_native()
+
+    def native(self) -> bool:
+        """Whether decode steps run natively (:mod:`kgsynth.llm.native_step`) for this model
+        on this machine."""
+        from kgsynth.llm import native_step
+
+        if not self.use_native or native_step.load() is None:
+            return False
+        return native_step.NativeStep.supports(self)
+
+    def _bind_native(self) -> None:
+        from kgsynth.llm import native_step
+
+        lib = native_step.load() if self.use_native else None
+        if lib is None:
+            self._native = None
+            return
+        if self._native is None:
+            self._native = native_step.NativeStep(self, lib)
+        if not self._native.bind():
+            self._native = None
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         """A zeroed cache. Its memory is this object's, reused from call to call (its pages
@@ -190,6 +214,10 @@ class KVLlama:
         import torch.nn.functional as F
 
         B, T = ids.shape
+        if self._native is not None:
+            logits = self._native.step(cache, ids, start, valid)
+            if logits is not None:
+                return logits
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
         pos = start[:, None] + torch.arange(T, device=ids.device)[None]  # [B, T]
         cos, sin = self._cos[pos][:, :, None], self._sin[pos][:, :, None]  # [B, T, 1, D]

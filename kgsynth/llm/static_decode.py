@@ -92,6 +92,7 @@ class _Run:
         self.lps = torch.zeros((B, room), dtype=torch.float32, device=device)
         self.n_out = torch.zeros(B, dtype=torch.long, device=device)
         self.fed = 0  # tokens a live row has fed back into the cache
+        self.fed_rows: dict[int, int] | None = None  # the same, row by row (the native loop)
 
 
 def _block_hashes(ids: Any, n: int) -> list[int]:
@@ -277,6 +278,8 @@ class StaticDecoder:
         half finished drops them (their keys and values go to the prefix store first)."""
         import torch
 
+        if self._native_loop(params):
+            return self._decode_native(run, logits, lens, params)
         device = logits.device
         finished = torch.zeros(len(run.rows), dtype=torch.bool, device=device)
         stop_ids = torch.tensor(sorted(params.stop_ids), dtype=torch.long, device=device)
@@ -306,6 +309,49 @@ class StaticDecoder:
             run.fed += 1
             self.stats["decode_steps"] += 1
             self.stats["row_steps"] += len(run.rows)
+        self._retire(run, list(range(len(run.rows))))
+
+    def _native_loop(self, params: DecodeParams) -> bool:
+        """Whether the native loop samples this call: the native step is bound, no top-k or
+        top-p, and no draw that must be generate's (greedy needs none)."""
+        return (
+            self.llama._native is not None
+            and params.top_p >= 1.0
+            and params.top_k == 0
+            and (not self.exact_rng or params.temperature <= 0)
+        )
+
+    def _decode_native(self, run: _Run, logits: Any, lens: Any, params: DecodeParams) -> None:
+        """The sampling loop in native code (:meth:`NativeStep.loop`): each row decoded to
+        its stop id or its last token without a return to Python, except to check a stop
+        string when a row samples a token that may end one."""
+        import torch
+
+        from kgsynth.llm.native_step import LoopState
+
+        stop_ids = torch.tensor(sorted(params.stop_ids), dtype=torch.long)
+        candidates = self._stop_candidates(params.stop_strings, logits.shape[1], logits.device)
+        st = LoopState(
+            logits, lens, params.max_new_tokens, params.temperature, stop_ids, candidates
+        )
+        start = st.lens.clone()
+        while True:
+            self.llama._native.loop(run.cache, st)
+            waiting = (st.state == st.WAIT).nonzero().flatten().tolist()
+            if not waiting:
+                break
+            width = max(len(s.encode()) for s in params.stop_strings)
+            for i in waiting:
+                n = int(st.n_out[i])
+                tail = st.toks[i, max(0, n - width) : n].tolist()
+                text = self.tok.decode(tail, skip_special_tokens=False)
+                done = any(text.endswith(s) for s in params.stop_strings)
+                st.state[i] = st.DONE if done else st.FEED
+        run.toks[run.rows], run.lps[run.rows], run.n_out[run.rows] = st.toks, st.lps, st.n_out
+        fed = (st.lens - start).tolist()
+        run.fed_rows = {int(b): f for b, f in zip(run.rows.tolist(), fed, strict=True)}
+        self.stats["decode_steps"] += max(fed, default=0)
+        self.stats["row_steps"] += sum(fed)
         self._retire(run, list(range(len(run.rows))))
 
     def _stop_candidates(self, stops: tuple[str, ...], vocab: int, device: Any) -> Any:
@@ -351,7 +397,8 @@ class StaticDecoder:
             entry = self.store.entries.get(key) if key is not None else None
             if entry is not None and run.reuse[b] == len(entry.ids):
                 self.store.remove(key)  # its keys and values are all in the new one
-            n = len(a) + min(int(run.n_out[b]), run.fed)
+            fed = run.fed if run.fed_rows is None else run.fed_rows[b]
+            n = len(a) + min(int(run.n_out[b]), fed)
             ids = np.concatenate([a, run.toks[b, : n - len(a)].cpu().numpy()])
             k = run.cache.k[:, i, :, :n].clone()
             v = run.cache.v[:, i, :, :n].clone()

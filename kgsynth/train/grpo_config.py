@@ -262,10 +262,12 @@ class GRPOConfig:
         64, "Sequences per generate() call.", panel="Rollouts", advanced=True
     )
     rollout_engine: str = option(
-        "hf",
+        "auto",
         "What samples the rollouts: hf (transformers generate on the policy itself), static (a "
-        "Llama policy with a KV cache kept across turns: small policies) or vllm (in-process, "
-        "refreshed after every update; pip install kgsynth[vllm], a CUDA GPU, --top-p 1).",
+        "Llama policy with a KV cache kept across turns, its steps in native code on a CPU: "
+        "small policies), auto (static where it runs the policy on a CPU, else hf) or vllm "
+        "(in-process, refreshed after every update; pip install kgsynth[vllm], a CUDA GPU, "
+        "--top-p 1).",
         panel="Rollouts",
         advanced=True,
     )
@@ -442,7 +444,7 @@ def resolve_config(cfg: GRPOConfig) -> GRPOConfig:
     return c
 
 
-LOGPROB_TOLERANCE = {"hf": 0.05, "static": 0.05, "vllm": 0.2}
+LOGPROB_TOLERANCE = {"auto": 0.05, "hf": 0.05, "static": 0.05, "vllm": 0.2}
 
 
 def logprob_tolerance(cfg: GRPOConfig) -> float:
