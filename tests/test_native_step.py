@@ -201,3 +201,11 @@ def test_the_native_loop_stops_at_stop_ids_and_waits_on_candidates(tmp_path):
         st2.lens[0] = 5
         with pytest.raises(ValueError, match="past their cache"):
             llama._native.loop(llama.new_cache(1, 13), st2)
+
+
+def test_loading_it_leaves_the_process_floating_point_alone(fresh_build):
+    """-ffast-math is given to the compile only: the link adds no start-up code that would
+    flush the whole process's subnormal floats to zero."""
+    fresh_build(None)
+    tiny = torch.tensor([1e-39], dtype=torch.float32)
+    assert float(tiny * 1.0) > 0 and float(tiny / 2) > 0

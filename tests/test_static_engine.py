@@ -263,6 +263,10 @@ def test_other_architectures_are_refused_in_one_line(tiny):
         make_engine("static", model=gpt2, tokenizer=tok)
     text = str(exc.value)
     assert "\n" not in text and "'gpt2'" in text and "hf engine" in text
+    # the default engine: static for the Llama policy on a CPU, hf for what static cannot run
+    _, model, _ = tiny
+    assert make_engine("auto", model=model, tokenizer=tok).name == "static"
+    assert make_engine("auto", model=gpt2, tokenizer=tok).name == "hf"
 
 
 def test_prefix_store_finds_the_longest_prefix_and_keeps_its_budget():
