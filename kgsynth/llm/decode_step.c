@@ -340,17 +340,16 @@ static void *run_slice(void *arg) {
     if (!buf) return (void *)1;
     scratch sc = carve(a, buf);
     int rows[ROWS];
-    for (int t = 0; t < a->T; t++) { /* every row's token t, the rows that have one */
-        int R = 0;
-        for (int b = s->b0; b < s->b1; b++) {
-            if (t >= a->valid[b]) continue;
-            rows[R++] = b;
-            if (R == ROWS) {
-                one_block(a, rows, R, t, sc);
-                R = 0;
-            }
+    /* a block of rows at a time, all of its tokens (only its keys are read meanwhile) */
+    for (int blk = s->b0; blk < s->b1; blk += ROWS) {
+        const int end = blk + ROWS < s->b1 ? blk + ROWS : s->b1;
+        for (int t = 0; t < a->T; t++) { /* the block's token t, the rows that have one */
+            int R = 0;
+            for (int b = blk; b < end; b++)
+                if (t < a->valid[b]) rows[R++] = b;
+            if (R == 0) break; /* valid >= 1 everywhere: past every row's last token */
+            one_block(a, rows, R, t, sc);
         }
-        if (R) one_block(a, rows, R, t, sc);
     }
     free(buf);
     return NULL;
