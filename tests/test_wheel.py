@@ -177,7 +177,8 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_and_the_sdist_hold_every_packaged_file(wheel, tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"kgsynth/resources/{f}" for f in SHIPPED} <= names
-    assert "kgsynth/llm/decode_step.c" in names  # the native decode step builds from it
+    native = {f"kgsynth/llm/{f}" for f in ("decode_step.c", "decode_loop.c", "decode_step.h")}
+    assert native <= names  # the native decode step builds from them
     assert not any(n.startswith(("prompts/", "pipelines/", "train/", "data/")) for n in names)
     src = _source_copy(tmp_path)
     code = (
@@ -189,7 +190,7 @@ def test_the_wheel_and_the_sdist_hold_every_packaged_file(wheel, tmp_path):
     with tarfile.open(archive) as tar:
         inside = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert {f"kgsynth/resources/{f}" for f in SHIPPED} <= inside
-    assert "kgsynth/llm/decode_step.c" in inside
+    assert native <= inside
 
 
 def _venv(where: Path, *, pip: bool) -> Path:

@@ -1,12 +1,14 @@
-"""A small Llama's decode step as one native call (``decode_step.c``), built on first use.
+"""A small Llama's decode step and sampling loop as native calls (``decode_step.c``,
+``decode_loop.c``), built on first use.
 
 :class:`~kgsynth.llm.kv_llama.KVLlama` runs a step of one token a row through torch as some
 forty small operations; for a policy of a few hundred thousand parameters each costs more in
 dispatch than in arithmetic, and the attention's batched products read every slot of the
-cache, filled or not. :func:`load` compiles ``decode_step.c`` with the system's C compiler
-(once per machine, kept under the user's cache folder, named by the source's and the CPU's
-hash) and :class:`NativeStep` runs the whole step there: each row through every layer, its
-attention over its filled slots only, the rows split over torch's thread count.
+cache, filled or not. :func:`load` compiles the two sources with the system's C compiler
+(once per machine, kept under the user's cache folder, named by the sources' and the CPU's
+hash) and :class:`NativeStep` runs the whole step there (a block of rows through every layer
+together, each row's attention over its filled slots only, the rows split over torch's thread
+count), and, with :meth:`NativeStep.loop`, the sampling loop too.
 
 It is used only where its arithmetic is the module's: float32 weights on a CPU, SiLU, no
 biases, a cache whose rows are laid out as ``KVLlama`` lays them. No compiler, a failed
@@ -32,7 +34,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("decode_step.c")
+HERE = Path(__file__).parent
+SOURCES = (HERE / "decode_step.c", HERE / "decode_loop.c")  # and the header they share
+HEADER = HERE / "decode_step.h"
 # -ffast-math lets the compiler vectorize the sums and expf (glibc's vector maths); it is
 # given to the compile only, so the link does not add the startup code that would switch
 # the whole process's floating point to flush-to-zero
@@ -65,11 +69,14 @@ def _flags() -> tuple[str, ...]:
 def _build(target: Path, compiler: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        obj, lib = Path(tmp) / "decode_step.o", Path(tmp) / target.name
-        for cmd in (
-            [compiler, *_flags(), "-c", str(SOURCE), "-o", str(obj)],
-            [compiler, *LINK, str(obj), "-o", str(lib), "-lm"],
-        ):
+        objs = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
+        lib = Path(tmp) / target.name
+        cmds = [
+            [compiler, *_flags(), "-c", str(src), "-o", str(obj)]
+            for src, obj in zip(SOURCES, objs, strict=True)
+        ]
+        cmds.append([compiler, *LINK, *map(str, objs), "-o", str(lib), "-lm"])
+        for cmd in cmds:
             subprocess.run(cmd, check=True, capture_output=True, timeout=120)
         os.replace(lib, target)  # atomic: a concurrent builder finds a whole library or none
 
@@ -80,10 +87,11 @@ def load() -> Any:
     if os.environ.get("KGSYNTH_NATIVE", "1") == "0" or sys.platform != "linux":
         return None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None or not SOURCE.exists():
+    if compiler is None or not all(p.exists() for p in (*SOURCES, HEADER)):
         return None
+    text = b"".join(p.read_bytes() for p in (*SOURCES, HEADER))
     key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(_flags() + LINK).encode() + _cpu_signature().encode()
+        text + " ".join(_flags() + LINK).encode() + _cpu_signature().encode()
     ).hexdigest()[:16]
     target = _cache_dir() / f"decode_step-{key}.so"
     try:
