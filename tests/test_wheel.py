@@ -211,6 +211,7 @@ def _clean_env(venv: Path, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.update(KGSYNTH_CACHE=str(home / "cache"), OMP_NUM_THREADS="1", VIRTUAL_ENV=str(venv))
+    env["XDG_CACHE_HOME"] = str(home / "xdg")  # where the native decode step is built
     return env
 
 
@@ -218,19 +219,23 @@ def _check_isolated(python: Path, venv: Path, work: Path, env: dict[str, str]) -
     """kgsynth, its packaged files and its console script come from the venv; no editable
     finder of the checkout is on the import path."""
     code = (
-        "import json, sys, kgsynth, kgsynth.resources as r; print(json.dumps({"
+        "import json, sys, kgsynth, kgsynth.resources as r; from kgsynth.llm import native_step as n;"
+        "print(json.dumps({"
         "'file': kgsynth.__file__, 'kg': str(r.default_kg()), 'prompts': str(r.prompts_dir()),"
+        "'native': str(n.SOURCES[0]), 'built': n.load() is not None,"
         "'finders': [getattr(f, '__module__', '') or '' for f in sys.meta_path],"
         "'modules': [m for m in sys.modules if 'editable' in m]}))"
     )
     done = _run([str(python), "-c", code], cwd=work, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     where = json.loads(done.stdout)
-    for key in ("file", "kg", "prompts"):
+    for key in ("file", "kg", "prompts", "native"):
         assert Path(where[key]).resolve().is_relative_to(venv.resolve()), where
         assert not Path(where[key]).resolve().is_relative_to(CHECKOUT), where
     assert not any("editable" in f for f in where["finders"]) and not where["modules"], where
     assert shutil.which("kgsynth", path=env["PATH"]) == str(venv / "bin" / "kgsynth")
+    # the installed sources build the native decode step wherever there is a compiler
+    assert where["built"] == bool(shutil.which("cc") or shutil.which("gcc")), where
 
 
 def _smoke_chain(work: Path, env: dict[str, str], python: Path) -> None:
