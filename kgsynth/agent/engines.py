@@ -30,6 +30,7 @@ which is what the training forward computes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -271,14 +272,9 @@ def make_engine(name: str, *, model: Any, tokenizer: Any, **vllm_options: Any) -
     options (``model_dir``, ``gpu_memory_utilization``, ``dtype``, ``seed``). ``auto``: the
     static engine for a policy it runs on a CPU (a plain Llama: the tiny model), else hf."""
     if name == "auto":
-        from kgsynth.agent.static_engine import StaticEngine
-        from kgsynth.llm.kv_llama import UnsupportedModel
-
         if next(model.parameters()).device.type == "cpu":
-            try:
-                return StaticEngine(model, tokenizer)
-            except UnsupportedModel:
-                pass
+            with contextlib.suppress(EngineUnavailable):
+                return make_engine("static", model=model, tokenizer=tokenizer)
         return HFEngine(model, tokenizer)
     if name == "hf":
         return HFEngine(model, tokenizer)

@@ -140,26 +140,12 @@ int kg_decode_loop(int B, int L, int H, int NH, int KV, int D, int I, int V, int
     if (threads > B) threads = B > 0 ? B : 1;
     if (threads > 64) threads = 64;
     loop_slice parts[64];
-    pthread_t tids[64];
     for (int t = 0; t < threads; t++) {
         loop_slice s = {&a, (int)((int64_t)B * t / threads), (int)((int64_t)B * (t + 1) / threads),
                         state, toks, n_out, lps, room, u, temperature, is_stop, is_cand, feed};
         parts[t] = s;
     }
-    int failed = 0, started = 0;
-    for (int t = 1; t < threads; t++) {
-        if (pthread_create(&tids[t], NULL, run_loop_slice, &parts[t]) != 0) {
-            failed = 1;
-            break;
-        }
-        started = t;
-    }
-    if (B > 0 && run_loop_slice(&parts[0]) != NULL) failed = 1;
-    for (int t = 1; t <= started; t++) {
-        void *r = NULL;
-        pthread_join(tids[t], &r);
-        if (r != NULL) failed = 1;
-    }
+    const int failed = B > 0 ? run_parts(run_loop_slice, parts, sizeof(loop_slice), threads) : 0;
     free(feed);
     free(ones);
     return failed;

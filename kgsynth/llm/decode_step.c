@@ -226,7 +226,7 @@ static void matmul_rows(float *restrict out, const float *restrict x, const floa
 
 size_t scratch_floats(const step_args *a) {
     return (size_t)ROWS * (2 * a->H + (a->NH + 2 * a->KV) * a->D + a->NH * a->D + 2 * a->I) +
-           (size_t)a->cap + (size_t)a->I + (size_t)ROWS * a->H + 64;
+           (size_t)a->cap + (size_t)a->I + 64;
 }
 
 scratch carve(const step_args *a, float *buf) {
@@ -237,7 +237,6 @@ scratch carve(const step_args *a, float *buf) {
     s.att = s.qkv + ROWS * (a->NH + 2 * a->KV) * a->D;
     s.gu = s.att + ROWS * a->NH * a->D;
     s.sc = s.gu + ROWS * 2 * a->I;
-    s.last = s.sc + a->cap + a->I + 16;
     return s;
 }
 
@@ -352,23 +351,28 @@ int kg_decode_step(int B, int L, int H, int NH, int KV, int D, int I, int V, int
                    cos, sin, kc, vc, layer_stride, row_stride, eps, logits};
     if (threads < 1) threads = 1;
     if (threads > B) threads = B;
-    slice parts[64];
-    pthread_t tids[64];
     if (threads > 64) threads = 64;
-    int failed = 0, started = 0;
+    slice parts[64];
     for (int t = 0; t < threads; t++) {
         parts[t].a = &a;
         parts[t].b0 = (int)((int64_t)B * t / threads);
         parts[t].b1 = (int)((int64_t)B * (t + 1) / threads);
     }
-    for (int t = 1; t < threads; t++) {
-        if (pthread_create(&tids[t], NULL, run_slice, &parts[t]) != 0) {
+    return run_parts(run_slice, parts, sizeof(slice), threads);
+}
+
+int run_parts(void *(*fn)(void *), void *parts, size_t size, int n) {
+    pthread_t tids[64];
+    int failed = 0, started = 0;
+    if (n > 64) return 1;
+    for (int t = 1; t < n; t++) {
+        if (pthread_create(&tids[t], NULL, fn, (char *)parts + (size_t)t * size) != 0) {
             failed = 1;
             break;
         }
         started = t;
     }
-    if (run_slice(&parts[0]) != NULL) failed = 1;
+    if (n > 0 && fn(parts) != NULL) failed = 1;
     for (int t = 1; t <= started; t++) {
         void *r = NULL;
         pthread_join(tids[t], &r);
@@ -376,4 +380,3 @@ int kg_decode_step(int B, int L, int H, int NH, int KV, int D, int I, int V, int
     }
     return failed;
 }
-

@@ -24,7 +24,7 @@ typedef struct {
 #define ROWS 16 /* rows whose activations go through the weights together */
 
 typedef struct {
-    float *h, *x, *qkv, *att, *gu, *sc, *last;
+    float *h, *x, *qkv, *att, *gu, *sc;
 } scratch;
 
 /* a[i] = e^(a[i] - shift) */
@@ -35,5 +35,8 @@ scratch carve(const step_args *a, float *buf);
 /* token t of rows rows[0..R-1] (R <= ROWS) through every layer; the head's logits for the
  * rows whose last token it is */
 void one_block(const step_args *a, const int *rows, int R, int t, scratch s);
+/* fn on each of n parts (part i at parts + i * size), part 0 on this thread and the others
+ * on their own; 1 when a thread could not be started or a part returned non-NULL, else 0 */
+int run_parts(void *(*fn)(void *), void *parts, size_t size, int n);
 
 #endif

@@ -185,6 +185,18 @@ class NativeStep:
         self.inter = int(keep[4].shape[1]) // 2
         return True
 
+    def _runs(self, cache: Any) -> bool:
+        """Bound, and ``cache`` laid out as the native loops read it (rows of
+        ``[kv heads, capacity, head dim]``, keys and values alike, within the rotary tables)."""
+        k, v = cache.k, cache.v
+        cap, D = k.shape[3], k.shape[4]
+        return (
+            self._ptrs is not None
+            and k.stride() == v.stride()
+            and k.stride()[2:] == (cap * D, D, 1)
+            and cap <= self._cos.shape[0]
+        )
+
     def step(self, cache: Any, ids: Any, start: Any, valid: Any) -> Any:
         """Run ``ids`` ``[B, T]`` (row b's first ``valid[b]``) at positions ``start[b]``…, a
         token at a time, their keys and values written into ``cache``: the logits
@@ -195,12 +207,7 @@ class NativeStep:
 
         k, v = cache.k, cache.v
         L, B, KV, cap, D = k.shape
-        if (
-            self._ptrs is None
-            or k.stride() != v.stride()
-            or k.stride()[2:] != (cap * D, D, 1)
-            or cap > self._cos.shape[0]
-        ):
+        if not self._runs(cache):
             return None
         ids = ids.to(torch.int64).contiguous()
         start = start.to(torch.int64).contiguous()
@@ -225,7 +232,7 @@ class NativeStep:
 
         k, v = cache.k, cache.v
         L, B, KV, cap, D = k.shape
-        if self._ptrs is None or k.stride() != v.stride() or k.stride()[2:] != (cap * D, D, 1):
+        if not self._runs(cache):
             raise ValueError("the native loop needs a bound model and a KVLlama cache")
         H, V = int(self._embed.shape[1]), int(self._head.shape[1])
         for threads in (torch.get_num_threads(), 1):

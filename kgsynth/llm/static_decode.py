@@ -340,12 +340,8 @@ class StaticDecoder:
             waiting = (st.state == st.WAIT).nonzero().flatten().tolist()
             if not waiting:
                 break
-            width = max(len(s.encode()) for s in params.stop_strings)
             for i in waiting:
-                n = int(st.n_out[i])
-                tail = st.toks[i, max(0, n - width) : n].tolist()
-                text = self.tok.decode(tail, skip_special_tokens=False)
-                done = any(text.endswith(s) for s in params.stop_strings)
+                done = self._ends_a_stop(st.toks[i], int(st.n_out[i]), params)
                 st.state[i] = st.DONE if done else st.FEED
         run.toks[run.rows], run.lps[run.rows], run.n_out[run.rows] = st.toks, st.lps, st.n_out
         fed = (st.lens - start).tolist()
@@ -375,13 +371,16 @@ class StaticDecoder:
 
         hit = torch.zeros_like(finished)
         rows = (candidates[tok] & ~finished).nonzero().flatten().tolist()
-        width = max(len(s.encode()) for s in params.stop_strings)
         for i in rows:
-            tail = run.toks[int(run.rows[i]), max(0, step + 1 - width) : step + 1].tolist()
-            text = self.tok.decode(tail, skip_special_tokens=False)
-            if any(text.endswith(s) for s in params.stop_strings):
-                hit[i] = True
+            hit[i] = self._ends_a_stop(run.toks[int(run.rows[i])], step + 1, params)
         return hit
+
+    def _ends_a_stop(self, sampled: Any, n: int, params: DecodeParams) -> bool:
+        """Whether a row's first ``n`` sampled tokens end with one of the stop strings (only
+        the last tokens that could hold the longest are decoded)."""
+        width = max(len(s.encode()) for s in params.stop_strings)
+        text = self.tok.decode(sampled[max(0, n - width) : n].tolist(), skip_special_tokens=False)
+        return any(text.endswith(s) for s in params.stop_strings)
 
     def _retire(self, run: _Run, cache_rows: list[int]) -> None:
         """Store these cache rows: each prompt and the sampled tokens fed back so far (the
