@@ -698,3 +698,49 @@ def test_correct_read_names_replaces_whole_names_only():
         {"messages": episode["messages"][:2]},
         0,
     )
+
+
+def test_a_dead_end_trial_lists_the_films_without_the_next_relation_first():
+    """--trial-and-error on the path oracle: before going on from the first film that has a
+    language, the demonstration lists the relations of the film shown before it (without
+    in_language), and its thought names the dead end; the answers stay the replay's."""
+    import random
+
+    from kgsynth.agent.spaces.oracle_call import TRIAL_MODE
+    from kgsynth.agent.spaces.registry import space
+    from kgsynth.synthesize.trajectories import replay
+
+    graph, row = _dee_films(("Film C", "has_genre", "Drama"), "Film B", "Italian")
+    # worded so that the seeded display order shows Film C (no language) first
+    row["question"] = "the films directed by Dee are in which languages"
+    env = ToolEnvironment(graph, row["question"], ToolConfig())
+    steps = replay(row, env, follow="first")
+    assert next(e for e in steps[1][1].entities if e != "Dee") == "Film C"
+    gw = space("graphwalker")
+    tried = gw.trial(row, env, steps, random.Random(0))
+    calls = [c.call for c, _ in tried]
+    assert calls[:3] == [steps[0][0].call, steps[1][0].call, 'get_relations("Film C")']
+    assert calls[3:] == [c.call for c, _ in steps[2:]] and calls[3] == 'get_relations("Film B")'
+    assert "in_language" not in tried[2][1].text and "has_genre" in tried[2][1].text
+    retry = tried[3][0]
+    assert retry.mistake == {
+        "kind": "dead_end", "wrong": "Film C", "right": "Film B", "relation": "in_language"
+    }  # fmt: skip
+    assert gw.thought("relations", "Film B", retry.hop, (), retry.mistake) == (
+        "Film C has no in_language: I list the relations of Film B."
+    )
+    # through the stage: a second, trial trajectory with the same answer
+    rows, rejected, _ = synthesize_trajectories(
+        [{**row, "question_id": "q1", "structure": "chain-2", "hops": 2}],
+        TrajectoryConfig(follow="first", trial_and_error=1.0), graph=graph, llm=TemplateLLM(),
+    )  # fmt: skip
+    assert not rejected and [r["mode"] for r in rows] == ["oracle", TRIAL_MODE]
+    assert rows[1]["tool_calls"] == calls
+    assert rows[1]["predicted_answers"] == rows[0]["predicted_answers"]
+    assert "Film C has no in_language" in rows[1]["messages"][8]["content"]
+    # every film with a language: no hop qualifies
+    graph, row = _dee_films(("Film C", "in_language", "German"), "Film B", "Italian")
+    env = ToolEnvironment(graph, row["question"], ToolConfig())
+    assert gw.trial(row, env, replay(row, env, follow="first"), random.Random(0)) is None
+    with pytest.raises(ConfigError, match="graphwalker or kgr1"):
+        TrajectoryConfig(agent=AgentConfig(toolset="isp"), trial_and_error=0.5)

@@ -82,12 +82,14 @@ class TrajectoryConfig:
     )
     trial_and_error: float = option(
         0.0,
-        "oracle with --toolset knowcoder or sexpr: the share of questions (drawn per question "
-        "with --seed) that also get a trial-and-error trajectory (mode oracle_trial): knowcoder, "
-        "a first ExecuteSPARQL with a relation the wrong way round or a wrong relation the "
-        "SearchGraphPatterns observation showed, its empty or wrong rows, then the gold query; "
-        "sexpr, a Find_relation along a relation the episode's observations listed that the "
-        "relation gate rejects or substitutes wrongly, then the gold action; 0 writes none.",
+        "oracle: the share of questions (drawn per question with --seed) that also get a "
+        "trial-and-error trajectory (mode oracle_trial): knowcoder, a first ExecuteSPARQL with "
+        "a relation the wrong way round or a wrong relation the SearchGraphPatterns observation "
+        "showed, its empty or wrong rows, then the gold query; sexpr, a Find_relation along a "
+        "relation the episode's observations listed that the relation gate rejects or "
+        "substitutes wrongly, then the gold action; graphwalker and kgr1, at one inner hop of a "
+        "chain the relations of the entities shown before the one the replay goes on from, "
+        "each without the next hop's relation (dead ends), then the replay; 0 writes none.",
         advanced=True,
     )
     reference_guidance: str = option(
@@ -159,7 +161,7 @@ class TrajectoryConfig:
         ):
             raise ConfigError(
                 "--trial-and-error writes trial-and-error demonstrations: it needs --mode oracle "
-                "and --toolset knowcoder or sexpr "
+                "and --toolset knowcoder, sexpr, graphwalker or kgr1 "
                 f"(got --mode {self.mode}, --toolset {self.agent.toolset})"
             )
         if self.reference_guidance not in REFERENCE_GUIDANCE:

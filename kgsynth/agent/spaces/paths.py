@@ -7,11 +7,13 @@ A step whose gold relation or next entity the tools do not show turns the questi
 
 from __future__ import annotations
 
+import random
 import re
 from abc import ABC, abstractmethod
 from typing import Any
 
 from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
+from kgsynth.agent.spaces.path_trial import dead_end_steps
 from kgsynth.agent.toolkit import unmarked
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.core.stage import Reject
@@ -54,11 +56,20 @@ class PathSpace(ABC):
             calls.extend(self.hop_calls(entity, hop))
         return calls
 
+    # --trial-and-error: dead ends before an inner hop (kgsynth.agent.spaces.path_trial)
+    trial_and_error = True
+
     def replay(
         self, row: dict[str, Any], env: ToolEnvironment, **options: Any
     ) -> list[tuple[OracleCall, Any]]:
         """The oracle's calls run in ``env`` (:func:`replay`)."""
         return replay(self, row, env, **options)
+
+    def trial(
+        self, row: dict[str, Any], env: ToolEnvironment, steps: list[Any], rng: random.Random
+    ) -> list[Any] | None:
+        """The replay with dead ends listed before one inner hop (:mod:`.path_trial`)."""
+        return dead_end_steps(self, row, env, steps, rng)
 
     def shows_relation(self, env: ToolEnvironment, result: Any, call: OracleCall) -> bool:
         """Whether a relations call's observation lists its hop's relation, in the hop's
