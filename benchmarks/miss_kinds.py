@@ -25,6 +25,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from kgsynth.agent.toolkit import MATCH_MARK
+
 KINDS = ("all hops", "early, unmarked list", "early, marked list", "early, other")
 
 
@@ -38,7 +40,7 @@ def miss_kind(messages: list[dict], hops: int) -> str:
     last = tools[-1] if tools else ""
     if "Relations of" not in last:
         return "early, other"
-    return "early, marked list" if " <- " in last else "early, unmarked list"
+    return "early, marked list" if MATCH_MARK in last else "early, unmarked list"
 
 
 def table(folder: Path) -> list[str]:

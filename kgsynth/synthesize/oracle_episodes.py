@@ -170,9 +170,9 @@ def oracle_trajectories(
 ) -> Outcomes:
     """Oracle trajectories of ``rows``: replayed, then given thoughts. (Its keyword signature
     is :func:`~kgsynth.synthesize.rollouts.rollout_trajectories`' on purpose: the stage's
-    ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder, sexpr, graphwalker, kgr1), a
-    seeded share of the questions also gets a trial-and-error trajectory (the space's
-    ``trial``), right after the question's plain one."""
+    ``run`` calls one or the other by mode.) With ``cfg.trial_and_error`` (knowcoder, sexpr,
+    graphwalker, kgr1), a seeded share of the questions also gets a trial-and-error trajectory
+    (the space's ``trial``), right after the question's plain one."""
     sys_text = system_prompt(cfg.agent.toolset, cfg.agent.max_turns, cfg.agent.system_prompt)
     reranker = LLMReranker(llm) if cfg.agent.rerank == "llm" else None
     prime_relation_ranking(cfg.tool_config(), (row["question"] for row in rows))

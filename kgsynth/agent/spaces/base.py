@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kgsynth.agent.protocol import ANSWER, KG_QUERY, TaggedFormat, Turn, tagged
 from kgsynth.agent.spaces.observed import Observed, read_observation, triple_line
-from kgsynth.agent.spaces.path_trial import dead_end_thought
 from kgsynth.agent.spaces.sparql import ToolTable
 from kgsynth.agent.toolcall import ToolCall, parse_tool_call
 from kgsynth.llm.relation_forms import relation_words
@@ -142,8 +141,6 @@ class ActionSpace(ABC):
         own = self.space_thought(kind, entity, hop, relations, mistake)
         if own is not None:
             return own
-        if mistake is not None and mistake.get("kind") == "dead_end":  # a path trial's
-            return dead_end_thought(entity, mistake)
         # Short on purpose: every token of a thought is trained on, and a thought names only
         # what the next action uses (the entity it starts from, the relation it follows).
         if kind in ("relations", "check"):

@@ -12,7 +12,8 @@ from typing import Any
 from kgsynth.metrics import normalize_answer
 
 TRIAL_MODE = "oracle_trial"
-"""The ``mode`` of a trial-and-error trajectory (a space's ``trial``: knowcoder, sexpr, the path spaces)."""
+"""The ``mode`` of a trial-and-error trajectory (a space's ``trial``: knowcoder, sexpr and the
+path spaces)."""
 
 
 def trial_rng(seed: int, question_id: str) -> random.Random:

@@ -87,6 +87,15 @@ def dead_end_steps(
     return None
 
 
-def dead_end_thought(entity: str, mistake: dict[str, str]) -> str:
-    """The thought before the relations call that goes on after a dead end."""
+def dead_end_thought(
+    kind: str,
+    entity: str,
+    hop: dict[str, Any] | None,
+    relations: Any,
+    mistake: dict[str, str] | None,
+) -> str | None:
+    """The path spaces' own thought (their ``space_thought``): before the relations call that
+    goes on after a dead end; None for every other step (the shared path thoughts)."""
+    if mistake is None or mistake.get("kind") != "dead_end":
+        return None
     return f"{mistake['wrong']} has no {mistake['relation']}: I list the relations of {entity}."

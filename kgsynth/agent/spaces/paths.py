@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from kgsynth.agent.spaces.oracle_call import OracleCall, oracle_answers
-from kgsynth.agent.spaces.path_trial import dead_end_steps
+from kgsynth.agent.spaces.path_trial import dead_end_steps, dead_end_thought
 from kgsynth.agent.toolkit import unmarked
 from kgsynth.agent.tools import ToolEnvironment
 from kgsynth.core.stage import Reject
@@ -56,8 +56,10 @@ class PathSpace(ABC):
             calls.extend(self.hop_calls(entity, hop))
         return calls
 
-    # --trial-and-error: dead ends before an inner hop (kgsynth.agent.spaces.path_trial)
+    # --trial-and-error: dead ends before an inner hop (kgsynth.agent.spaces.path_trial),
+    # whose step that goes on has its own thought
     trial_and_error = True
+    space_thought = staticmethod(dead_end_thought)
 
     def replay(
         self, row: dict[str, Any], env: ToolEnvironment, **options: Any
