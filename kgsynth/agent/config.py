@@ -131,6 +131,24 @@ class AgentConfig:
         panel="Agent",
         advanced=True,
     )
+    way_back_marks: bool = option(
+        False,
+        "focus ranking: where a list after a hop would show no match mark and a question word "
+        "nothing used names a relation of the entities reached back along the hop's relation "
+        '("the genres of the movies starred by X actors", at an actor), mark the way back '
+        "with that word (kgsynth.agent.strategies.next_hop)",
+        panel="Agent",
+        advanced=True,
+    )
+    lead_on_order: bool = option(
+        False,
+        "focus ranking: get_triples lists first, of its first 20 entities, those with a "
+        "relation a question word nothing used names (the agent goes on from the first one: "
+        '"who acted in the movies directed by X", a film with starred_actors; '
+        "kgsynth.agent.strategies.next_hop)",
+        panel="Agent",
+        advanced=True,
+    )
     round_trip_words: tuple[str, ...] | None = option(
         None,
         "focus ranking: question words that say the question comes back along the relation it "
@@ -296,6 +314,16 @@ class AgentConfig:
             self.later_hop_fallback == "none" or self.relation_ranking == "focus",
             "later_hop_fallback",
             "none unless --relation-ranking is focus (it marks the focus ranking's lists)",
+        )
+        need(
+            not self.lead_on_order or self.relation_ranking == "focus",
+            "lead_on_order",
+            "false unless --relation-ranking is focus (it reads the focus ranking's words)",
+        )
+        need(
+            not self.way_back_marks or self.relation_ranking == "focus",
+            "way_back_marks",
+            "false unless --relation-ranking is focus (it marks the focus ranking's lists)",
         )
         need(
             self.first_hop_fallback == "none" or self.relation_ranking == "focus",

@@ -40,6 +40,7 @@ from kgsynth.agent.config import (
 )
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.strategies import EpisodeStrategies, episode_strategies
+from kgsynth.agent.strategies.next_hop import LEAD_ON_POOL, lead_on_first
 from kgsynth.agent.strategies.ranking import Reranker
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError
 from kgsynth.agent.toolkit import (
@@ -73,6 +74,8 @@ class _EpisodeState:
 # max_triples_per_relation, max_observation_chars, neighbor_order, rerank, relation_ranking and
 # the kgr1 caps), so that synthesis, RL and eval see the same observations.
 ToolConfig = AgentConfig
+# way_back_marks reads the relations of this many of the entities back along a hop
+WAY_BACK_SAMPLE = 5
 
 
 def prime_relation_ranking(config: AgentConfig, questions: Iterable[str]) -> None:
@@ -105,7 +108,9 @@ class ToolEnvironment:
     def __post_init__(self) -> None:
         if self.config.rerank == "llm" and self.reranker is None:
             raise ValueError("rerank='llm' needs a reranker (kgsynth.agent.rerank.LLMReranker)")
-        self.strategies = episode_strategies(self.config, self.topics, self._encoder, self.reranker)
+        self.strategies = episode_strategies(
+            self.config, self.topics, self._encoder, self.reranker, self._reach
+        )
         self.space = space(self.config.toolset)
         self.tools: dict[str, tuple[int, Callable[..., ToolResult]]] = self.space.make_tools(self)
 
@@ -190,6 +195,15 @@ class ToolEnvironment:
             self.dense = shared_scorer()
         return self.dense
 
+    def _reach(self, entity: Entity, rel: Relation) -> list[Relation]:
+        """The relations of the first few entities (by name) reached from ``entity`` along
+        ``rel``, values left out (``way_back_marks``)."""
+        out: list[Relation] = []
+        for n in self.graph.neighbors(entity.iri, rel)[:WAY_BACK_SAMPLE]:
+            if n.term.is_iri:
+                out.extend(self.graph.relations(n.term.value))
+        return out
+
     def _entity(self, name: str) -> tuple[Entity, tuple[str, ...]]:
         """The entity ``name`` names, and the notes every tool shows first: how the name was
         read (``near``), and how many entities share it."""
@@ -259,16 +273,21 @@ class ToolEnvironment:
         limit = self.config.max_triples_per_relation if limit is None else limit
         total = len(neighbors)
         shared = frozenset(n.term.value for n in neighbors if n.term.value in before)
+        lead_on = self.config.lead_on_order and bool(self.question) and total > 1
         if self.config.neighbor_order == "relevance" and total > 1:
-            # a partial sort of the first ``limit`` unless the shared ones go first
+            # a partial sort of the first ``limit`` (lead-on: of its pool) unless the shared
+            # ones go first
             neighbors = order_neighbors(
                 self.question,
                 entity.iri,
                 rel,
                 neighbors,
-                None if shared else limit,
+                None if shared else max(limit, LEAD_ON_POOL) if lead_on else limit,
                 self.strategies.ranking.anchor,
             )
+        if lead_on:
+            words = self.strategies.ranking.next_words(self.question, [rel])
+            neighbors = lead_on_first(neighbors, rel, words, self.graph.relations, self.topics)
         if shared:  # a stable sort keeps the display order within each part
             neighbors = sorted(neighbors, key=lambda n: n.term.value not in shared)
         return neighbors[:limit], total, shared

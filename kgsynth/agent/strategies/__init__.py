@@ -3,7 +3,7 @@ named strategy with its own episode state, chosen by the agent config.
 
 | setting | strategies | module |
 |---|---|---|
-| ``relation_ranking`` | ``bm25``, ``hybrid``, ``focus`` (with ``first_hop_fallback`` and ``later_hop_fallback``) | :mod:`.ranking`, :mod:`.focus`, :mod:`.first_hop` |
+| ``relation_ranking`` | ``bm25``, ``hybrid``, ``focus`` (with ``first_hop_fallback``, ``later_hop_fallback`` and ``way_back_marks``) | :mod:`.ranking`, :mod:`.focus`, :mod:`.first_hop`, :mod:`.next_hop` |
 | ``rerank`` | ``none``, ``llm`` | :mod:`.ranking` |
 | ``entity_matching`` | ``exact``, ``near`` | :mod:`.entities` |
 | ``conjunction_hints`` | off, on | :mod:`.conjunctions` |
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgsynth.agent.strategies.conjunctions import ConjunctionHints, NoHints
-from kgsynth.agent.strategies.entities import ENTITY_MATCHINGS, ExactNames
+from kgsynth.agent.strategies.entities import ExactNames, entity_matching
+from kgsynth.agent.strategies.next_hop import Reach
 from kgsynth.agent.strategies.ranking import (
     Bm25Ranking,
     Encoder,
@@ -64,11 +65,16 @@ class EpisodeStrategies:
 
 
 def episode_strategies(
-    config: Any, topics: Sequence[str], encoder: Encoder, reranker: Reranker | None = None
+    config: Any,
+    topics: Sequence[str],
+    encoder: Encoder,
+    reranker: Reranker | None = None,
+    reach: Reach | None = None,
 ) -> EpisodeStrategies:
     """The strategies ``config`` (an AgentConfig) names, for one episode: ``topics`` are the
     question's topic entities, ``encoder`` loads the sentence encoder on first use,
-    ``reranker`` reorders lists where ``rerank="llm"``."""
+    ``reranker`` reorders lists where ``rerank="llm"``, ``reach`` reads the KG for
+    ``way_back_marks``."""
     ranking: RelationRanking
     if config.relation_ranking == "focus":
         ranking = FocusRanking(
@@ -77,13 +83,14 @@ def episode_strategies(
             first_hop=config.first_hop_fallback == "dense",
             later_hop=config.later_hop_fallback == "dense",
             round_trip=frozenset(config.round_trip_words or ()),
+            reach=reach if config.way_back_marks else None,
         )
     else:
         ranking = Bm25Ranking(encoder if config.relation_ranking == "hybrid" else None)
     if config.rerank == "llm" and reranker is not None:
         ranking = LLMReranked(ranking, reranker)
     hints = ConjunctionHints(topics=topics) if config.conjunction_hints else NoHints()
-    return EpisodeStrategies(ranking, ENTITY_MATCHINGS[config.entity_matching](), hints)
+    return EpisodeStrategies(ranking, entity_matching(config.entity_matching, topics), hints)
 
 
 __all__ = ["EpisodeStrategies", "episode_strategies"]

@@ -64,17 +64,52 @@ def near_names(
     return [candidate for _, candidate in scored]
 
 
+_CUT_MIN = 3  # the shortest name read as a cut copy
+
+
+def _in_order(short: str, long: str) -> bool:
+    """Whether every character of ``short`` appears in ``long`` in the same order."""
+    rest = iter(long)
+    return all(ch in rest for ch in short)
+
+
+def cut_names(name: str, names: Sequence[str]) -> list[str]:
+    """Of ``names``, those ``name`` reads as a cut or slipped copy of, most similar first: a
+    longer name that starts with the same character and holds all of ``name``'s characters in
+    order (case-folded): "Vyaches" of "Vyacheslav Tikhonov", "As Gets" of "As Good as It
+    Gets". A small policy stops copying a long name early; the difflib ratio of such a cut is
+    under the near-name cutoff (0.37 for "Vyaches"), and the name the policy meant is the one
+    that starts the same way and has every letter it wrote. Names of fewer than three
+    characters read as nothing; ties as in :func:`near_names`."""
+    target = " ".join(name.casefold().split())
+    if len(target) < _CUT_MIN:
+        return []
+    scored: list[tuple[float, str]] = []
+    for candidate in dict.fromkeys(names):
+        folded = " ".join(candidate.casefold().split())
+        if len(folded) > len(target) and folded[0] == target[0] and _in_order(target, folded):
+            ratio = difflib.SequenceMatcher(None, target, folded, autojunk=False).ratio()
+            scored.append((ratio, candidate))
+    scored.sort(key=lambda s: (-s[0], -len(s[1]), s[1]))
+    return [candidate for _, candidate in scored]
+
+
 def read_answers(answers: Sequence[str], shown: Sequence[str]) -> list[str]:
     """``answer_matching="near"``: each answer the episode's observations never showed (in
     any case) read as the most similar name they showed (:func:`near_names` over ``shown``
     alone, ratio 0.6 or more), else kept as written; a name read twice counts once. A small
     policy copies long names with slips ("maria_of_austria_the_yonger"); the name it meant is
-    the one on the page."""
+    the one on the page. An answer no shown name is that similar to, but which reads as a cut
+    of one (:func:`cut_names`: "Para" of "Paradise Road"), is read as that name."""
     exact = {" ".join(n.casefold().split()): n for n in shown}
     out: dict[str, None] = {}
     for name in answers:
         key = " ".join(name.casefold().split())
-        read = exact.get(key) or next(iter(near_names(name, "", shown)), name)
+        read = (
+            exact.get(key)
+            or next(iter(near_names(name, "", shown)), None)
+            or next(iter(cut_names(name, shown)), name)
+        )
         out.setdefault(read, None)
     return list(out)
 
@@ -102,19 +137,25 @@ class ExactNames:
 @dataclass
 class NearNames(ExactNames):
     """``entity_matching="near"``: a name the KG lacks is read as the most similar name of the
-    episode's context (:func:`near_names`), and the observation's first line says which."""
+    episode's context (:func:`near_names`), else as the topic or shown name it reads as a cut
+    copy of (:func:`cut_names`), and the observation's first line says which."""
 
+    topics: tuple[str, ...] = ()  # the question's topic entities, as the prompt names them
     shown: tuple[str, ...] = ()  # the names the episode's observations have shown so far
 
     def resolve(self, graph: KGGraph, name: str, question: str) -> tuple[Any, tuple[str, ...]]:
         resolution = graph.resolve(name)
         if resolution is not None:
             return resolution, ()
-        for candidate in near_names(name, question, self.shown)[:_NEAR_TRIES]:
-            resolution = graph.resolve(candidate)
-            if resolution is not None:
-                return resolution, (read_as_note(name, candidate),)
+        for candidates in (near_names(name, question, self.shown), self._cuts(name)):
+            for candidate in candidates[:_NEAR_TRIES]:
+                resolution = graph.resolve(candidate)
+                if resolution is not None:
+                    return resolution, (read_as_note(name, candidate),)
         return None, ()
+
+    def _cuts(self, name: str) -> list[str]:
+        return cut_names(name, (*self.topics, *self.shown))
 
     def observe(self, names: Sequence[str]) -> None:
         self.shown += tuple(n for n in names if n not in self.shown)
@@ -124,6 +165,12 @@ class NearNames(ExactNames):
 
     def restore(self, state: tuple) -> None:
         self.shown = state
+
+
+def entity_matching(kind: str, topics: Sequence[str] = ()) -> ExactNames:
+    """The ``entity_matching`` strategy named ``kind`` for an episode whose question names
+    ``topics``."""
+    return NearNames(topics=tuple(topics)) if kind == "near" else ENTITY_MATCHINGS[kind]()
 
 
 ENTITY_MATCHINGS: dict[str, type[ExactNames]] = {"exact": ExactNames, "near": NearNames}

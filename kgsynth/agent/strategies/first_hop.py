@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from kgsynth.agent.strategies.focus import FocusWord, focus_words, is_function_word
-from kgsynth.agent.toolkit import name_span, ranking_terms, tokenize
+from kgsynth.agent.strategies.focus import FocusWord, content_words, focus_words, is_function_word
+from kgsynth.agent.toolkit import ranking_terms
 from kgsynth.kg.graph import Relation
 from kgsynth.llm.relation_forms import relation_words
 from kgsynth.llm.rule_questions import path_question
@@ -97,11 +97,6 @@ def _shown(words: Iterable[FocusWord]) -> tuple[str, ...]:
     return tuple(w.word for w in sorted(words, key=lambda w: w.position))
 
 
-# the words that open a question by naming the kind of thing asked for ("which films",
-# "what people"): the noun after them types the answer, it names no relation to follow
-_WH_DETERMINERS = frozenset({"which", "what", "whose"})
-
-
 def later_hop_marks(
     question: str,
     entity: str,
@@ -121,25 +116,7 @@ def later_hop_marks(
     marked, or no such word is left."""
     if not ranked or any(marks for _, marks in ranked):
         return ranked
-    words = tokenize(question)
-    in_topics: set[int] = set()
-    for name in topics:
-        span = name_span(words, name)
-        if span is not None:
-            in_topics.update(range(span[0], span[1] + 1))
-    typed = {
-        i + 1
-        for i, w in enumerate(words[:-1])
-        if w in _WH_DETERMINERS and all(is_function_word(x) for x in words[:i])
-    }
-    by_stem = {
-        t: w
-        for t, w in found.items()
-        if not is_function_word(w.word)
-        and len(w.word) >= 3
-        and w.position not in in_topics
-        and w.position not in typed
-    }
+    by_stem = content_words(question, found, topics)
     if not by_stem:
         return ranked
     matched = _word_match(ranked, by_stem)

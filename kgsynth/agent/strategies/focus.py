@@ -122,6 +122,44 @@ def focus_words(
     return out
 
 
+# the words that open a question by naming the kind of thing asked for ("which films"): the
+# noun after them types the answer, it names no relation to follow
+_WH_DETERMINERS = frozenset({"which", "what", "whose"})
+
+
+def content_words(
+    question: str, found: dict[str, FocusWord], topics: Sequence[str] = (), typed: bool = False
+) -> dict[str, FocusWord]:
+    """Of ``found`` (stem -> an unused question word), the words that can name a relation: not
+    a function word, three letters or more, not inside a topic's name, and (unless ``typed``)
+    not the noun after an opening which/what/whose ("which films did X direct": the films are
+    the answer; a sentence encoder finds a relation near any word, but "what genres ..." names
+    ``has_genre`` in so many letters)."""
+    words = tokenize(question)
+    in_topics: set[int] = set()
+    for name in topics:
+        span = name_span(words, name)
+        if span is not None:
+            in_topics.update(range(span[0], span[1] + 1))
+    typed_at = (
+        set()
+        if typed
+        else {
+            i + 1
+            for i, w in enumerate(words[:-1])
+            if w in _WH_DETERMINERS and all(is_function_word(x) for x in words[:i])
+        }
+    )
+    return {
+        t: w
+        for t, w in found.items()
+        if not is_function_word(w.word)
+        and len(w.word) >= 3
+        and w.position not in in_topics
+        and w.position not in typed_at
+    }
+
+
 def focus_weights(
     question: str, anchor: str | None, followed: Sequence[str], round_trip: Collection[str] = ()
 ) -> dict[str, float]:

@@ -7,9 +7,10 @@ and the question words shown beside a relation (``(X, r, ?) <- words``).
 - ``focus`` (:class:`FocusRanking`): BM25 over the question words the episode's
   ``get_triples`` calls have not used yet, nearest the topic's name first, each relation shown
   with the words it matches (:mod:`kgsynth.agent.strategies.focus`); optionally with the
-  first- and later-hop fallbacks of :mod:`kgsynth.agent.strategies.first_hop`. Its state is
-  the topic name it measures nearness from, the relations followed, the fallback words used
-  up and the marks of the last list.
+  first- and later-hop fallbacks of :mod:`kgsynth.agent.strategies.first_hop` and the
+  way-back marks of :mod:`kgsynth.agent.strategies.next_hop`. Its state is the topic name it
+  measures nearness from, the relations followed (and the last), the fallback words used up
+  and the marks of the last list.
 - ``rerank="llm"`` (:class:`LLMReranked`) wraps any of them: an LLM reorders the list.
 """
 
@@ -21,7 +22,13 @@ from typing import Any
 
 from kgsynth.agent.stemming import stem
 from kgsynth.agent.strategies.first_hop import first_hop_marks, later_hop_marks
-from kgsynth.agent.strategies.focus import focus_words, rank_relations_focused
+from kgsynth.agent.strategies.focus import (
+    FocusWord,
+    content_words,
+    focus_words,
+    rank_relations_focused,
+)
+from kgsynth.agent.strategies.next_hop import Reach, way_back_marks
 from kgsynth.agent.toolkit import DenseScorer, name_span, rank_relations, ranking_terms, tokenize
 from kgsynth.kg.graph import Entity, Relation
 
@@ -43,6 +50,10 @@ class Bm25Ranking:
     def rank(self, question: str, entity: Entity, rels: Sequence[Relation]) -> Ranked:
         dense: DenseScorer | None = self.encoder() if self.encoder and question else None
         return [(r, ()) for r in rank_relations(question, rels, dense)]
+
+    def next_words(self, question: str, rels: Sequence[Relation]) -> dict[str, FocusWord]:
+        """No word accounting: nothing for the lead-on order."""
+        return {}
 
     def follow(self, rels: Sequence[Relation]) -> None:
         """The episode followed ``rels`` (a get_triples call)."""
@@ -67,6 +78,9 @@ class FocusRanking:
     followed: tuple[str, ...] = ()  # the relations followed so far (their words are used up)
     used: tuple[str, ...] = ()  # fallback words used up by following the relation they marked
     marks: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the last list's (relation, words)
+    # way_back_marks: the relations of the entities reached along a relation (None: off)
+    reach: Reach | None = None
+    arrived: Relation | None = None  # the relation the last hop followed
 
     def rank(self, question: str, entity: Entity, rels: Sequence[Relation]) -> Ranked:
         if not question:
@@ -79,18 +93,30 @@ class FocusRanking:
         )
         if self.first_hop and not self.followed and self.anchor == entity.name:
             ranked = first_hop_marks(question, entity.name, ranked, self.encoder())
-        elif self.later_hop and self.followed and not named:
+        elif self.followed and not named and (self.later_hop or self.reach is not None):
             found = focus_words(question, self.anchor, self.followed, self.used, self.round_trip)
-            ranked = later_hop_marks(
-                question, entity.name, ranked, self.encoder(), found, self.topics
-            )
+            if self.reach is not None:
+                words = content_words(question, found, self.topics, typed=True)
+                ranked = way_back_marks(ranked, entity, self.arrived, words, self.reach)
+            if self.later_hop:
+                ranked = later_hop_marks(
+                    question, entity.name, ranked, self.encoder(), found, self.topics
+                )
         if self.later_hop:
             self.marks = tuple((r.name, w) for r, w in ranked if w)
         return ranked
 
+    def next_words(self, question: str, rels: Sequence[Relation]) -> dict[str, FocusWord]:
+        """The content words (:func:`~kgsynth.agent.strategies.focus.content_words`) nothing
+        will have used once the episode follows ``rels``: what the next hop can be named by."""
+        followed = self.followed + tuple(dict.fromkeys(r.name for r in rels))
+        found = focus_words(question, self.anchor, followed, self.used, self.round_trip)
+        return content_words(question, found, self.topics, typed=True)
+
     def follow(self, rels: Sequence[Relation]) -> None:
         names = tuple(dict.fromkeys(r.name for r in rels))
         self.followed += names
+        self.arrived = rels[-1] if rels else self.arrived
         # following a relation uses up a later-hop fallback mark's word on it (the first-hop
         # fallback's alone can be the next hop's word: "X's darling's ethnicity")
         if self.later_hop:
@@ -103,10 +129,10 @@ class FocusRanking:
             )
 
     def snapshot(self) -> tuple:
-        return (self.anchor, self.followed, self.used, self.marks)
+        return (self.anchor, self.followed, self.used, self.marks, self.arrived)
 
     def restore(self, state: tuple) -> None:
-        self.anchor, self.followed, self.used, self.marks = state
+        self.anchor, self.followed, self.used, self.marks, self.arrived = state
 
 
 # (question, entity name, ranked relations) -> reordered (kgsynth.agent.rerank.LLMReranker)
@@ -129,6 +155,9 @@ class LLMReranked:
         ranked = self.inner.rank(question, entity, rels)
         marks = dict(ranked)
         return [(r, marks.get(r, ())) for r in self.reranker(question, entity.name, list(marks))]
+
+    def next_words(self, question: str, rels: Sequence[Relation]) -> dict[str, FocusWord]:
+        return self.inner.next_words(question, rels) if isinstance(self.inner, FocusRanking) else {}
 
     def follow(self, rels: Sequence[Relation]) -> None:
         self.inner.follow(rels)
