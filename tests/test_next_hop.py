@@ -62,7 +62,9 @@ def test_the_way_back_is_not_marked_where_the_question_asks_nothing_more():
     env.execute('get_triples("Bad Lieutenant", ["starred_actors"])')
     assert "<-" not in env.execute('get_relations("Harvey Keitel")').text
     # nor for a word the entities back there have no relation for
-    env = _env("what languages are the movies starred by Bad Lieutenant actors", way_back_marks=True)
+    env = _env(
+        "what languages are the movies starred by Bad Lieutenant actors", way_back_marks=True
+    )
     assert not any("<-" in line for line in _at_the_actor(env)[1:])
 
 
@@ -98,9 +100,10 @@ def test_the_lead_on_order_lists_first_the_film_with_the_relation_named_next():
     # the agent goes on from the first: its list marks the next hop
     env = _env(LEADS_ON, lead_on_order=True)
     _films(env)
-    assert "(Paradise Road, starred_actors, ?) <- acted" in env.execute(
-        'get_relations("Paradise Road")'
-    ).text
+    assert (
+        "(Paradise Road, starred_actors, ?) <- acted"
+        in env.execute('get_relations("Paradise Road")').text
+    )
 
 
 def test_the_lead_on_order_keeps_the_order_where_no_word_is_left():
