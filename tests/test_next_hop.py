@@ -131,3 +131,32 @@ def test_lead_on_first_moves_only_leads_of_its_pool_and_never_a_topic():
     has["urn:B"] = [Relation("directed_by", "out", ("p",))]
     words = {"direct": FocusWord(1.0, "directed", 1)}
     assert lead_on_first(ns, followed, words, lambda iri: has.get(iri, [])) == ns
+
+
+def test_irregular_past_forms_and_compounds_meet_the_relations_word():
+    from kgsynth.agent.stemming import joins, stem
+    from kgsynth.agent.strategies.focus import rank_relations_focused
+
+    assert stem("wrote") == stem("written") == stem("writer") == "writ"
+    assert joins(stem("screenwriter"), stem("written")) and not joins(stem("react"), "act")
+    rels = [Relation("directed_by", "out", ("d",)), Relation("written_by", "out", ("w",))]
+    for question, word in (
+        ("who wrote Kismet", "wrote"),
+        ("who is the screenwriter of Kismet", "screenwriter"),
+    ):
+        ranked = rank_relations_focused(question, rels, "Kismet", ())
+        assert ranked[0] == (rels[1], (word,)) and ranked[1] == (rels[0], ())
+    # following written_by uses the compound up: nothing is left to mark
+    after = rank_relations_focused("the screenwriter of Kismet", rels, "Kismet", ("written_by",))
+    assert all(marks == () for _, marks in after)
+
+
+def test_a_round_trip_words_relation_goes_first_from_the_topic():
+    from kgsynth.agent.strategies.focus import rank_relations_focused
+
+    rels = [Relation("release_year", "out", ("y",)), Relation("directed_by", "out", ("d",))]
+    question = "the films that share directors with the film Tarzan were released in which years"
+    plain = rank_relations_focused(question, rels, "Tarzan", ())
+    assert plain[0][0] == rels[0]  # "released" stands nearest the topic
+    ranked = rank_relations_focused(question, rels, "Tarzan", (), round_trip={"share"})
+    assert ranked[0] == (rels[1], ("directors",))

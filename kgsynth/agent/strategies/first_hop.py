@@ -30,7 +30,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from kgsynth.agent.strategies.focus import FocusWord, content_words, focus_words, is_function_word
+from kgsynth.agent.strategies.focus import (
+    FocusWord,
+    content_words,
+    focus_words,
+    is_function_word,
+    joined,
+)
 from kgsynth.agent.toolkit import ranking_terms
 from kgsynth.kg.graph import Relation
 from kgsynth.llm.relation_forms import relation_words
@@ -80,6 +86,7 @@ def _word_match(ranked: Ranked, words: dict[str, FocusWord]) -> Ranked | None:
     """``ranked`` with the first relation (in BM25 order: the best match first) whose words
     meet one of ``words`` (stem -> word) marked with them and listed first (a match the
     focus ranking's mark hid: a three-letter word); None where no relation meets one."""
+    words = joined(words, [ranking_terms(rel.name) for rel, _ in ranked])
     for i, (rel, _) in enumerate(ranked):
         shared = [words[t] for t in set(ranking_terms(rel.name)) & words.keys()]
         if shared:

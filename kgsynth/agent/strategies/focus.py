@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
-from kgsynth.agent.stemming import stem
+from kgsynth.agent.stemming import joins, stem
 from kgsynth.agent.toolkit import name_span, ranking_terms, tokenize
 from kgsynth.kg.graph import Relation
 
@@ -92,22 +92,31 @@ def focus_words(
     stems = [stem(w) for w in words]
     span = name_span(words, anchor) if anchor else None
 
+    inside = set(range(span[0], span[1] + 1)) if span else set()
+    # a round-trip word ("the same director as X") says the relation twice: out to what X has,
+    # and back to what else has it; so the first relation followed leaves its words for the
+    # second hop
+    shared = [
+        i for i in range(len(words)) if i not in inside and _says(words[i], stems[i], round_trip)
+    ]
+    back = bool(shared)
+
     def distance(i: int) -> int:
         if span is None:
             return 0
         start, end = span
-        return start - i - 1 if i < start else i - end - 1 if i > end else 0
+        near = start - i - 1 if i < start else i - end - 1 if i > end else 0
+        if shared and not followed:
+            # the relation a round-trip word names ("share directors with X") is the one the
+            # question goes out on: from the topic it stands as near as the topic's own words
+            near = min(near, *(max(abs(i - j) - 1, 0) for j in shared))
+        return near
 
-    inside = set(range(span[0], span[1] + 1)) if span else set()
     left = [i for i in range(len(stems)) if i not in inside]
-    # a round-trip word ("the same director as X") says the relation twice: out to what X has,
-    # and back to what else has it; so the first relation followed leaves its words for the
-    # second hop
-    back = any(_says(words[i], stems[i], round_trip) for i in range(len(words)) if i not in inside)
     using = followed[1:] if back else followed
     for rel in using:
         for term in dict.fromkeys(ranking_terms(rel)):
-            spots = [i for i in left if stems[i] == term]
+            spots = [i for i in left if joins(stems[i], term)]
             if spots:
                 left.remove(min(spots, key=lambda i: (distance(i), i)))
     # a word a fallback mark showed beside a relation the episode then followed ("father" on
@@ -160,6 +169,19 @@ def content_words(
     }
 
 
+def joined(found: dict[str, FocusWord], terms: Iterable[Iterable[str]]) -> dict[str, FocusWord]:
+    """``found`` with each compound word also under the relation word it ends in, among
+    ``terms`` (the relations' stemmed words; :func:`~kgsynth.agent.stemming.joins`), so that
+    "screenwriter" counts as "writ" where ``written_by`` is listed."""
+    vocab = sorted({t for doc in terms for t in doc}, key=lambda t: (-len(t), t))
+    out = dict(found)
+    for key, word in found.items():
+        term = next((t for t in vocab if t != key and joins(key, t)), None)
+        if term is not None and term not in out:
+            out[term] = word
+    return out
+
+
 def focus_weights(
     question: str, anchor: str | None, followed: Sequence[str], round_trip: Collection[str] = ()
 ) -> dict[str, float]:
@@ -184,8 +206,8 @@ def rank_relations_focused(
 
     The idf is Lucene's, ln(1 + (N - n + 0.5) / (n + 0.5)), which stays positive where a word
     is in half the relations or more (an entity with two relations)."""
-    found = focus_words(question, anchor, followed, used, round_trip)
     docs = [ranking_terms(r.name) for r in relations]
+    found = joined(focus_words(question, anchor, followed, used, round_trip), docs)
     avg = sum(len(d) for d in docs) / max(len(docs), 1) or 1.0
     k1, b = 1.5, 0.75
     df = Counter(term for d in docs for term in set(d) & found.keys())

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from kgsynth.agent.strategies.focus import FocusWord
+from kgsynth.agent.strategies.focus import FocusWord, joined
 from kgsynth.agent.toolkit import ranking_terms
 from kgsynth.kg.graph import Entity, Neighbor, Relation
 from kgsynth.kg.relnames import property_words
@@ -71,6 +71,7 @@ def way_back_marks(
     if back is None:
         return ranked
     beyond = named_terms(reach(entity, ranked[back][0]), arrived.name)
+    words = joined(words, [beyond])
     shared = sorted((words[t] for t in beyond & words.keys()), key=lambda w: w.position)
     if not shared:
         return ranked
@@ -101,14 +102,13 @@ def lead_on_first(
     for what it starts from."""
     if not words or len(neighbors) < 2:
         return list(neighbors)
+
+    def _leads(n: Neighbor) -> bool:
+        terms = named_terms(relations_of(n.term.value), followed.name)
+        return bool(terms & joined(words, [terms]).keys())
+
     head = list(neighbors[:LEAD_ON_POOL])
-    leads = [
-        n
-        for n in head
-        if n.term.is_iri
-        and n.name not in topics
-        and named_terms(relations_of(n.term.value), followed.name) & words.keys()
-    ]
+    leads = [n for n in head if n.term.is_iri and n.name not in topics and _leads(n)]
     if not leads or len(leads) == len(head):
         return list(neighbors)
     chosen = {n.term.value for n in leads}
