@@ -15,8 +15,9 @@ question says it comes back; this rule covers the questions that do not say so.
 
 The signal is the KG's, not a word list's: at an entity the last hop reached along ``r``, on a
 list that would show no mark, while a content word of the question nothing has used yet (not
-a function word, not a topic's name, not the noun an opening which/what types the answer
-with) is a word of the property of a relation that the entities reached back along ``r`` have
+a function word, not a topic's name; the noun after an opening which/what counts: "what genres
+..." names ``has_genre``) is a word of the property of a relation that the entities reached
+back along ``r`` have
 (a few of them, first by name), the relation back along ``r`` is marked with that word and
 listed first. "Go back the way you came" is the only move it suggests: the word it marks with
 names the hop after it, which the next list marks as a plain match. Where the entities back
@@ -56,8 +57,9 @@ def way_back_marks(
 ) -> Ranked:
     """``ranked`` (the focus ranking of ``entity``'s relations, reached along ``arrived`` by
     the last hop) with the relation back along ``arrived`` marked and listed first where no
-    relation is marked and one of ``words`` (:func:`~kgsynth.agent.strategies.focus.content_words`) is a word of a relation
-    the entities back along it have; unchanged otherwise."""
+    relation is marked and one of ``words`` (the unused content words,
+    :func:`~kgsynth.agent.strategies.focus.content_words`) is a word of a relation the entities
+    back along it have; unchanged otherwise."""
     if arrived is None or not words or not ranked or any(marks for _, marks in ranked):
         return ranked
     back = next(
