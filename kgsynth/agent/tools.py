@@ -40,7 +40,7 @@ from kgsynth.agent.config import (
 )
 from kgsynth.agent.spaces.registry import space
 from kgsynth.agent.strategies import EpisodeStrategies, episode_strategies
-from kgsynth.agent.strategies.next_hop import LEAD_ON_POOL, lead_on_first
+from kgsynth.agent.strategies.next_hop import LEAD_ON_POOL, WAY_BACK_SAMPLE, lead_on_first
 from kgsynth.agent.strategies.ranking import Reranker
 from kgsynth.agent.toolcall import ToolCall, ToolCallSyntaxError
 from kgsynth.agent.toolkit import (
@@ -74,8 +74,6 @@ class _EpisodeState:
 # max_triples_per_relation, max_observation_chars, neighbor_order, rerank, relation_ranking and
 # the kgr1 caps), so that synthesis, RL and eval see the same observations.
 ToolConfig = AgentConfig
-# way_back_marks reads the relations of this many of the entities back along a hop
-WAY_BACK_SAMPLE = 5
 
 
 def prime_relation_ranking(config: AgentConfig, questions: Iterable[str]) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgsynth.agent.strategies.conjunctions import ConjunctionHints, NoHints
-from kgsynth.agent.strategies.entities import ExactNames, entity_matching
+from kgsynth.agent.strategies.entities import ENTITY_MATCHINGS, ExactNames
 from kgsynth.agent.strategies.next_hop import Reach
 from kgsynth.agent.strategies.ranking import (
     Bm25Ranking,
@@ -90,7 +90,8 @@ def episode_strategies(
     if config.rerank == "llm" and reranker is not None:
         ranking = LLMReranked(ranking, reranker)
     hints = ConjunctionHints(topics=topics) if config.conjunction_hints else NoHints()
-    return EpisodeStrategies(ranking, entity_matching(config.entity_matching, topics), hints)
+    matching = ENTITY_MATCHINGS[config.entity_matching](topics=tuple(topics))
+    return EpisodeStrategies(ranking, matching, hints)
 
 
 __all__ = ["EpisodeStrategies", "episode_strategies"]

@@ -117,8 +117,12 @@ def read_answers(answers: Sequence[str], shown: Sequence[str]) -> list[str]:
 _NEAR_TRIES = 5  # near entity matching: the most similar names tried against the KG
 
 
+@dataclass
 class ExactNames:
-    """``entity_matching="exact"``: a name the KG has, in any case. No episode state."""
+    """``entity_matching="exact"``: a name the KG has, in any case. No episode state;
+    ``topics``: the question's topic entities, as the prompt names them."""
+
+    topics: tuple[str, ...] = ()
 
     def resolve(self, graph: KGGraph, name: str, question: str) -> tuple[Any, tuple[str, ...]]:
         """The KG's resolution of ``name`` (None where it has none) and the notes to show."""
@@ -140,7 +144,6 @@ class NearNames(ExactNames):
     episode's context (:func:`near_names`), else as the topic or shown name it reads as a cut
     copy of (:func:`cut_names`), and the observation's first line says which."""
 
-    topics: tuple[str, ...] = ()  # the question's topic entities, as the prompt names them
     shown: tuple[str, ...] = ()  # the names the episode's observations have shown so far
 
     def resolve(self, graph: KGGraph, name: str, question: str) -> tuple[Any, tuple[str, ...]]:
@@ -165,12 +168,6 @@ class NearNames(ExactNames):
 
     def restore(self, state: tuple) -> None:
         self.shown = state
-
-
-def entity_matching(kind: str, topics: Sequence[str] = ()) -> ExactNames:
-    """The ``entity_matching`` strategy named ``kind`` for an episode whose question names
-    ``topics``."""
-    return NearNames(topics=tuple(topics)) if kind == "near" else ENTITY_MATCHINGS[kind]()
 
 
 ENTITY_MATCHINGS: dict[str, type[ExactNames]] = {"exact": ExactNames, "near": NearNames}

@@ -137,28 +137,29 @@ _WH_DETERMINERS = frozenset({"which", "what", "whose"})
 
 
 def content_words(
-    question: str, found: dict[str, FocusWord], topics: Sequence[str] = (), typed: bool = False
+    question: str,
+    found: dict[str, FocusWord],
+    topics: Sequence[str] = (),
+    keep_typed: bool = False,
 ) -> dict[str, FocusWord]:
     """Of ``found`` (stem -> an unused question word), the words that can name a relation: not
-    a function word, three letters or more, not inside a topic's name, and (unless ``typed``)
-    not the noun after an opening which/what/whose ("which films did X direct": the films are
-    the answer; a sentence encoder finds a relation near any word, but "what genres ..." names
-    ``has_genre`` in so many letters)."""
+    a function word, three letters or more, not inside a topic's name, and (unless
+    ``keep_typed``) not the noun after an opening which/what/whose ("which films did X direct":
+    the films are the answer; a sentence encoder finds a relation near any word, but "what
+    genres ..." names ``has_genre`` in so many letters)."""
     words = tokenize(question)
     in_topics: set[int] = set()
     for name in topics:
         span = name_span(words, name)
         if span is not None:
             in_topics.update(range(span[0], span[1] + 1))
-    typed_at = (
-        set()
-        if typed
-        else {
+    typed_at: set[int] = set()
+    if not keep_typed:
+        typed_at = {
             i + 1
             for i, w in enumerate(words[:-1])
             if w in _WH_DETERMINERS and all(is_function_word(x) for x in words[:i])
         }
-    )
     return {
         t: w
         for t, w in found.items()

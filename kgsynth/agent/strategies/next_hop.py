@@ -35,7 +35,9 @@ whose property a content word nothing has used yet names; the order is otherwise
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
+from functools import lru_cache
 
+from kgsynth.agent.stemming import joins
 from kgsynth.agent.strategies.focus import FocusWord, joined
 from kgsynth.agent.toolkit import ranking_terms
 from kgsynth.kg.graph import Entity, Neighbor, Relation
@@ -44,6 +46,8 @@ from kgsynth.kg.relnames import property_words
 Ranked = list[tuple[Relation, tuple[str, ...]]]
 # lead_on_order looks at the relations of this many of a hop's entities, in display order
 LEAD_ON_POOL = 20
+# way_back_marks reads the relations of this many of the entities back along a hop
+WAY_BACK_SAMPLE = 5
 # (entity, relation) -> the relations of the entities reached from it along the relation
 Reach = Callable[[Entity, Relation], Iterable[Relation]]
 
@@ -81,13 +85,15 @@ def way_back_marks(
     return [(ranked[back][0], marks), *ranked[:back], *ranked[back + 1 :]]
 
 
+@lru_cache(maxsize=4096)
+def _property_terms(name: str) -> tuple[str, ...]:
+    """The stemmed words of a relation's property (the same name is read on every call)."""
+    return tuple(ranking_terms(property_words(name)))
+
+
 def named_terms(rels: Iterable[Relation], followed: str) -> set[str]:
     """The stemmed words of the properties of ``rels``, the relation ``followed`` left out."""
-    out: set[str] = set()
-    for rel in rels:
-        if rel.name != followed:
-            out.update(ranking_terms(property_words(rel.name)))
-    return out
+    return {t for rel in rels if rel.name != followed for t in _property_terms(rel.name)}
 
 
 def lead_on_first(
@@ -107,7 +113,7 @@ def lead_on_first(
 
     def _leads(n: Neighbor) -> bool:
         terms = named_terms(relations_of(n.term.value), followed.name)
-        return bool(terms & joined(words, [terms]).keys())
+        return any(joins(word, term) for word in words for term in terms)
 
     head = list(neighbors[:LEAD_ON_POOL])
     leads = [n for n in head if n.term.is_iri and n.name not in topics and _leads(n)]

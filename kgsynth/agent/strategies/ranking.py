@@ -96,7 +96,7 @@ class FocusRanking:
         elif self.followed and not named and (self.later_hop or self.reach is not None):
             found = focus_words(question, self.anchor, self.followed, self.used, self.round_trip)
             if self.reach is not None:
-                words = content_words(question, found, self.topics, typed=True)
+                words = content_words(question, found, self.topics, keep_typed=True)
                 ranked = way_back_marks(ranked, entity, self.arrived, words, self.reach)
             if self.later_hop:
                 ranked = later_hop_marks(
@@ -111,7 +111,7 @@ class FocusRanking:
         will have used once the episode follows ``rels``: what the next hop can be named by."""
         followed = self.followed + tuple(dict.fromkeys(r.name for r in rels))
         found = focus_words(question, self.anchor, followed, self.used, self.round_trip)
-        return content_words(question, found, self.topics, typed=True)
+        return content_words(question, found, self.topics, keep_typed=True)
 
     def follow(self, rels: Sequence[Relation]) -> None:
         names = tuple(dict.fromkeys(r.name for r in rels))
@@ -157,7 +157,7 @@ class LLMReranked:
         return [(r, marks.get(r, ())) for r in self.reranker(question, entity.name, list(marks))]
 
     def next_words(self, question: str, rels: Sequence[Relation]) -> dict[str, FocusWord]:
-        return self.inner.next_words(question, rels) if isinstance(self.inner, FocusRanking) else {}
+        return self.inner.next_words(question, rels)
 
     def follow(self, rels: Sequence[Relation]) -> None:
         self.inner.follow(rels)
