@@ -77,15 +77,24 @@ EVAL_AGENT := $(CFG) --kg $(RUN)/kg --batch-size 50 --workers $(NPROC)
 all: install
 	$(K) run $(PIPELINE) --out $(RUN) $(if $(KG),--kg $(KG)) $(if $(EVAL),--eval-questions $(EVAL)) --nproc $(NPROC) $(if $(SMOKE),--smoke)
 
-# `make learn`: the same chain in one process (NPROC=1), in $(LEARN_RUN): 1,376 s (run X, with
-# round trips; V before them 1,537 s on a quiet machine) against `make all`'s 1,016 s (run U)
-# and 1,140-1,213 s on the slower hours of 2026-11-27 (runs W, Y, Z, AA). A one-process stage 1
-# scored higher than a two-process one in 3 of 8 pairs of runs, lower or level in the others
-# (AB 0.503 against AA 0.540, X 0.457 against W 0.520); the spread from run to run is wide
-# (docs/experiments.md).
+# `make learn`: the longer chain (the recipe's size learn, `kgsynth run metaqa_default --size
+# learn`): stage 2 from free rollouts on every held-out question, GRPO with groups of 8 and 128
+# questions a step, early stopping on 800 validation questions, and each stage evaluated on
+# 1,500 MetaQA dev questions (500 a hop, none in the dev or check sample; drawn from
+# ../shared/data/metaqa, else the 300 of the dev sample). About 45 minutes on 2 cores
+# (benchmarks/README.md, "make learn: each stage above the one before").
 LEARN_RUN ?= runs/learn
-learn:
-	$(MAKE) all RUN=$(LEARN_RUN) NPROC=1
+METAQA_DATA ?= ../shared/data/metaqa
+LEARN_EVAL ?= $(LEARN_RUN)/dev1500.jsonl
+learn: install
+	@mkdir -p $(LEARN_RUN)
+	@if [ ! -f $(LEARN_EVAL) ]; then \
+	  if [ -d $(METAQA_DATA) ]; then \
+	    $(BIN)/python $(METAQA)/make_dev_sample.py --metaqa $(METAQA_DATA) --per-hop 500 --seed 2 \
+	      --exclude $(DEV) --exclude $(DEV_CHECK) --out $(LEARN_EVAL); \
+	  else echo "learn: no MetaQA download at $(METAQA_DATA); evaluating on the dev sample"; \
+	    cp $(DEV) $(LEARN_EVAL); fi; fi
+	$(K) run $(PIPELINE) --size learn --out $(LEARN_RUN) --eval-questions $(LEARN_EVAL) --nproc $(NPROC)
 
 # `make dev-check`: the final agent of a finished run ($(RUN)/rl) on 300 other MetaQA dev
 # questions ($(METAQA)/dev_check/, none in the dev sample; evaluated only, never chosen on),

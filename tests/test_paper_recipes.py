@@ -24,7 +24,12 @@ PRESET = {"graphwalker": "graphwalker", "kg-r1": "kg-r1", "kbqa-r1": "kbqa-r1",
 
 
 def _plan(name: str, tmp_path: Path, smoke: bool = False) -> dict[str, list[str]]:
-    opts = RunOptions(kg=str(default_kg()), out=tmp_path, eval_questions=dev_sample(), smoke=smoke)
+    opts = RunOptions(
+        kg=str(default_kg()),
+        out=tmp_path,
+        eval_questions=dev_sample(),
+        size="smoke" if smoke else None,
+    )
     return {s.name: s.argv for s in plan(find_recipe(name), opts)}
 
 

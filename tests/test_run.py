@@ -70,7 +70,7 @@ def test_the_default_recipe_derives_every_path_from_the_run_folder(tmp_path: Pat
 
 
 def test_without_eval_questions_the_evaluations_are_left_out(tmp_path: Path) -> None:
-    steps = plan(DEFAULT, RunOptions(kg="kb.txt", out=tmp_path, smoke=True, nproc=2))
+    steps = plan(DEFAULT, RunOptions(kg="kb.txt", out=tmp_path, size="smoke", nproc=2))
     names = [s.name for s in steps]
     assert not [n for n in names if n.startswith("eval") or n == "summary"]
     by = {s.name: s.argv for s in steps}
@@ -79,6 +79,38 @@ def test_without_eval_questions_the_evaluations_are_left_out(tmp_path: Path) -> 
     assert by["walks"][by["walks"].index("--n") + 1] == "300"
     assert by["stage1"][by["stage1"].index("--nproc-per-node") + 1] == "2"
     assert by["free_rollouts"][by["free_rollouts"].index("--workers") + 1] == "2"
+
+
+def test_a_named_size_changes_only_the_steps_it_names(tmp_path: Path) -> None:
+    recipe = dict(TINY_RECIPE, sizes={"long": {"stage1": {"max_steps": 50}}})
+    recipe["smoke"] = {"walks": {"n": 6}}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    dev = tmp_path / "dev.jsonl"
+
+    def argv(size: str | None) -> dict[str, list[str]]:
+        opts = RunOptions(kg="kb.txt", out=tmp_path / "run", eval_questions=dev, size=size)
+        return {s.name: s.argv for s in plan(path, opts)}
+
+    plain, long, smoke = argv(None), argv("long"), argv("smoke")
+    assert long["stage1"][long["stage1"].index("--max-steps") + 1] == "50"
+    assert "--max-steps" not in plain["stage1"]
+    assert long["walks"] == plain["walks"] and "--n" not in plain["walks"]
+    assert smoke["walks"][smoke["walks"].index("--n") + 1] == "6"
+    with pytest.raises(ConfigError, match="no size 'huge'; its sizes: long, smoke"):
+        argv("huge")
+    recipe["sizes"] = {"long": {"stage9": {"max_steps": 1}}}
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(ConfigError, match="sizes: long: no step 'stage9'"):
+        argv("long")
+
+
+def test_the_learn_size_of_the_default_recipe_runs_the_longer_chain(tmp_path: Path) -> None:
+    opts = RunOptions(kg="kb.txt", out=tmp_path, size="learn", nproc=2)
+    by = {s.name: s.argv for s in plan(DEFAULT, opts)}
+    rl = by["rl"]
+    assert rl[rl.index("--group-size") + 1] == "8" and "--dynamic-sampling" in rl
+    assert int(rl[rl.index("--questions-per-step") + 1]) >= 64
 
 
 def test_an_endpoint_or_a_store_is_used_as_it_is(tmp_path: Path) -> None:

@@ -28,7 +28,9 @@ is resolved in this order:
 A step that needs ``{eval_questions}`` when the runner has none is left out (the evaluations
 and the comparison, on a KG that comes without questions); a ``--benchmark`` flag that would
 be ``{eval_questions}`` is dropped instead (the contamination guard then has nothing to guard).
-``smoke:`` maps step names to the flags that make the recipe CI-sized (``kgsynth run --smoke``).
+``sizes:`` names other sizes of the same recipe, each mapping step names to the flags that
+change (``kgsynth run --size NAME``; metaqa_default's ``learn`` is ``make learn``); ``smoke:``
+is the size ``smoke``, the flags that make the recipe CI-sized (``kgsynth run --smoke``).
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class RunOptions:
     kg: str
     out: Path
     eval_questions: Path | None = None
-    smoke: bool = False
+    size: str | None = None  # a size of the recipe (``smoke``, or one of its ``sizes:``)
     nproc: int = 1
     llm: dict[str, str] = field(default_factory=dict)  # synthesize questions: --llm, --model …
     model: str | None = None  # train stage1's --model
@@ -168,9 +170,7 @@ def _flag(name: str) -> str:
 def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
     """The recipe's steps as command lines, in order, every path derived from ``opts.out``."""
     recipe = load_recipe(recipe_path)
-    smoke = recipe.get("smoke") or {}
-    if not isinstance(smoke, dict):
-        raise ConfigError(f"{recipe_path}: smoke: must map step names to flags")
+    sized = size_flags(recipe_path, recipe, opts.size)
     run = opts.out.absolute()
     outputs: dict[str, Path | str] = {}  # a step's output; the KG may be a URL
     steps: list[Step] = []
@@ -184,8 +184,8 @@ def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
         if name in outputs:
             raise ConfigError(f"{where}: a second step named {name!r}")
         flags = {k: v for k, v in raw.items() if k not in _RESERVED}
-        if opts.smoke and isinstance(smoke.get(name), dict):
-            flags |= smoke[name]
+        if isinstance(sized.get(name), dict):
+            flags |= sized[name]
         if command == "synthesize questions" and opts.llm:
             flags |= opts.llm
         if command == "train stage1" and opts.model:
@@ -238,6 +238,35 @@ def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
     return steps
 
 
+def recipe_sizes(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's sizes by name: ``smoke:`` and those under ``sizes:``."""
+    sizes = dict(recipe.get("sizes") or {}) if isinstance(recipe.get("sizes"), dict) else {}
+    if "smoke" in recipe:
+        sizes["smoke"] = recipe["smoke"]
+    return sizes
+
+
+def size_flags(recipe_path: Path, recipe: dict[str, Any], size: str | None) -> dict[str, Any]:
+    """The step flags of the recipe's size ``size`` (none: the recipe as written)."""
+    if "sizes" in recipe and not isinstance(recipe["sizes"], dict):
+        raise ConfigError(f"{recipe_path}: sizes: must map size names to step flags")
+    if size is None:
+        return {}
+    sizes = recipe_sizes(recipe)
+    if size not in sizes:
+        known = ", ".join(sorted(sizes)) or "none"
+        raise ConfigError(f"{recipe_path}: no size {size!r}; its sizes: {known}")
+    flags = sizes[size] or {}
+    steps = {s.get("name") for s in recipe["steps"] if isinstance(s, dict)}
+    where = f"{recipe_path}: {'smoke' if size == 'smoke' else f'sizes: {size}'}"
+    if not isinstance(flags, dict) or not all(isinstance(v, dict) for v in flags.values()):
+        raise ConfigError(f"{where}: must map step names to flags")
+    unknown = sorted(str(k) for k in flags if k not in steps)
+    if unknown:
+        raise ConfigError(f"{where}: no step {unknown[0]!r} in the recipe's steps:")
+    return flags
+
+
 def _needs_import(source: str) -> bool:
     """A triple file is imported into the run; an endpoint URL or a store directory is not."""
     from kgsynth.kg.embedded import is_store_dir
@@ -277,4 +306,7 @@ def _flag_args(key: str, value: Any, resolve) -> list[str]:
     return [_flag(key), text]
 
 
-__all__ = ["COMMANDS", "DEFAULT_OUT", "RunOptions", "Step", "load_recipe", "plan"]
+__all__ = [
+    "COMMANDS", "DEFAULT_OUT", "RunOptions", "Step", "load_recipe", "plan", "recipe_sizes",
+    "size_flags",
+]  # fmt: skip

@@ -93,8 +93,19 @@ def run_cmd(
     eval_questions: EvalQuestionsOption = None,
     smoke: Annotated[
         bool,
-        typer.Option(help="The recipe's smoke: sizes (CI-sized, minutes).", rich_help_panel=INPUTS),
+        typer.Option(
+            help="The recipe's smoke: sizes (CI-sized, minutes); the same as --size smoke.",
+            rich_help_panel=INPUTS,
+        ),
     ] = False,
+    size: Annotated[
+        str | None,
+        typer.Option(
+            help="One of the recipe's sizes: (`kgsynth recipes RECIPE` shows them); "
+            "metaqa_default's learn is `make learn`, the longer chain.",
+            rich_help_panel=INPUTS,
+        ),
+    ] = None,
     from_step: Annotated[
         str | None,
         typer.Option(
@@ -143,6 +154,8 @@ def run_cmd(
             eval_questions = dev_sample()  # the shipped KB's own dev questions
         if eval_questions is not None and not eval_questions.is_file():
             raise ConfigError(f"--eval-questions: {eval_questions}: no such file")
+        if smoke and size not in (None, "smoke"):
+            raise ConfigError(f"--smoke and --size {size}: give one size")
         if nproc is not None and nproc < 1:
             raise ConfigError(f"--nproc must be >= 1 (got {nproc})")
         passed = {"llm": llm, "model": llm_model, "base_url": base_url, "api_key": api_key}
@@ -150,7 +163,7 @@ def run_cmd(
             kg=kg or str(DEFAULT_KG),
             out=out,
             eval_questions=eval_questions.absolute() if eval_questions else None,
-            smoke=smoke,
+            size="smoke" if smoke else size,
             nproc=nproc or default_nproc(),
             llm={k: v for k, v in passed.items() if v is not None},
             model=model,
