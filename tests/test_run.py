@@ -201,3 +201,32 @@ def test_a_recipe_runs_on_a_kg_of_my_own_then_resumes_and_reruns_from_a_step(
     # the failed step left the output it had before: with the settings it was made with again,
     # nothing is left to do
     assert fixed.stdout.count("done already, skipped") == 9, fixed.stdout
+
+
+def test_make_learn_evaluates_on_1500_dev_questions_outside_both_samples(tmp_path: Path) -> None:
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root.parent / "shared" / "data" / "metaqa").is_dir():
+        pytest.skip("no MetaQA download beside the repository")
+    run = tmp_path / "learn"
+    questions = run / "dev_questions.jsonl"
+    dry = subprocess.run(
+        ["make", "-n", "learn", f"LEARN_RUN={run}"],
+        cwd=root, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert f"--size learn --out {run} --eval-questions {questions}" in dry
+    # the target's first part, run: the evaluation questions it draws
+    subprocess.run(
+        ["make", f"LEARN_RUN={run}", str(questions)], cwd=root, check=True, capture_output=True
+    )
+
+    def lines(path: Path) -> set[tuple[str, int]]:
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        return {(r["source"], r["source_line"]) for r in rows}
+
+    drawn = lines(questions)
+    assert len(drawn) == 1500
+    samples = root / "kgsynth/resources/metaqa"
+    assert not drawn & lines(samples / "dev_sample/metaqa_dev_sample.jsonl")
+    assert not drawn & lines(samples / "dev_check/metaqa_dev_check.jsonl")
