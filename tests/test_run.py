@@ -230,3 +230,16 @@ def test_make_learn_evaluates_on_1500_dev_questions_outside_both_samples(tmp_pat
     samples = root / "kgsynth/resources/metaqa"
     assert not drawn & lines(samples / "dev_sample/metaqa_dev_sample.jsonl")
     assert not drawn & lines(samples / "dev_check/metaqa_dev_check.jsonl")
+
+
+def test_make_learn_without_the_metaqa_download_evaluates_on_the_dev_sample(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    questions = tmp_path / "learn" / "dev_questions.jsonl"
+    done = subprocess.run(
+        ["make", f"LEARN_RUN={tmp_path / 'learn'}", f"METAQA_DATA={tmp_path / 'none'}",
+         str(questions)],
+        cwd=root, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "no MetaQA download" in done.stdout
+    sample = root / "kgsynth/resources/metaqa/dev_sample/metaqa_dev_sample.jsonl"
+    assert questions.read_bytes() == sample.read_bytes()
