@@ -184,8 +184,7 @@ def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
         if name in outputs:
             raise ConfigError(f"{where}: a second step named {name!r}")
         flags = {k: v for k, v in raw.items() if k not in _RESERVED}
-        if isinstance(sized.get(name), dict):
-            flags |= sized[name]
+        flags |= sized.get(name, {})
         if command == "synthesize questions" and opts.llm:
             flags |= opts.llm
         if command == "train stage1" and opts.model:
@@ -238,29 +237,23 @@ def plan(recipe_path: Path, opts: RunOptions) -> list[Step]:
     return steps
 
 
-def recipe_sizes(recipe: dict[str, Any]) -> dict[str, Any]:
-    """The recipe's sizes by name: ``smoke:`` and those under ``sizes:``."""
-    sizes = dict(recipe.get("sizes") or {}) if isinstance(recipe.get("sizes"), dict) else {}
-    if "smoke" in recipe:
-        sizes["smoke"] = recipe["smoke"]
-    return sizes
-
-
 def size_flags(recipe_path: Path, recipe: dict[str, Any], size: str | None) -> dict[str, Any]:
-    """The step flags of the recipe's size ``size`` (none: the recipe as written)."""
-    if "sizes" in recipe and not isinstance(recipe["sizes"], dict):
+    """The step flags of the recipe's size ``size``: ``smoke:``, or one under ``sizes:``
+    (none: the recipe as written, {})."""
+    sizes = recipe.get("sizes") or {}
+    if not isinstance(sizes, dict):
         raise ConfigError(f"{recipe_path}: sizes: must map size names to step flags")
+    sizes = {**sizes, "smoke": recipe["smoke"]} if "smoke" in recipe else sizes
     if size is None:
         return {}
-    sizes = recipe_sizes(recipe)
     if size not in sizes:
         known = ", ".join(sorted(sizes)) or "none"
         raise ConfigError(f"{recipe_path}: no size {size!r}; its sizes: {known}")
     flags = sizes[size] or {}
-    steps = {s.get("name") for s in recipe["steps"] if isinstance(s, dict)}
-    where = f"{recipe_path}: {'smoke' if size == 'smoke' else f'sizes: {size}'}"
+    where = f"{recipe_path}: {'smoke' if size == 'smoke' else 'sizes: ' + size}"
     if not isinstance(flags, dict) or not all(isinstance(v, dict) for v in flags.values()):
         raise ConfigError(f"{where}: must map step names to flags")
+    steps = {s.get("name") for s in recipe["steps"] if isinstance(s, dict)}
     unknown = sorted(str(k) for k in flags if k not in steps)
     if unknown:
         raise ConfigError(f"{where}: no step {unknown[0]!r} in the recipe's steps:")
@@ -306,7 +299,4 @@ def _flag_args(key: str, value: Any, resolve) -> list[str]:
     return [_flag(key), text]
 
 
-__all__ = [
-    "COMMANDS", "DEFAULT_OUT", "RunOptions", "Step", "load_recipe", "plan", "recipe_sizes",
-    "size_flags",
-]  # fmt: skip
+__all__ = ["COMMANDS", "DEFAULT_OUT", "RunOptions", "Step", "load_recipe", "plan", "size_flags"]

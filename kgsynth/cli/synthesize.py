@@ -260,7 +260,7 @@ def synthesize_trajectories_cmd(
             client = make_stage_llm(
                 llm, out_path, cache=cache, no_cache=no_cache, model=model, base_url=base_url,
                 api_key=api_key, concurrency=concurrency, timeout=timeout, max_retries=max_retries,
-                device=device, workers=cfg.workers, batch_size=cfg.batch_size,
+                device=device, workers=cfg.workers,
             )  # fmt: skip
             stored = None  # the prompt an hf checkpoint was trained with, unless --system-prompt
             if llm == "hf" and "system_prompt" not in given_flags:

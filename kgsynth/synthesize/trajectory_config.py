@@ -58,13 +58,6 @@ class TrajectoryConfig:
         panel="Launch",
         advanced=True,
     )
-    batch_size: int = option(
-        8,
-        "--llm hf: turns decoded together in one batched call (larger is faster on a CPU, "
-        "up to about 50; a sampled episode depends on the batch it was drawn in).",
-        panel="Launch",
-        advanced=True,
-    )
     fan_out: int = option(
         1,
         "oracle: follow a chain's next hop from up to this many of the entities the hop before "
@@ -145,8 +138,6 @@ class TrajectoryConfig:
             raise ConfigError(f"--split must be all, train or heldout (got {self.split!r})")
         if not 0 < self.heldout_fraction < 1:
             raise ConfigError(f"--heldout-fraction must be in (0, 1) (got {self.heldout_fraction})")
-        if self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1 (got {self.batch_size})")
         if not 1 <= self.workers <= 256:
             raise ConfigError(f"--workers must be between 1 and 256 (got {self.workers})")
         self.agent.check_turn_tokens()
