@@ -111,6 +111,9 @@ def test_the_learn_size_of_the_default_recipe_runs_the_longer_chain(tmp_path: Pa
     rl = by["rl"]
     assert rl[rl.index("--group-size") + 1] == "8" and "--dynamic-sampling" in rl
     assert int(rl[rl.index("--questions-per-step") + 1]) >= 64
+    # GRPO keeps its best validation checkpoint; stage 2 keeps its section's sign test
+    assert rl[rl.index("--select-alpha") + 1] == "1"
+    assert "--select-alpha" not in by["stage2"]
 
 
 def test_an_endpoint_or_a_store_is_used_as_it_is(tmp_path: Path) -> None:
@@ -216,6 +219,12 @@ def test_make_learn_evaluates_on_1500_dev_questions_outside_both_samples(tmp_pat
         cwd=root, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert f"--size learn --out {run} --eval-questions {questions}" in dry
+    fresh = subprocess.run(
+        ["make", "-n", f"LEARN_RUN={run}", "LEARN_SEED=3", "LEARN_EXCLUDE=a.jsonl b.jsonl",
+         str(questions)],
+        cwd=root, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "--seed 3" in fresh and "--exclude a.jsonl --exclude b.jsonl" in fresh
     # the target's first part, run: the evaluation questions it draws
     subprocess.run(
         ["make", f"LEARN_RUN={run}", str(questions)], cwd=root, check=True, capture_output=True
