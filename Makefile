@@ -79,10 +79,11 @@ all: install
 
 # `make learn`: the longer chain (the recipe's size learn, `kgsynth run metaqa_default --size
 # learn`): GRPO of 30 steps with groups of 8 over 128 questions a step, the early stopping of
-# stage 2 and GRPO on 800 validation questions, and each stage evaluated on 1,500 MetaQA dev
-# questions (500 a hop, none in the dev or check sample, drawn from $(METAQA_DATA); without
-# it, the 300 of the dev sample). About an hour on 2 cores (run learn49: 3,555 s;
-# benchmarks/README.md, "make learn: each stage against the one before").
+# stage 2 and GRPO on 800 validation questions (GRPO keeps its best checkpoint), and each stage
+# evaluated on 1,500 MetaQA dev questions (500 a hop, none in the dev or check sample, drawn from
+# $(METAQA_DATA); without it, the 300 of the dev sample). About an hour on 2 cores (runs learn49
+# and learn50: 3,555 and 3,446 s; benchmarks/README.md, "make learn: each stage against the one
+# before" and the section after it).
 LEARN_RUN ?= runs/learn
 METAQA_DATA ?= ../shared/data/metaqa
 LEARN_EVAL ?= $(LEARN_RUN)/dev_questions.jsonl
