@@ -87,7 +87,8 @@ all: install
 LEARN_RUN ?= runs/learn
 METAQA_DATA ?= ../shared/data/metaqa
 LEARN_EVAL ?= $(LEARN_RUN)/dev_questions.jsonl
-# the draw's seed, and earlier draws to leave out (a fresh draw: LEARN_SEED=3
+# the draw's seed, and earlier draws to leave out; the draw is a file target, so a fresh one
+# goes in a new run folder (LEARN_RUN=runs/learn2 LEARN_SEED=3
 # LEARN_EXCLUDE=runs/learn/dev_questions.jsonl)
 LEARN_SEED ?= 2
 LEARN_EXCLUDE ?=
@@ -97,8 +98,9 @@ learn: install $(LEARN_EVAL)
 $(LEARN_RUN)/dev_questions.jsonl:
 	@mkdir -p $(dir $@)
 	@if [ -d $(METAQA_DATA) ]; then \
-	  $(BIN)/python $(METAQA)/make_dev_sample.py --metaqa $(METAQA_DATA) --per-hop 500 --seed $(LEARN_SEED) \
-	    --exclude $(DEV) --exclude $(DEV_CHECK) $(foreach f,$(LEARN_EXCLUDE),--exclude $(f)) --out $@; \
+	  $(BIN)/python $(METAQA)/make_dev_sample.py --metaqa $(METAQA_DATA) --per-hop 500 \
+	    --seed $(LEARN_SEED) --exclude $(DEV) --exclude $(DEV_CHECK) \
+	    $(foreach f,$(LEARN_EXCLUDE),--exclude $(f)) --out $@; \
 	else echo "learn: no MetaQA download at $(METAQA_DATA); evaluating on the dev sample"; \
 	  cp $(DEV) $@; fi
 
