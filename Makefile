@@ -78,7 +78,7 @@ all: install
 	$(K) run $(PIPELINE) --out $(RUN) $(if $(KG),--kg $(KG)) $(if $(EVAL),--eval-questions $(EVAL)) --nproc $(NPROC) $(if $(SMOKE),--smoke)
 
 # `make learn`: the longer chain (the recipe's size learn, `kgsynth run metaqa_default --size
-# learn`): GRPO of 30 steps with groups of 8 over 128 questions a step, the early stopping of
+# learn`): GRPO of 50 steps with groups of 8 over 128 questions a step, the early stopping of
 # stage 2 and GRPO on 800 validation questions (GRPO keeps its best checkpoint), and each stage
 # evaluated on 1,500 MetaQA dev questions (500 a hop, none in the dev or check sample, drawn from
 # $(METAQA_DATA); without it, the 300 of the dev sample). About an hour on 2 cores (runs learn49
