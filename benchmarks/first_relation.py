@@ -23,6 +23,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from kgsynth.eval.config import MODEL_SUBJECT
+
 # MetaQA's question-type words -> the KB relation between a film and that type
 RELATION = {
     "director": "directed_by",
@@ -63,7 +65,7 @@ def load(folder: Path) -> dict[str, dict]:
 
     preds = pl.read_parquet(folder / "predictions.parquet")
     if "system" in preds.columns:
-        preds = preds.filter(pl.col("system") == "model")
+        preds = preds.filter(pl.col("system") == MODEL_SUBJECT)
     rows = {}
     for r in preds.iter_rows(named=True):
         want = wanted(r.get("qtype"))
@@ -74,6 +76,10 @@ def load(folder: Path) -> dict[str, dict]:
     return rows
 
 
+def hit_rate(rows: list[dict]) -> str:
+    return f"{sum(r['hit'] for r in rows) / len(rows):.3f}" if rows else "-"
+
+
 def table(folder: Path, rows: dict[str, dict]) -> list[str]:
     out = [f"{folder}", "| hops | questions | first relation right | Hits@1 right | Hits@1 wrong |"]
     out.append("|---|---|---|---|---|")
@@ -81,12 +87,8 @@ def table(folder: Path, rows: dict[str, dict]) -> list[str]:
         part = [r for r in rows.values() if r["hops"] == hops]
         right = [r for r in part if r["right"]]
         wrong = [r for r in part if not r["right"]]
-
-        def rate(rs: list[dict]) -> str:
-            return f"{sum(r['hit'] for r in rs) / len(rs):.3f}" if rs else "-"
-
         share = f"{len(right) / len(part):.3f}"
-        out.append(f"| {hops} | {len(part)} | {share} | {rate(right)} | {rate(wrong)} |")
+        out.append(f"| {hops} | {len(part)} | {share} | {hit_rate(right)} | {hit_rate(wrong)} |")
     return out
 
 
