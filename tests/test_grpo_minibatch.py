@@ -64,9 +64,12 @@ def _run_update(model_dir: str, **options):
 
     model.register_forward_pre_hook(record, with_kwargs=True)
 
+    grads: list[list] = []
+
     def counted_step(_optimizer, _args, _kwargs):
         steps.append(sorted(seen))
         seen.clear()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
 
     policy.optimizer.register_step_pre_hook(counted_step)
     rollouts, adv = _rollouts(model.config.vocab_size)
@@ -76,6 +79,7 @@ def _run_update(model_dir: str, **options):
         torch.autocast("cpu", enabled=False), question_of=question_of,
     )  # fmt: skip
     stats["_rollout_tokens"] = sum(sum(r.mask) for r in rollouts)
+    stats["_grads"] = grads  # each optimizer step's gradients (after clipping)
     return stats, steps, policy
 
 
@@ -219,3 +223,31 @@ def test_a_tree_rows_steps_are_sequences_of_their_own():
         token_weights=weights,
     )  # fmt: skip
     assert float(loss) == pytest.approx((-2.56 + 2.8 / 3) / 2, abs=1e-6)
+
+
+def test_micro_batches_are_cut_in_order_of_length_and_train_the_same(model_dir):
+    """The update pads each micro-batch to its longest rollout; cut in order of length, a
+    step's micro-batches hold rollouts of near lengths, and the weights after the update are
+    those of one micro-batch holding every rollout (the loss is a sum over the mini-batch)."""
+    import torch
+
+    from kgsynth.train.grpo_config import GRPOConfig
+    from kgsynth.train.grpo_update import _micro_batches
+
+    rollouts, adv = _rollouts(400)
+    cfg = GRPOConfig(group_size=G, questions_per_step=QUESTIONS, micro_batch_size=3)
+    micro = _micro_batches(rollouts, adv, list(range(len(rollouts))), cfg, "cpu")
+    widths = [ids.shape[1] for ids, *_ in micro]
+    lengths = sorted(len(r) for r in rollouts)
+    assert widths == [lengths[min(k + 2, len(lengths) - 1)] for k in range(0, len(lengths), 3)]
+    # the same rows, each once
+    tags = sorted(int(t) for ids, *_ in micro for t in ids[:, 0])
+    assert tags == [100 + i for i in range(len(rollouts))]
+
+    whole, _, _ = _run_update(model_dir, micro_batch_size=8)
+    cut, _, _ = _run_update(model_dir, micro_batch_size=3)
+    (g_whole,), (g_cut,) = whole["_grads"], cut["_grads"]
+    assert len(g_whole) == len(g_cut) > 0
+    for a, b in zip(g_whole, g_cut, strict=True):
+        assert torch.allclose(a, b, atol=1e-7, rtol=1e-4)
+    assert whole["loss"] == pytest.approx(cut["loss"], abs=1e-6)

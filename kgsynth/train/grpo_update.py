@@ -79,13 +79,17 @@ def _tensors(rollouts: Sequence[Any], adv: Sequence[Any], idx: list[int], device
 def _micro_batches(
     rollouts: Sequence[Any], adv: Sequence[Any], part: list[int], cfg: GRPOConfig, device: str
 ) -> list[tuple]:
-    """A mini-batch's micro-batch tensors; where this rank holds none of it, one masked-out
-    row, so that it still takes the optimizer step with the other ranks."""
+    """A mini-batch's micro-batch tensors, its rollouts cut in order of length (the loss is
+    a sum over the mini-batch, so the order changes nothing but the padding: a group's
+    rollouts differ by turns, and padded to the group's longest a step's update computed
+    about a quarter more positions); where this rank holds none of it, one masked-out row, so
+    that it still takes the optimizer step with the other ranks."""
     import torch
 
     size = cfg.micro_batch_size
     if any(sum(rollouts[i].mask) for i in part):
-        chunks = [part[i : i + size] for i in range(0, len(part), size)]
+        by_length = sorted(part, key=lambda i: len(rollouts[i]))
+        chunks = [by_length[i : i + size] for i in range(0, len(by_length), size)]
         return [_tensors(rollouts, adv, c, device) for c in chunks]
     zero = torch.zeros((1, 2), dtype=torch.long, device=device)
     return [(zero, torch.ones_like(zero), zero, zero.float(), zero.float(), zero.float())]
