@@ -81,9 +81,9 @@ all: install
 # learn`): GRPO of 50 steps with groups of 8 over 128 questions a step, the early stopping of
 # stage 2 and GRPO on 800 validation questions (GRPO keeps its best checkpoint), and each stage
 # evaluated on 1,500 MetaQA dev questions (500 a hop, none in the dev or check sample, drawn from
-# $(METAQA_DATA); without it, the 300 of the dev sample). About 70 minutes on 2 cores (run
-# learn51: 4,072 s; benchmarks/README.md, "make learn with 50 GRPO steps, on a third fresh
-# draw").
+# $(METAQA_DATA); without it, the 300 of the dev sample). About an hour on 2 cores (runs
+# learn51 and learn52: 4,072 s and 3,482 s, before the GRPO update took a quarter off its
+# steps; benchmarks/README.md, "make learn on a fourth draw ...").
 LEARN_RUN ?= runs/learn
 METAQA_DATA ?= ../shared/data/metaqa
 LEARN_EVAL ?= $(LEARN_RUN)/dev_questions.jsonl
