@@ -467,6 +467,9 @@ def test_select_questions_keeps_the_best_weights_on_validation(task: Path, sft: 
     assert manifest["selection"]["chosen_step"] == sel["chosen_step"]
     summary = json.loads((out / "rl_summary.json").read_text())
     assert summary["selection"] == sel and summary["selected_step"] == sel["chosen_step"]
+    # where a step's seconds go: the rollouts' share, printed beside the step's
+    assert 0.0 < summary["mean_rollout_s"] <= summary["mean_step_s"]
+    assert f"({summary['mean_rollout_s']:.1f}s of it rollouts)" in " ".join(res.output.split())
     assert summary["start_val_hits_at_1"] == sel["scores"][0]["hits_at_1"]
     # the chosen weights are what an evaluation of the run answers with
     res = runner.invoke(

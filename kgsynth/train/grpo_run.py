@@ -191,6 +191,8 @@ def run_summary(
         "reward_first": sum(h["reward"] for h in first) / len(first),
         "reward_last": sum(h["reward"] for h in last) / len(last),
         "mean_step_s": sum(h["step_s"] for h in history) / len(history),
+        # of a step: the rollouts (decoding and tool calls); the rest is scoring and the update
+        "mean_rollout_s": sum(h["rollout_s"] for h in history) / len(history),
         "mean_rollout_tokens_per_s": sum(h["rollout_tokens_per_s"] for h in history) / len(history),
         "wall_s": round(time.perf_counter() - started, 3),
         "device": device,
