@@ -40,7 +40,7 @@ def outcomes(folder: Path) -> pl.DataFrame:
         ]
     )
     return (
-        rows.group_by("question_id", maintain_order=True)
+        rows.group_by("question_id")
         .agg(
             pl.col("structure").first(),
             samples=pl.len(),
@@ -50,11 +50,15 @@ def outcomes(folder: Path) -> pl.DataFrame:
     )
 
 
+def success_share(per_question: pl.DataFrame) -> pl.Series:
+    """Each question's share of successful samples, from :func:`outcomes`."""
+    return per_question["successes"] / per_question["samples"]
+
+
 def summary(per_question: pl.DataFrame) -> dict:
     """The figures the module docstring lists, from :func:`outcomes`."""
-    p = per_question["successes"] / per_question["samples"]
+    p = success_share(per_question)
     mixed = (p > 0) & (p < 1)
-    hard = p <= 0.5
     return {
         "questions": per_question.height,
         "histogram": dict(per_question["successes"].value_counts().sort("successes").iter_rows()),
@@ -63,7 +67,7 @@ def summary(per_question: pl.DataFrame) -> dict:
         "mixed": int(mixed.sum()),
         "never": int((p == 0).sum()),
         "always": int((p == 1).sum()),
-        "successes_in_hard": int(per_question.filter(hard)["successes"].sum()),
+        "successes_in_hard": int(per_question.filter(p <= 0.5)["successes"].sum()),
         "successes": int(per_question["successes"].sum()),
     }
 
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{s['successes_in_hard']} of {s['successes']}"
     )
     if args.mixed_out:
-        p = per_question["successes"] / per_question["samples"]
+        p = success_share(per_question)
         keep = per_question.filter((p > 0) & (p < 1))["question_id"]
         rows = pl.read_parquet(args.folder / "accepted.parquet")
         rows = rows.filter(pl.col("question_id").is_in(keep.implode()))

@@ -333,19 +333,13 @@ def rl_cmd(
     stdout.print(
         f"rl: {manifest['steps']} steps in {manifest['wall_s']:.1f}s, reward "
         f"{manifest['reward_first']:.3f} → {manifest['reward_last']:.3f} (first/last fifth), "
-        f"{manifest['mean_step_s']:.1f}s/step{_rollout_share(manifest)}, "
+        f"{manifest['mean_step_s']:.1f}s/step ({manifest['mean_rollout_s']:.1f}s of it rollouts), "
         f"{manifest['mean_rollout_tokens_per_s']:,.0f} rollout "
         f"tokens/s, {manifest['skipped_groups']} of {manifest['groups']} groups skipped "
         f"(equal rewards) → {out_dir}",
         highlight=False,
     )
     _print_selection("rl", manifest)
-
-
-def _rollout_share(manifest: dict) -> str:
-    """`` (R s of it rollouts)``: where a step's seconds go (the rest is the update)."""
-    rollout_s = manifest.get("mean_rollout_s")
-    return "" if rollout_s is None else f" ({rollout_s:.1f}s of it rollouts)"
 
 
 @command(train_app, "merge")
