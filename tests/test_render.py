@@ -103,3 +103,37 @@ def test_the_hf_backend_prompts_a_tokenizer_without_a_template_in_chatml(tokeniz
         prompt = backend._prompt(request)
         assert prompt.startswith("<|im_start|>system\nYou answer with tools.<|im_end|>\n")
         assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_an_assistant_turn_marked_not_trained_is_context_only(tokenizer):
+    """``"train": False`` (a recovery's wrong step) takes that turn out of the loss, on the
+    ChatML fast path and through jinja alike; the text and ids do not change."""
+    import copy
+
+    from kgsynth.agent.render import CHATML_TEMPLATE
+
+    marked = [dict(m) for m in MESSAGES]
+    marked[2]["train"] = False
+    slow = copy.deepcopy(tokenizer)
+    slow.chat_template = CHATML_TEMPLATE + "{# spelled differently #}"
+    for tok in (tokenizer, slow):
+        plain, r = render_messages(tok, MESSAGES), render_messages(tok, marked)
+        assert (r.input_ids, r.text) == (plain.input_ids, plain.text)
+        assert masked_text(tok, r) == MESSAGES[4]["content"] + "<|im_end|>"
+        assert sum(r.loss_mask) < sum(plain.loss_mask)
+
+
+def test_the_corpus_reader_keeps_the_not_trained_mark(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kgsynth.train.data import read_corpus
+
+    msg = pa.struct([("role", pa.string()), ("content", pa.string()), ("train", pa.bool_())])
+    rows = [[{**m, "train": (False if i == 2 else None)} for i, m in enumerate(MESSAGES)]]
+    pq.write_table(
+        pa.table({"messages": pa.array(rows, type=pa.list_(msg))}), tmp_path / "c.parquet"
+    )
+    (conv,) = read_corpus(tmp_path / "c.parquet")
+    assert [m.get("train") for m in conv] == [None, None, False, None, None]
+    assert [m["content"] for m in conv] == [m["content"] for m in MESSAGES]

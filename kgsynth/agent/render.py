@@ -6,7 +6,9 @@ environment observations (``tool`` messages) are rendered as ``user`` turns, exa
 agent loop sends them to the policy. The loss mask is 1 on the tokens of assistant messages
 (their content and the end-of-turn token that closes them: think, kg-query, answer) and 0 on
 everything else — system, user, observations and the role headers — so training never fits
-text the model did not write (GraphWalker Eq. 2, KnowCoder-A1 Eq. 5, KBQA-R1 IV-B2).
+text the model did not write (GraphWalker Eq. 2, KnowCoder-A1 Eq. 5, KBQA-R1 IV-B2). An
+assistant message with ``"train": False`` is context, not a target: its tokens get 0 too (a
+recovery trajectory's wrong step, :mod:`kgsynth.synthesize.recoveries`).
 """
 
 from __future__ import annotations
@@ -48,18 +50,25 @@ def chat_text(
     )
 
 
+def trained(message: dict[str, Any]) -> bool:
+    """Whether the loss covers ``message``: an assistant message not marked ``"train": False``."""
+    return message["role"] == "assistant" and message.get("train", True) is not False
+
+
 def assistant_spans(
     tokenizer: Any, messages: Sequence[dict[str, Any]]
 ) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans the loss covers.
 
     Each message's segment is found by rendering growing prefixes of the conversation (chat
-    templates render a conversation as the concatenation of its turns); inside an assistant
-    segment the span runs from its content to the end of the end-of-turn token after it."""
+    templates render a conversation as the concatenation of its turns); inside a trained
+    assistant segment (:func:`trained`) the span runs from its content to the end of the
+    end-of-turn token after it."""
+    targets = [trained(m) for m in messages]
     msgs = for_template(messages)
     eos = getattr(tokenizer, "eos_token", None) or ""
     if chat_template(tokenizer) == CHATML_TEMPLATE:
-        return _chatml_spans(msgs, eos)
+        return _chatml_spans(msgs, eos, targets)
     text = chat_text(tokenizer, msgs)
     spans: list[tuple[int, int]] = []
     prev = 0
@@ -67,7 +76,7 @@ def assistant_spans(
         upto = chat_text(tokenizer, msgs[: i + 1])
         if not text.startswith(upto):
             raise ValueError("the chat template does not render conversations turn by turn")
-        if m["role"] == "assistant":
+        if targets[i]:
             start = upto.find(m["content"], prev)
             if start < 0:
                 raise ValueError("assistant content not found verbatim in the rendered turn")
@@ -79,17 +88,19 @@ def assistant_spans(
     return text, spans
 
 
-def _chatml_spans(msgs: list[dict[str, str]], eos: str) -> tuple[str, list[tuple[int, int]]]:
+def _chatml_spans(
+    msgs: list[dict[str, str]], eos: str, targets: list[bool]
+) -> tuple[str, list[tuple[int, int]]]:
     """:func:`assistant_spans` for :data:`CHATML_TEMPLATE`, whose rendering is known: each turn
     is ``<|im_start|>ROLE\\nCONTENT<|im_end|>\\n``, so the text is built once instead of
     rendering every prefix through jinja (the same text and spans; tests compare the two)."""
     parts: list[str] = []
     spans: list[tuple[int, int]] = []
     pos = 0
-    for m in msgs:
+    for m, target in zip(msgs, targets, strict=True):
         head = f"{IM_START}{m['role']}\n"
         turn = f"{head}{m['content']}{IM_END}\n"
-        if m["role"] == "assistant":
+        if target:
             start = pos + len(head)
             end = start + len(m["content"])
             if eos and turn.startswith(eos, end - pos):

@@ -90,7 +90,7 @@ class DataStats:
         return dict(self.__dict__)
 
 
-def read_corpus(path: str | Path) -> list[list[dict[str, str]]]:
+def read_corpus(path: str | Path) -> list[list[dict[str, Any]]]:
     """The ``messages`` of every row of a trajectory Parquet file, validated.
 
     Errors name the file, the row and what is wrong (missing column, an unknown role, no
@@ -108,7 +108,7 @@ def read_corpus(path: str | Path) -> list[list[dict[str, str]]]:
         if "messages" in msg or "No match for FieldRef" in msg:
             raise InputFileError(path, "has no 'messages' column (a trajectory file)") from None
         raise InputFileError(path, f"is not a readable Parquet file: {msg}") from None
-    out: list[list[dict[str, str]]] = []
+    out: list[list[dict[str, Any]]] = []
     for i, messages in enumerate(table.column("messages").to_pylist()):
         if not messages:
             raise InputFileError(path, f"row {i}: 'messages' is empty")
@@ -118,9 +118,18 @@ def read_corpus(path: str | Path) -> list[list[dict[str, str]]]:
                     path,
                     f"row {i}, message {j}: needs role in {sorted(ROLES)} and a content string",
                 )
-        out.append([{"role": m["role"], "content": m["content"]} for m in messages])
+        out.append([_message(m) for m in messages])
     if not out:
         raise InputFileError(path, "has no rows")
+    return out
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    """A corpus message as the renderer takes it: role and content, and ``"train": False``
+    where the row marks an assistant turn as context only (a recovery's wrong step)."""
+    out = {"role": m["role"], "content": m["content"]}
+    if m.get("train") is False:
+        out["train"] = False
     return out
 
 
