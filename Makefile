@@ -82,8 +82,8 @@ all: install
 # stage 2 and GRPO on 800 validation questions (GRPO keeps its best checkpoint), and each stage
 # evaluated on 1,500 MetaQA dev questions (500 a hop, none in the dev or check sample, drawn from
 # $(METAQA_DATA); without it, the 300 of the dev sample). About an hour on 2 cores (runs
-# learn51 and learn52: 4,072 s and 3,482 s, before the GRPO update took a quarter off its
-# steps; benchmarks/README.md, "make learn on a fourth draw ...").
+# learn51-53: 4,072 s, 3,482 s and 3,497 s; benchmarks/README.md, "make learn on a fifth
+# draw").
 LEARN_RUN ?= runs/learn
 METAQA_DATA ?= ../shared/data/metaqa
 LEARN_EVAL ?= $(LEARN_RUN)/dev_questions.jsonl
