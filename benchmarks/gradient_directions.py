@@ -1,6 +1,6 @@
 """Where stage 2's SFT and GRPO's first step push a policy, and how noisy each push is.
 
-At a policy's weights this computes three mean gradients, one example (or one group) at a time:
+At a policy's weights this computes four mean gradients, one example (or one group) at a time:
 
 - ``sft``: the SFT loss on a corpus (``--corpus``, e.g. ``RUN/corpus_stage2/accepted.parquet``),
   per trajectory the summed token loss of its trained tokens;
@@ -18,8 +18,9 @@ Each is reported with its gradient noise scale ``B = tr(Sigma) / |G|^2`` (McCand
 2018, "An Empirical Model of Large-Batch Training": the batch size, in examples, at which the
 noise of a mini-batch's gradient is as large as the gradient itself; both terms unbiased), the
 cosine between the means of two random halves of its examples (how reproducible the direction
-is at this sample size) and the cosines between the three means. A rollout's reward is Hits@1
-(its first predicted answer among the gold ones), GRPO's ``hits_at_1`` reward.
+is at this sample size) and the cosines between the means. A rollout's reward is Hits@1, its
+first predicted answer among the gold ones compared case-folded (GRPO's ``hits_at_1`` reward,
+which may also take a near name under ``answer_matching: near``).
 
     .venv/bin/python benchmarks/gradient_directions.py --model RUN/stage1 \\
         --corpus RUN/corpus_stage2/accepted.parquet --rollouts FREE.parquet [--limit 400]
@@ -139,7 +140,7 @@ def measure(
     groups: list[list[dict[str, Any]]],
     progress: Callable[[str], None] = lambda _s: None,
 ) -> dict[str, Any]:
-    """The three directions' statistics (module docstring) and their cosines."""
+    """The four directions' statistics (module docstring) and their cosines."""
     sft, rft, pos, pg = Moments(1), Moments(2), Moments(4), Moments(3)
     for i, messages in enumerate(corpus):
         sft.add(-summed_logprob_grad(model, tokenizer, messages))  # the SFT loss's gradient

@@ -8,7 +8,7 @@ agent loop sends them to the policy. The loss mask is 1 on the tokens of assista
 everything else — system, user, observations and the role headers — so training never fits
 text the model did not write (GraphWalker Eq. 2, KnowCoder-A1 Eq. 5, KBQA-R1 IV-B2). An
 assistant message with ``"train": False`` is context, not a target: its tokens get 0 too (a
-recovery trajectory's wrong step, :mod:`kgsynth.synthesize.recoveries`).
+recovery trajectory's wrong step: benchmarks/recoveries.py).
 """
 
 from __future__ import annotations
