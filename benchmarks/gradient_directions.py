@@ -88,13 +88,12 @@ def cosine(a: Any, b: Any) -> float:
     return float(a.dot(b)) / (na * nb) if na > 0 and nb > 0 else math.nan
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float] | None:
-    """GRPO's (r - mean) / std within a group; None when the rewards all tie."""
-    mean = sum(rewards) / len(rewards)
-    var = sum((r - mean) ** 2 for r in rewards) / len(rewards)
-    if var <= 1e-12:
-        return None
-    return [(r - mean) / (math.sqrt(var) + eps) for r in rewards]
+def group_advantages(rewards: Sequence[float]) -> list[float] | None:
+    """GRPO's group-normalized advantages (:func:`kgsynth.train.grpo_loss.group_advantages`);
+    None when the rewards all tie (GRPO's ``degenerate`` group)."""
+    from kgsynth.train import grpo_loss
+
+    return None if grpo_loss.degenerate(rewards) else grpo_loss.group_advantages(rewards)
 
 
 def hits_at_1(row: dict[str, Any]) -> float:
@@ -122,14 +121,12 @@ def summed_logprob_grad(model: Any, tokenizer: Any, messages: Sequence[dict[str,
     import torch
 
     from kgsynth.agent.render import render_messages
+    from kgsynth.train.grpo_loss import token_logprobs
 
     r = render_messages(tokenizer, messages)
-    ids = torch.tensor([r.input_ids])
-    mask = torch.tensor([r.loss_mask[1:]], dtype=torch.float32)
     model.zero_grad(set_to_none=False)
-    logits = model(input_ids=ids).logits[:, :-1].float()
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    (logp * mask).sum().backward()
+    logp, _ = token_logprobs(model, torch.tensor([r.input_ids]), None)
+    (logp * torch.tensor([r.loss_mask], dtype=logp.dtype)).sum().backward()
     return flat_grad(model)
 
 

@@ -24,23 +24,23 @@ corpus for ``kgsynth train stage2 --corpus``. Prints the counts of each outcome.
 from __future__ import annotations
 
 import argparse
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 RECIPE = Path(__file__).resolve().parents[1] / "kgsynth/resources/recipes/metaqa_default.yaml"
-QUERY = re.compile(r"<kg-query>(.*?)</kg-query>", re.S)
 KINDS = ("error", "relation", "entity", "other")
 
 
 def calls_of(messages: Sequence[dict[str, Any]]) -> tuple[list[str], list[str | None]]:
     """The assistant turns of a conversation and the tool call of each (None: no call)."""
+    from kgsynth.agent.protocol import QUERY_RE
+
     turns = [m["content"] for m in messages if m["role"] == "assistant"]
     calls = []
     for t in turns:
-        m = QUERY.search(t)
+        m = QUERY_RE.search(t)
         calls.append(m.group(1).strip() if m else None)
     return turns, calls
 
@@ -67,15 +67,20 @@ def divergence_kind(policy_call: str, oracle_call: str, turn: dict[str, Any] | N
     return {"get_triples": "relation", "get_relations": "entity"}.get(tool, "other")
 
 
-def recovery(env: Any, rollout: dict[str, Any], oracle: dict[str, Any], t: int) -> list | None:
-    """The recovery messages (module docstring), or None where the replay's observations after
-    the wrong call are not the ones it saw."""
+Turns = tuple[list[str], list[str | None]]
+"""A conversation's assistant turns and their calls (:func:`calls_of`)."""
+
+
+def recovery(env: Any, policy: Turns, oracle: Turns, replay: dict[str, Any], t: int) -> list | None:
+    """The recovery messages (module docstring) from the policy's and the replay's turns
+    (``replay`` the oracle row), or None where the replay's observations after the wrong call
+    are not the ones it saw."""
     from kgsynth.agent.protocol import render_observation
 
-    p_turns, p_calls = calls_of(rollout["messages"])
-    o_turns, o_calls = calls_of(oracle["messages"])
-    o_obs = [m["content"] for m in oracle["messages"] if m["role"] == "tool"]
-    messages = [dict(m) for m in oracle["messages"][:2]]
+    p_turns, p_calls = policy
+    o_turns, o_calls = oracle
+    o_obs = [m["content"] for m in replay["messages"] if m["role"] == "tool"]
+    messages = [dict(m) for m in replay["messages"][:2]]
     for k in range(t):
         env.execute(o_calls[k])
         messages += [
@@ -132,8 +137,8 @@ def build(
         if replay is None:
             tally["no replay"] += 1
             continue
-        _, p_calls = calls_of(r["messages"])
-        _, o_calls = calls_of(replay["messages"])
+        policy, oracle = calls_of(r["messages"]), calls_of(replay["messages"])
+        p_calls, o_calls = policy[1], oracle[1]
         t = first_divergence(p_calls, o_calls)
         if t is None:
             tally["no wrong call"] += 1
@@ -150,7 +155,7 @@ def build(
         env = ToolEnvironment(
             graph, q["question"], cfg.tool_config(), topics=list(q["topic_names"])
         )
-        messages = recovery(env, r, replay, t)
+        messages = recovery(env, policy, oracle, replay, t)
         if messages is None:
             tally["left out: observations moved"] += 1
             continue
